@@ -1,0 +1,12 @@
+# CUDA backend (src/backend/cuda). Hopper (sm_90) first; sm_80/sm_89 for Ampere/Ada.
+enable_language(CUDA)
+find_package(CUDAToolkit REQUIRED)
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  set(CMAKE_CUDA_ARCHITECTURES 80 89 90)
+endif()
+file(GLOB DITTO_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/backend/cuda/*.cu)
+if(DITTO_CUDA_SOURCES)
+  target_sources(ditto_lib PRIVATE ${DITTO_CUDA_SOURCES})
+  target_compile_definitions(ditto_lib PUBLIC DITTO_HAVE_CUDA)
+  target_link_libraries(ditto_lib PUBLIC CUDA::cudart CUDA::cublas)
+endif()

@@ -1,0 +1,54 @@
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "core/log.h"
+#include "core/mem.h"
+
+static int cpu_memcpy(DittoBackend *be, void *dst, const void *src, size_t n)
+{
+    (void)be;
+    memcpy(dst, src, n);
+    return 0;
+}
+
+static int cpu_sync(DittoBackend *be)
+{
+    (void)be;
+    return 0;
+}
+
+static void cpu_destroy(DittoBackend *be)
+{
+    ditto_pool_destroy(&be->pool);
+    ditto_free(be);
+}
+
+int ditto_backend_cpu_open(DittoBackend **out, const DittoBackendParams *p)
+{
+    *out = NULL;
+    DittoBackend *be = ditto_calloc(1, sizeof *be);
+    if (!be)
+        return DITTO_ERR_NOMEM;
+    be->name = "cpu";
+    be->device = DITTO_DEVICE_CPU;
+    be->allocator = ditto_host_allocator;
+    be->log = p->log;
+    be->upload = cpu_memcpy;
+    be->download = cpu_memcpy;
+    be->sync = cpu_sync;
+    be->destroy = cpu_destroy;
+    int rc = ditto_pool_create(&be->pool, p->nthreads);
+    if (rc < 0) {
+        ditto_free(be);
+        return ditto_fail(&p->log, rc, "cpu backend: cannot start %d threads", p->nthreads);
+    }
+    ditto_cpu_init_elementwise(&be->ops);
+    ditto_cpu_init_gemm(&be->ops);
+    ditto_cpu_init_conv(&be->ops);
+    ditto_cpu_init_norm(&be->ops);
+    ditto_cpu_init_sample(&be->ops);
+    ditto_cpu_init_attention(&be->ops);
+    ditto_cpu_init_image(&be->ops);
+    *out = be;
+    return 0;
+}

@@ -1,0 +1,15 @@
+/* CPU backend internals: the per-family init functions that fill the op table. */
+#ifndef DITTO_BACKEND_CPU_H
+#define DITTO_BACKEND_CPU_H
+
+#include "backend/backend.h"
+
+void ditto_cpu_init_elementwise(DittoOps *ops);  /* copy, fill, unary, binary, softmax, reduce, concat */
+void ditto_cpu_init_gemm(DittoOps *ops);         /* matmul, linear */
+void ditto_cpu_init_conv(DittoOps *ops);         /* conv */
+void ditto_cpu_init_norm(DittoOps *ops);         /* batch/instance/layer/group norm */
+void ditto_cpu_init_sample(DittoOps *ops);       /* upsample_nearest, pool, pixel_shuffle, grid_sample */
+void ditto_cpu_init_attention(DittoOps *ops);    /* attention, rotary */
+void ditto_cpu_init_image(DittoOps *ops);        /* warp_affine, resize_area, resize_bilinear */
+
+#endif

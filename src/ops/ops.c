@@ -1,0 +1,555 @@
+/* Op front ends: shape/dtype rules shared by every backend, then dispatch. */
+#include "ops/ops.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/log.h"
+
+static const char *const op_names[DITTO_OP_COUNT] = {
+#define X(E, f) #f,
+#include "ops/ops.def"
+#undef X
+};
+
+static const size_t op_offsets[DITTO_OP_COUNT] = {
+#define X(E, f) offsetof(DittoOps, f),
+#include "ops/ops.def"
+#undef X
+};
+
+const char *ditto_op_name(DittoOp op)
+{
+    return (unsigned)op < DITTO_OP_COUNT ? op_names[op] : "invalid";
+}
+
+bool ditto_ops_has(const DittoOps *ops, DittoOp op)
+{
+    if ((unsigned)op >= DITTO_OP_COUNT)
+        return false;
+    void *const *slot = (void *const *)((const char *)ops + op_offsets[op]);
+    return *slot != NULL;
+}
+
+#define SHAPE(t) ditto_shape_str((t)->shape, (t)->ndim, (char[DITTO_SHAPE_STR_MAX]){0}, DITTO_SHAPE_STR_MAX)
+
+static int unsupported(DittoBackend *be, DittoOp op)
+{
+    return ditto_fail(&be->log, DITTO_ERR_UNSUPPORTED, "op %s: not supported by the %s backend", ditto_op_name(op), be->name);
+}
+
+static int bad_shape(DittoBackend *be, DittoOp op, const char *what, const DittoTensor *a, const DittoTensor *b)
+{
+    if (b)
+        return ditto_fail(&be->log, DITTO_ERR_SHAPE, "op %s: %s: %s vs %s", ditto_op_name(op), what, SHAPE(a), SHAPE(b));
+    return ditto_fail(&be->log, DITTO_ERR_SHAPE, "op %s: %s: %s", ditto_op_name(op), what, SHAPE(a));
+}
+
+static int bad_arg(DittoBackend *be, DittoOp op, const char *what)
+{
+    return ditto_fail(&be->log, DITTO_ERR_INVAL, "op %s: %s", ditto_op_name(op), what);
+}
+
+/* float tensor on this backend's device (f32 on the CPU; f32/f16/bf16 elsewhere) */
+static bool is_float(const DittoBackend *be, const DittoTensor *t)
+{
+    if (t->dtype == DITTO_F32)
+        return true;
+    return be->device != DITTO_DEVICE_CPU && (t->dtype == DITTO_F16 || t->dtype == DITTO_BF16);
+}
+
+static int check_float(DittoBackend *be, DittoOp op, const char *name, const DittoTensor *t)
+{
+    if (!t)
+        return 0;
+    if (t->device != be->device)
+        return ditto_fail(&be->log, DITTO_ERR_INVAL, "op %s: %s is on the wrong device for the %s backend", ditto_op_name(op), name, be->name);
+    if (!is_float(be, t))
+        return ditto_fail(&be->log, DITTO_ERR_INVAL, "op %s: %s has dtype %s, not supported by the %s backend", ditto_op_name(op), name, ditto_dtype_name(t->dtype), be->name);
+    return 0;
+}
+
+static int check_contig(DittoBackend *be, DittoOp op, const char *name, const DittoTensor *t)
+{
+    if (t && !ditto_tensor_is_contiguous(t))
+        return ditto_fail(&be->log, DITTO_ERR_INVAL, "op %s: %s %s must be contiguous", ditto_op_name(op), name, SHAPE(t));
+    return 0;
+}
+
+static int check_vec(DittoBackend *be, DittoOp op, const char *name, const DittoTensor *t, int64_t n)
+{
+    if (!t)
+        return 0;
+    DITTO_TRY(check_float(be, op, name, t));
+    DITTO_TRY(check_contig(be, op, name, t));
+    if (t->ndim < 1 || ditto_tensor_numel(t) != n) {
+        return ditto_fail(&be->log, DITTO_ERR_SHAPE, "op %s: %s has shape %s, expected %lld elements",
+                          ditto_op_name(op), name, SHAPE(t), (long long)n);
+    }
+    return 0;
+}
+
+static int norm_axis(int axis, int ndim)
+{
+    return axis < 0 ? axis + ndim : axis;
+}
+
+#define NEED(op, field) do { if (!be->ops.field) return unsupported(be, op); } while (0)
+
+int ditto_op_copy(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
+{
+    NEED(DITTO_OP_COPY, copy);
+    if (ditto_tensor_numel(x) != ditto_tensor_numel(y) || (x->ndim != y->ndim && !ditto_tensor_is_contiguous(y)))
+        return bad_shape(be, DITTO_OP_COPY, "x and y differ", x, y);
+    if (x->ndim == y->ndim && !ditto_tensor_same_shape(x, y))
+        return bad_shape(be, DITTO_OP_COPY, "x and y differ", x, y);
+    return be->ops.copy(be, x, y);
+}
+
+int ditto_op_fill(DittoBackend *be, float value, DittoTensor *y)
+{
+    NEED(DITTO_OP_FILL, fill);
+    return be->ops.fill(be, value, y);
+}
+
+int ditto_op_unary(DittoBackend *be, const DittoUnaryParams *p, const DittoTensor *x, DittoTensor *y)
+{
+    NEED(DITTO_OP_UNARY, unary);
+    DITTO_TRY(check_float(be, DITTO_OP_UNARY, "x", x));
+    DITTO_TRY(check_float(be, DITTO_OP_UNARY, "y", y));
+    if ((unsigned)p->kind >= DITTO_UNARY_COUNT)
+        return bad_arg(be, DITTO_OP_UNARY, "unknown kind");
+    if (!ditto_tensor_same_shape(x, y))
+        return bad_shape(be, DITTO_OP_UNARY, "x and y differ", x, y);
+    return be->ops.unary(be, p, x, y);
+}
+
+int ditto_op_act(DittoBackend *be, DittoUnaryKind kind, float alpha, const DittoTensor *x, DittoTensor *y)
+{
+    DittoUnaryParams p = { kind, alpha, 0 };
+    return ditto_op_unary(be, &p, x, y);
+}
+
+int ditto_op_binary(DittoBackend *be, DittoBinaryKind kind, const DittoTensor *a, const DittoTensor *b, DittoTensor *y)
+{
+    NEED(DITTO_OP_BINARY, binary);
+    DITTO_TRY(check_float(be, DITTO_OP_BINARY, "a", a));
+    DITTO_TRY(check_float(be, DITTO_OP_BINARY, "b", b));
+    DITTO_TRY(check_float(be, DITTO_OP_BINARY, "y", y));
+    DITTO_TRY(check_contig(be, DITTO_OP_BINARY, "y", y));
+    if ((unsigned)kind >= DITTO_BINARY_COUNT)
+        return bad_arg(be, DITTO_OP_BINARY, "unknown kind");
+    int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+    if (y->ndim != nd)
+        return bad_shape(be, DITTO_OP_BINARY, "y rank differs from the broadcast rank", a, y);
+    for (int i = 0; i < nd; i++) {
+        int ia = i - (nd - a->ndim), ib = i - (nd - b->ndim);
+        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
+        if (da != db && da != 1 && db != 1)
+            return bad_shape(be, DITTO_OP_BINARY, "a and b do not broadcast", a, b);
+        int64_t d = da == 1 ? db : da;
+        if (y->shape[i] != d)
+            return bad_shape(be, DITTO_OP_BINARY, "y is not the broadcast shape", a, y);
+    }
+    DittoBinaryParams p = { kind };
+    return be->ops.binary(be, &p, a, b, y);
+}
+
+int ditto_op_softmax(DittoBackend *be, int axis, const DittoTensor *x, DittoTensor *y)
+{
+    NEED(DITTO_OP_SOFTMAX, softmax);
+    DITTO_TRY(check_float(be, DITTO_OP_SOFTMAX, "x", x));
+    DITTO_TRY(check_float(be, DITTO_OP_SOFTMAX, "y", y));
+    DITTO_TRY(check_contig(be, DITTO_OP_SOFTMAX, "x", x));
+    DITTO_TRY(check_contig(be, DITTO_OP_SOFTMAX, "y", y));
+    axis = norm_axis(axis, x->ndim);
+    if (axis < 0 || axis >= x->ndim)
+        return bad_arg(be, DITTO_OP_SOFTMAX, "axis out of range");
+    if (!ditto_tensor_same_shape(x, y))
+        return bad_shape(be, DITTO_OP_SOFTMAX, "x and y differ", x, y);
+    DittoSoftmaxParams p = { axis };
+    return be->ops.softmax(be, &p, x, y);
+}
+
+int ditto_op_reduce(DittoBackend *be, DittoReduceKind kind, int axis, const DittoTensor *x, DittoTensor *y)
+{
+    NEED(DITTO_OP_REDUCE, reduce);
+    DITTO_TRY(check_float(be, DITTO_OP_REDUCE, "x", x));
+    DITTO_TRY(check_float(be, DITTO_OP_REDUCE, "y", y));
+    DITTO_TRY(check_contig(be, DITTO_OP_REDUCE, "x", x));
+    DITTO_TRY(check_contig(be, DITTO_OP_REDUCE, "y", y));
+    axis = norm_axis(axis, x->ndim);
+    if (axis < 0 || axis >= x->ndim || (unsigned)kind >= DITTO_REDUCE_COUNT)
+        return bad_arg(be, DITTO_OP_REDUCE, "axis or kind out of range");
+    if (y->ndim != x->ndim)
+        return bad_shape(be, DITTO_OP_REDUCE, "y must keep the reduced axis", x, y);
+    for (int i = 0; i < x->ndim; i++)
+        if (y->shape[i] != (i == axis ? 1 : x->shape[i]))
+            return bad_shape(be, DITTO_OP_REDUCE, "y shape", x, y);
+    DittoReduceParams p = { kind, axis };
+    return be->ops.reduce(be, &p, x, y);
+}
+
+int ditto_op_matmul(DittoBackend *be, const DittoMatmulParams *p, const DittoTensor *a, const DittoTensor *b, DittoTensor *c)
+{
+    NEED(DITTO_OP_MATMUL, matmul);
+    DITTO_TRY(check_float(be, DITTO_OP_MATMUL, "a", a));
+    DITTO_TRY(check_float(be, DITTO_OP_MATMUL, "b", b));
+    DITTO_TRY(check_float(be, DITTO_OP_MATMUL, "c", c));
+    DITTO_TRY(check_contig(be, DITTO_OP_MATMUL, "a", a));
+    DITTO_TRY(check_contig(be, DITTO_OP_MATMUL, "b", b));
+    DITTO_TRY(check_contig(be, DITTO_OP_MATMUL, "c", c));
+    if (a->ndim < 2 || b->ndim < 2 || c->ndim < 2 || a->ndim != c->ndim || b->ndim != c->ndim)
+        return bad_shape(be, DITTO_OP_MATMUL, "a, b and c need the same rank >= 2", a, b);
+    int n = c->ndim;
+    int64_t M = p->trans_a ? a->shape[n - 1] : a->shape[n - 2];
+    int64_t K = p->trans_a ? a->shape[n - 2] : a->shape[n - 1];
+    int64_t Kb = p->trans_b ? b->shape[n - 1] : b->shape[n - 2];
+    int64_t N = p->trans_b ? b->shape[n - 2] : b->shape[n - 1];
+    if (K != Kb)
+        return bad_shape(be, DITTO_OP_MATMUL, "inner dimensions differ", a, b);
+    if (c->shape[n - 2] != M || c->shape[n - 1] != N)
+        return bad_shape(be, DITTO_OP_MATMUL, "c shape", a, c);
+    for (int i = 0; i < n - 2; i++) {
+        if ((a->shape[i] != c->shape[i] && a->shape[i] != 1) || (b->shape[i] != c->shape[i] && b->shape[i] != 1))
+            return bad_shape(be, DITTO_OP_MATMUL, "batch dims do not broadcast to c", a, c);
+    }
+    return be->ops.matmul(be, p, a, b, c);
+}
+
+int ditto_op_linear(DittoBackend *be, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y)
+{
+    NEED(DITTO_OP_LINEAR, linear);
+    DITTO_TRY(check_float(be, DITTO_OP_LINEAR, "x", x));
+    DITTO_TRY(check_float(be, DITTO_OP_LINEAR, "w", w));
+    DITTO_TRY(check_float(be, DITTO_OP_LINEAR, "y", y));
+    DITTO_TRY(check_contig(be, DITTO_OP_LINEAR, "x", x));
+    DITTO_TRY(check_contig(be, DITTO_OP_LINEAR, "w", w));
+    DITTO_TRY(check_contig(be, DITTO_OP_LINEAR, "y", y));
+    if (w->ndim != 2 || x->ndim < 1 || y->ndim != x->ndim)
+        return bad_shape(be, DITTO_OP_LINEAR, "w must be (out, in) and y the rank of x", x, w);
+    if (x->shape[x->ndim - 1] != w->shape[1])
+        return bad_shape(be, DITTO_OP_LINEAR, "x last dim != w in", x, w);
+    for (int i = 0; i < x->ndim - 1; i++)
+        if (y->shape[i] != x->shape[i])
+            return bad_shape(be, DITTO_OP_LINEAR, "y leading dims", x, y);
+    if (y->shape[y->ndim - 1] != w->shape[0])
+        return bad_shape(be, DITTO_OP_LINEAR, "y last dim != w out", y, w);
+    DITTO_TRY(check_vec(be, DITTO_OP_LINEAR, "bias", bias, w->shape[0]));
+    return be->ops.linear(be, x, w, bias, y);
+}
+
+static int conv_dims(const DittoConvParams *p, int i, int *s, int *d)
+{
+    *s = p->stride[i] ? p->stride[i] : 1;
+    *d = p->dilation[i] ? p->dilation[i] : 1;
+    return 0;
+}
+
+int ditto_conv_out_shape(const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, int64_t *shape)
+{
+    int ns = x->ndim - 2;
+    if (ns < 1 || ns > 3 || w->ndim != x->ndim)
+        return DITTO_ERR_SHAPE;
+    int g = p->groups ? p->groups : 1;
+    if (g < 1 || x->shape[1] % g || w->shape[0] % g || w->shape[1] * g != x->shape[1])
+        return DITTO_ERR_SHAPE;
+    shape[0] = x->shape[0];
+    shape[1] = w->shape[0];
+    for (int i = 0; i < ns; i++) {
+        int s, d;
+        conv_dims(p, i, &s, &d);
+        if (s < 1 || d < 1 || p->pad_begin[i] < 0 || p->pad_end[i] < 0)
+            return DITTO_ERR_INVAL;
+        int64_t span = (int64_t)d * (w->shape[2 + i] - 1) + 1;
+        int64_t in = x->shape[2 + i] + p->pad_begin[i] + p->pad_end[i];
+        if (in < span)
+            return DITTO_ERR_SHAPE;
+        shape[2 + i] = (in - span) / s + 1;
+    }
+    return 0;
+}
+
+int ditto_op_conv(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y)
+{
+    NEED(DITTO_OP_CONV, conv);
+    DITTO_TRY(check_float(be, DITTO_OP_CONV, "x", x));
+    DITTO_TRY(check_float(be, DITTO_OP_CONV, "w", w));
+    DITTO_TRY(check_float(be, DITTO_OP_CONV, "y", y));
+    DITTO_TRY(check_contig(be, DITTO_OP_CONV, "x", x));
+    DITTO_TRY(check_contig(be, DITTO_OP_CONV, "w", w));
+    DITTO_TRY(check_contig(be, DITTO_OP_CONV, "y", y));
+    int64_t shape[DITTO_MAX_DIMS];
+    int rc = ditto_conv_out_shape(p, x, w, shape);
+    if (rc < 0)
+        return bad_shape(be, DITTO_OP_CONV, "x and w (or params) do not form a convolution", x, w);
+    if (y->ndim != x->ndim || memcmp(shape, y->shape, sizeof(int64_t) * (size_t)x->ndim)) {
+        DittoTensor want = ditto_tensor(NULL, y->dtype, x->ndim, shape);
+        return bad_shape(be, DITTO_OP_CONV, "y shape (got, expected)", y, &want);
+    }
+    DITTO_TRY(check_vec(be, DITTO_OP_CONV, "bias", bias, w->shape[0]));
+    return be->ops.conv(be, p, x, w, bias, y);
+}
+
+static int check_norm_common(DittoBackend *be, DittoOp op, const DittoTensor *x, DittoTensor *y)
+{
+    DITTO_TRY(check_float(be, op, "x", x));
+    DITTO_TRY(check_float(be, op, "y", y));
+    DITTO_TRY(check_contig(be, op, "x", x));
+    DITTO_TRY(check_contig(be, op, "y", y));
+    if (!ditto_tensor_same_shape(x, y))
+        return bad_shape(be, op, "x and y differ", x, y);
+    return 0;
+}
+
+int ditto_op_batch_norm(DittoBackend *be, float eps, const DittoTensor *x, const DittoTensor *mean, const DittoTensor *var, const DittoTensor *w, const DittoTensor *b, DittoTensor *y)
+{
+    NEED(DITTO_OP_BATCH_NORM, batch_norm);
+    DITTO_TRY(check_norm_common(be, DITTO_OP_BATCH_NORM, x, y));
+    if (x->ndim < 2)
+        return bad_shape(be, DITTO_OP_BATCH_NORM, "x needs (N, C, ...)", x, NULL);
+    int64_t C = x->shape[1];
+    if (!mean || !var)
+        return bad_arg(be, DITTO_OP_BATCH_NORM, "running mean and var are required");
+    DITTO_TRY(check_vec(be, DITTO_OP_BATCH_NORM, "mean", mean, C));
+    DITTO_TRY(check_vec(be, DITTO_OP_BATCH_NORM, "var", var, C));
+    DITTO_TRY(check_vec(be, DITTO_OP_BATCH_NORM, "weight", w, C));
+    DITTO_TRY(check_vec(be, DITTO_OP_BATCH_NORM, "bias", b, C));
+    DittoNormParams p = { .eps = eps };
+    return be->ops.batch_norm(be, &p, x, mean, var, w, b, y);
+}
+
+int ditto_op_instance_norm(DittoBackend *be, float eps, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y)
+{
+    NEED(DITTO_OP_INSTANCE_NORM, instance_norm);
+    DITTO_TRY(check_norm_common(be, DITTO_OP_INSTANCE_NORM, x, y));
+    if (x->ndim < 3)
+        return bad_shape(be, DITTO_OP_INSTANCE_NORM, "x needs (N, C, spatial...)", x, NULL);
+    DITTO_TRY(check_vec(be, DITTO_OP_INSTANCE_NORM, "weight", w, x->shape[1]));
+    DITTO_TRY(check_vec(be, DITTO_OP_INSTANCE_NORM, "bias", b, x->shape[1]));
+    DittoNormParams p = { .eps = eps };
+    return be->ops.instance_norm(be, &p, x, w, b, y);
+}
+
+int ditto_op_layer_norm(DittoBackend *be, float eps, bool channels_first, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y)
+{
+    NEED(DITTO_OP_LAYER_NORM, layer_norm);
+    DITTO_TRY(check_norm_common(be, DITTO_OP_LAYER_NORM, x, y));
+    if (x->ndim < 1 || (channels_first && x->ndim < 2))
+        return bad_shape(be, DITTO_OP_LAYER_NORM, "x rank", x, NULL);
+    int64_t C = channels_first ? x->shape[1] : x->shape[x->ndim - 1];
+    DITTO_TRY(check_vec(be, DITTO_OP_LAYER_NORM, "weight", w, C));
+    DITTO_TRY(check_vec(be, DITTO_OP_LAYER_NORM, "bias", b, C));
+    DittoNormParams p = { .eps = eps, .channels_first = channels_first };
+    return be->ops.layer_norm(be, &p, x, w, b, y);
+}
+
+int ditto_op_group_norm(DittoBackend *be, int groups, float eps, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y)
+{
+    NEED(DITTO_OP_GROUP_NORM, group_norm);
+    DITTO_TRY(check_norm_common(be, DITTO_OP_GROUP_NORM, x, y));
+    if (x->ndim < 2 || groups < 1 || x->shape[1] % groups)
+        return bad_shape(be, DITTO_OP_GROUP_NORM, "x (N, C, ...) with C divisible by groups", x, NULL);
+    DITTO_TRY(check_vec(be, DITTO_OP_GROUP_NORM, "weight", w, x->shape[1]));
+    DITTO_TRY(check_vec(be, DITTO_OP_GROUP_NORM, "bias", b, x->shape[1]));
+    DittoNormParams p = { .eps = eps, .groups = groups };
+    return be->ops.group_norm(be, &p, x, w, b, y);
+}
+
+int ditto_op_upsample_nearest(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
+{
+    NEED(DITTO_OP_UPSAMPLE_NEAREST, upsample_nearest);
+    DITTO_TRY(check_float(be, DITTO_OP_UPSAMPLE_NEAREST, "x", x));
+    DITTO_TRY(check_float(be, DITTO_OP_UPSAMPLE_NEAREST, "y", y));
+    DITTO_TRY(check_contig(be, DITTO_OP_UPSAMPLE_NEAREST, "x", x));
+    DITTO_TRY(check_contig(be, DITTO_OP_UPSAMPLE_NEAREST, "y", y));
+    if (x->ndim < 3 || x->ndim > 5 || y->ndim != x->ndim || x->shape[0] != y->shape[0] || x->shape[1] != y->shape[1])
+        return bad_shape(be, DITTO_OP_UPSAMPLE_NEAREST, "x (N,C,*) and y (N,C,*) with 1-3 spatial dims", x, y);
+    for (int i = 2; i < x->ndim; i++)
+        if (x->shape[i] < 1 || y->shape[i] < 1)
+            return bad_shape(be, DITTO_OP_UPSAMPLE_NEAREST, "empty spatial dim", x, y);
+    return be->ops.upsample_nearest(be, x, y);
+}
+
+int ditto_pool_out_shape(const DittoPoolParams *p, const DittoTensor *x, int64_t *shape)
+{
+    int ns = x->ndim - 2;
+    if (ns < 1 || ns > 3)
+        return DITTO_ERR_SHAPE;
+    shape[0] = x->shape[0];
+    shape[1] = x->shape[1];
+    for (int i = 0; i < ns; i++) {
+        int k = p->kernel[i], s = p->stride[i] ? p->stride[i] : k;
+        if (k < 1 || s < 1 || p->pad_begin[i] < 0 || p->pad_end[i] < 0 || p->pad_begin[i] >= k || p->pad_end[i] >= k)
+            return DITTO_ERR_INVAL;
+        int64_t in = x->shape[2 + i] + p->pad_begin[i] + p->pad_end[i] - k;
+        if (in < 0)
+            return DITTO_ERR_SHAPE;
+        int64_t o = (p->ceil_mode ? (in + s - 1) / s : in / s) + 1;
+        /* PyTorch/ONNX: the last window must start inside the input or left padding */
+        if (p->ceil_mode && (o - 1) * s >= x->shape[2 + i] + p->pad_begin[i])
+            o--;
+        shape[2 + i] = o;
+    }
+    return 0;
+}
+
+int ditto_op_pool(DittoBackend *be, const DittoPoolParams *p, const DittoTensor *x, DittoTensor *y)
+{
+    NEED(DITTO_OP_POOL, pool);
+    DITTO_TRY(check_float(be, DITTO_OP_POOL, "x", x));
+    DITTO_TRY(check_float(be, DITTO_OP_POOL, "y", y));
+    DITTO_TRY(check_contig(be, DITTO_OP_POOL, "x", x));
+    DITTO_TRY(check_contig(be, DITTO_OP_POOL, "y", y));
+    int64_t shape[DITTO_MAX_DIMS];
+    if (ditto_pool_out_shape(p, x, shape) < 0)
+        return bad_shape(be, DITTO_OP_POOL, "x does not fit the pooling window", x, NULL);
+    if (y->ndim != x->ndim || memcmp(shape, y->shape, sizeof(int64_t) * (size_t)x->ndim))
+        return bad_shape(be, DITTO_OP_POOL, "y shape", x, y);
+    return be->ops.pool(be, p, x, y);
+}
+
+int ditto_op_pixel_shuffle(DittoBackend *be, int r, const DittoTensor *x, DittoTensor *y)
+{
+    NEED(DITTO_OP_PIXEL_SHUFFLE, pixel_shuffle);
+    DITTO_TRY(check_float(be, DITTO_OP_PIXEL_SHUFFLE, "x", x));
+    DITTO_TRY(check_float(be, DITTO_OP_PIXEL_SHUFFLE, "y", y));
+    DITTO_TRY(check_contig(be, DITTO_OP_PIXEL_SHUFFLE, "x", x));
+    DITTO_TRY(check_contig(be, DITTO_OP_PIXEL_SHUFFLE, "y", y));
+    if (r < 1 || x->ndim != 4 || y->ndim != 4 || x->shape[1] % ((int64_t)r * r) || y->shape[0] != x->shape[0] ||
+        y->shape[1] != x->shape[1] / ((int64_t)r * r) || y->shape[2] != x->shape[2] * r || y->shape[3] != x->shape[3] * r)
+        return bad_shape(be, DITTO_OP_PIXEL_SHUFFLE, "x (N, C r^2, H, W) -> y (N, C, H r, W r)", x, y);
+    return be->ops.pixel_shuffle(be, r, x, y);
+}
+
+int ditto_op_grid_sample(DittoBackend *be, bool align_corners, const DittoTensor *x, const DittoTensor *grid, DittoTensor *y)
+{
+    NEED(DITTO_OP_GRID_SAMPLE, grid_sample);
+    DITTO_TRY(check_float(be, DITTO_OP_GRID_SAMPLE, "x", x));
+    DITTO_TRY(check_float(be, DITTO_OP_GRID_SAMPLE, "y", y));
+    DITTO_TRY(check_contig(be, DITTO_OP_GRID_SAMPLE, "x", x));
+    DITTO_TRY(check_contig(be, DITTO_OP_GRID_SAMPLE, "grid", grid));
+    DITTO_TRY(check_contig(be, DITTO_OP_GRID_SAMPLE, "y", y));
+    if (grid->dtype != DITTO_F32 || grid->device != be->device)
+        return bad_arg(be, DITTO_OP_GRID_SAMPLE, "grid must be float32 on the backend's device");
+    int ns = x->ndim - 2;
+    if ((ns != 2 && ns != 3) || grid->ndim != x->ndim || grid->shape[x->ndim - 1] != ns || grid->shape[0] != x->shape[0])
+        return bad_shape(be, DITTO_OP_GRID_SAMPLE, "x (N,C,[D,]H,W) and grid (N,[Do,]Ho,Wo,2|3)", x, grid);
+    if (y->ndim != x->ndim || y->shape[0] != x->shape[0] || y->shape[1] != x->shape[1])
+        return bad_shape(be, DITTO_OP_GRID_SAMPLE, "y shape", x, y);
+    for (int i = 0; i < ns; i++)
+        if (y->shape[2 + i] != grid->shape[1 + i])
+            return bad_shape(be, DITTO_OP_GRID_SAMPLE, "y spatial dims != grid dims", y, grid);
+    DittoGridSampleParams p = { align_corners };
+    return be->ops.grid_sample(be, &p, x, grid, y);
+}
+
+int ditto_op_concat(DittoBackend *be, int axis, int n, const DittoTensor *const *xs, DittoTensor *y)
+{
+    NEED(DITTO_OP_CONCAT, concat);
+    DITTO_TRY(check_contig(be, DITTO_OP_CONCAT, "y", y));
+    if (n < 1)
+        return bad_arg(be, DITTO_OP_CONCAT, "no inputs");
+    axis = norm_axis(axis, y->ndim);
+    if (axis < 0 || axis >= y->ndim)
+        return bad_arg(be, DITTO_OP_CONCAT, "axis out of range");
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        const DittoTensor *x = xs[i];
+        if (x->ndim != y->ndim || x->dtype != y->dtype || x->device != be->device)
+            return bad_shape(be, DITTO_OP_CONCAT, "input rank/dtype differs from y", x, y);
+        for (int d = 0; d < y->ndim; d++)
+            if (d != axis && x->shape[d] != y->shape[d])
+                return bad_shape(be, DITTO_OP_CONCAT, "inputs differ outside the axis", x, y);
+        total += x->shape[axis];
+    }
+    if (total != y->shape[axis])
+        return bad_shape(be, DITTO_OP_CONCAT, "sum of input sizes along the axis != y", xs[0], y);
+    return be->ops.concat(be, axis, n, xs, y);
+}
+
+int ditto_op_attention(DittoBackend *be, float scale, const DittoTensor *q, const DittoTensor *k, const DittoTensor *v, const DittoTensor *mask, DittoTensor *y)
+{
+    NEED(DITTO_OP_ATTENTION, attention);
+    DITTO_TRY(check_float(be, DITTO_OP_ATTENTION, "q", q));
+    DITTO_TRY(check_float(be, DITTO_OP_ATTENTION, "k", k));
+    DITTO_TRY(check_float(be, DITTO_OP_ATTENTION, "v", v));
+    DITTO_TRY(check_float(be, DITTO_OP_ATTENTION, "y", y));
+    DITTO_TRY(check_contig(be, DITTO_OP_ATTENTION, "y", y));
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || y->ndim != 4)
+        return bad_shape(be, DITTO_OP_ATTENTION, "q, k, v, y must be (B, H, L, D)", q, k);
+    if (k->shape[0] != q->shape[0] || k->shape[1] != q->shape[1] || k->shape[3] != q->shape[3] ||
+        v->shape[0] != q->shape[0] || v->shape[1] != q->shape[1] || v->shape[2] != k->shape[2])
+        return bad_shape(be, DITTO_OP_ATTENTION, "q/k/v mismatch", q, v);
+    if (y->shape[0] != q->shape[0] || y->shape[1] != q->shape[1] || y->shape[2] != q->shape[2] || y->shape[3] != v->shape[3])
+        return bad_shape(be, DITTO_OP_ATTENTION, "y shape", q, y);
+    if (mask) {
+        DITTO_TRY(check_float(be, DITTO_OP_ATTENTION, "mask", mask));
+        if (mask->ndim > 4)
+            return bad_shape(be, DITTO_OP_ATTENTION, "mask rank > 4", mask, NULL);
+        const int64_t full[4] = { q->shape[0], q->shape[1], q->shape[2], k->shape[2] };
+        for (int i = 0; i < mask->ndim; i++) {
+            int64_t d = mask->shape[i], f = full[4 - mask->ndim + i];
+            if (d != f && d != 1)
+                return bad_shape(be, DITTO_OP_ATTENTION, "mask does not broadcast to (B,H,Lq,Lk)", mask, q);
+        }
+    }
+    DittoAttentionParams p = { scale };
+    return be->ops.attention(be, &p, q, k, v, mask, y);
+}
+
+int ditto_op_rotary(DittoBackend *be, int64_t pos_offset, const DittoTensor *x, const DittoTensor *freqs, DittoTensor *y)
+{
+    NEED(DITTO_OP_ROTARY, rotary);
+    DITTO_TRY(check_float(be, DITTO_OP_ROTARY, "x", x));
+    DITTO_TRY(check_float(be, DITTO_OP_ROTARY, "y", y));
+    DITTO_TRY(check_contig(be, DITTO_OP_ROTARY, "x", x));
+    DITTO_TRY(check_contig(be, DITTO_OP_ROTARY, "y", y));
+    if (x->ndim != 3 || !ditto_tensor_same_shape(x, y) || x->shape[2] % 2)
+        return bad_shape(be, DITTO_OP_ROTARY, "x and y must be (B, L, C) with even C", x, y);
+    if (!freqs || freqs->dtype != DITTO_F32 || ditto_tensor_numel(freqs) != x->shape[2] / 2)
+        return bad_shape(be, DITTO_OP_ROTARY, "freqs must be float32 (C/2)", x, freqs);
+    DittoRotaryParams p = { pos_offset };
+    return be->ops.rotary(be, &p, x, freqs, y);
+}
+
+static int check_image(DittoBackend *be, DittoOp op, const DittoTensor *x, DittoTensor *y)
+{
+    DITTO_TRY(check_contig(be, op, "x", x));
+    DITTO_TRY(check_contig(be, op, "y", y));
+    if ((x->dtype != DITTO_U8 && x->dtype != DITTO_F32) || y->dtype != x->dtype)
+        return bad_arg(be, op, "images must be uint8 or float32, x and y alike");
+    if ((x->ndim != 3 && x->ndim != 4) || y->ndim != x->ndim)
+        return bad_shape(be, op, "images are (H,W,C) or (N,H,W,C)", x, y);
+    int c = x->ndim - 1;
+    if (x->shape[c] != y->shape[c] || (x->ndim == 4 && x->shape[0] != y->shape[0]))
+        return bad_shape(be, op, "x and y differ in channels or batch", x, y);
+    if (x->shape[c - 1] < 1 || x->shape[c - 2] < 1 || y->shape[c - 1] < 1 || y->shape[c - 2] < 1)
+        return bad_shape(be, op, "empty image", x, y);
+    return 0;
+}
+
+int ditto_op_warp_affine(DittoBackend *be, const DittoWarpAffineParams *p, const DittoTensor *x, DittoTensor *y)
+{
+    NEED(DITTO_OP_WARP_AFFINE, warp_affine);
+    DITTO_TRY(check_image(be, DITTO_OP_WARP_AFFINE, x, y));
+    double det = p->m[0] * p->m[4] - p->m[1] * p->m[3];
+    if (det == 0 || det != det)
+        return bad_arg(be, DITTO_OP_WARP_AFFINE, "matrix is singular");
+    return be->ops.warp_affine(be, p, x, y);
+}
+
+int ditto_op_resize_area(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
+{
+    NEED(DITTO_OP_RESIZE_AREA, resize_area);
+    DITTO_TRY(check_image(be, DITTO_OP_RESIZE_AREA, x, y));
+    return be->ops.resize_area(be, x, y);
+}
+
+int ditto_op_resize_bilinear(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
+{
+    NEED(DITTO_OP_RESIZE_BILINEAR, resize_bilinear);
+    DITTO_TRY(check_image(be, DITTO_OP_RESIZE_BILINEAR, x, y));
+    return be->ops.resize_bilinear(be, x, y);
+}

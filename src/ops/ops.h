@@ -1,0 +1,237 @@
+/*
+ * The op contract shared by every backend: one entry per operation, a params
+ * struct per op, and front-end functions ditto_op_*() that check shapes and
+ * dtypes (logging a clear error through the backend's logger) before calling
+ * the backend's function pointer. A NULL pointer means "not supported by this
+ * backend" and the front end returns DITTO_ERR_UNSUPPORTED; there is no
+ * silent fallback.
+ *
+ * Conventions: shapes are PyTorch order (N,C,H,W / N,C,D,H,W); the caller
+ * allocates every output with the shape the op defines (helpers below compute
+ * it). Float ops take float32 on the CPU backend; other backends may accept
+ * f16 storage as documented by the backend. Unless stated, inputs and outputs
+ * must be contiguous. Outputs never alias inputs unless stated.
+ */
+#ifndef DITTO_OPS_OPS_H
+#define DITTO_OPS_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/tensor.h"
+
+struct DittoBackend;
+
+typedef enum DittoOp {
+#define X(E, f) DITTO_OP_##E,
+#include "ops/ops.def"
+#undef X
+    DITTO_OP_COUNT
+} DittoOp;
+
+const char *ditto_op_name(DittoOp op);
+
+/* ---- element-wise ---- */
+
+typedef enum DittoUnaryKind {
+    DITTO_UNARY_IDENTITY = 0,
+    DITTO_UNARY_RELU,
+    DITTO_UNARY_LEAKY_RELU,  /* alpha = negative slope */
+    DITTO_UNARY_GELU,        /* exact: 0.5 x (1 + erf(x / sqrt 2)) */
+    DITTO_UNARY_SILU,
+    DITTO_UNARY_SIGMOID,
+    DITTO_UNARY_TANH,
+    DITTO_UNARY_MISH,        /* x tanh(softplus(x)) */
+    DITTO_UNARY_SOFTPLUS,
+    DITTO_UNARY_EXP,
+    DITTO_UNARY_LOG,
+    DITTO_UNARY_SQRT,
+    DITTO_UNARY_RSQRT,
+    DITTO_UNARY_RECIP,
+    DITTO_UNARY_NEG,
+    DITTO_UNARY_ABS,
+    DITTO_UNARY_ERF,
+    DITTO_UNARY_SIN,
+    DITTO_UNARY_COS,
+    DITTO_UNARY_CLIP,        /* clamp to [alpha, beta] */
+    DITTO_UNARY_AFFINE,      /* alpha * x + beta */
+    DITTO_UNARY_COUNT
+} DittoUnaryKind;
+
+typedef struct DittoUnaryParams {
+    DittoUnaryKind kind;
+    float alpha, beta;
+} DittoUnaryParams;
+
+typedef enum DittoBinaryKind {
+    DITTO_BINARY_ADD = 0,
+    DITTO_BINARY_SUB,
+    DITTO_BINARY_MUL,
+    DITTO_BINARY_DIV,
+    DITTO_BINARY_POW,
+    DITTO_BINARY_MAX,
+    DITTO_BINARY_MIN,
+    DITTO_BINARY_COUNT
+} DittoBinaryKind;
+
+typedef struct DittoBinaryParams {
+    DittoBinaryKind kind;
+} DittoBinaryParams;
+
+typedef enum DittoReduceKind {
+    DITTO_REDUCE_SUM = 0,
+    DITTO_REDUCE_MEAN,
+    DITTO_REDUCE_MAX,
+    DITTO_REDUCE_MIN,
+    DITTO_REDUCE_SUMSQ,
+    DITTO_REDUCE_L2,         /* sqrt(sum x^2) */
+    DITTO_REDUCE_COUNT
+} DittoReduceKind;
+
+typedef struct DittoReduceParams {
+    DittoReduceKind kind;
+    int axis;                /* negative counts from the end; y keeps the axis with size 1 */
+} DittoReduceParams;
+
+typedef struct DittoSoftmaxParams {
+    int axis;                /* negative counts from the end */
+} DittoSoftmaxParams;
+
+/* ---- linear algebra ---- */
+
+typedef struct DittoMatmulParams {
+    bool trans_a, trans_b;   /* use the last two dims transposed */
+    float alpha;             /* c = alpha * op(a) op(b); 0 means 1 */
+} DittoMatmulParams;
+
+/* ---- convolution, norms, resampling ---- */
+
+typedef struct DittoConvParams {
+    int stride[3];           /* per spatial dim (1, 2 or 3 used); 0 means 1 */
+    int pad_begin[3];
+    int pad_end[3];
+    int dilation[3];         /* 0 means 1 */
+    int groups;              /* 0 means 1 */
+} DittoConvParams;
+
+typedef struct DittoNormParams {
+    float eps;
+    int groups;              /* group norm only */
+    bool channels_first;     /* layer norm: normalise over dim 1 instead of the last dim */
+} DittoNormParams;
+
+typedef enum DittoPoolKind { DITTO_POOL_AVG = 0, DITTO_POOL_MAX } DittoPoolKind;
+
+typedef struct DittoPoolParams {
+    DittoPoolKind kind;
+    int kernel[3];
+    int stride[3];           /* 0 means kernel */
+    int pad_begin[3];
+    int pad_end[3];
+    bool ceil_mode;
+    bool count_include_pad;  /* avg only */
+} DittoPoolParams;
+
+typedef struct DittoGridSampleParams {
+    bool align_corners;      /* padding is zeros, interpolation (tri)linear */
+} DittoGridSampleParams;
+
+typedef struct DittoAttentionParams {
+    float scale;             /* 0 means 1/sqrt(head_dim) */
+} DittoAttentionParams;
+
+typedef struct DittoRotaryParams {
+    int64_t pos_offset;      /* position of the first row */
+} DittoRotaryParams;
+
+/* ---- image ops (OpenCV semantics, images N,H,W,C or H,W,C; u8 or f32) ---- */
+
+typedef struct DittoWarpAffineParams {
+    double m[6];             /* 2x3 matrix mapping source -> destination (cv2.warpAffine M) */
+    float border_value;      /* constant border */
+} DittoWarpAffineParams;
+
+/* Function table. Each entry is NULL when the backend lacks the op. */
+typedef struct DittoOps {
+    int (*copy)(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);  /* strided, casts dtype */
+    int (*fill)(struct DittoBackend *be, float value, DittoTensor *y);
+    int (*unary)(struct DittoBackend *be, const DittoUnaryParams *p, const DittoTensor *x, DittoTensor *y);
+    int (*binary)(struct DittoBackend *be, const DittoBinaryParams *p, const DittoTensor *a, const DittoTensor *b, DittoTensor *y);
+    int (*softmax)(struct DittoBackend *be, const DittoSoftmaxParams *p, const DittoTensor *x, DittoTensor *y);
+    int (*reduce)(struct DittoBackend *be, const DittoReduceParams *p, const DittoTensor *x, DittoTensor *y);
+    int (*matmul)(struct DittoBackend *be, const DittoMatmulParams *p, const DittoTensor *a, const DittoTensor *b, DittoTensor *c);
+    int (*linear)(struct DittoBackend *be, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
+    int (*conv)(struct DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
+    int (*batch_norm)(struct DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *mean, const DittoTensor *var, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
+    int (*instance_norm)(struct DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
+    int (*layer_norm)(struct DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
+    int (*group_norm)(struct DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
+    int (*upsample_nearest)(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
+    int (*pool)(struct DittoBackend *be, const DittoPoolParams *p, const DittoTensor *x, DittoTensor *y);
+    int (*pixel_shuffle)(struct DittoBackend *be, int factor, const DittoTensor *x, DittoTensor *y);
+    int (*grid_sample)(struct DittoBackend *be, const DittoGridSampleParams *p, const DittoTensor *x, const DittoTensor *grid, DittoTensor *y);
+    int (*concat)(struct DittoBackend *be, int axis, int n, const DittoTensor *const *xs, DittoTensor *y);
+    int (*attention)(struct DittoBackend *be, const DittoAttentionParams *p, const DittoTensor *q, const DittoTensor *k, const DittoTensor *v, const DittoTensor *mask, DittoTensor *y);
+    int (*rotary)(struct DittoBackend *be, const DittoRotaryParams *p, const DittoTensor *x, const DittoTensor *freqs, DittoTensor *y);
+    int (*warp_affine)(struct DittoBackend *be, const DittoWarpAffineParams *p, const DittoTensor *x, DittoTensor *y);
+    int (*resize_area)(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
+    int (*resize_bilinear)(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
+} DittoOps;
+
+bool ditto_ops_has(const DittoOps *ops, DittoOp op);
+
+/*
+ * Front ends. Each validates its arguments against the op's shape rule (the
+ * comment) and dispatches. Errors: DITTO_ERR_SHAPE / DITTO_ERR_INVAL with a
+ * logged message naming the op and both shapes, DITTO_ERR_UNSUPPORTED.
+ */
+
+/* y = x (same shape, any strides, any dtypes: converts). */
+int ditto_op_copy(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
+int ditto_op_fill(struct DittoBackend *be, float value, DittoTensor *y);
+/* y = f(x); same shape; x and y may be strided; y may be x (in place). */
+int ditto_op_unary(struct DittoBackend *be, const DittoUnaryParams *p, const DittoTensor *x, DittoTensor *y);
+int ditto_op_act(struct DittoBackend *be, DittoUnaryKind kind, float alpha, const DittoTensor *x, DittoTensor *y);
+/* y = a (op) b with NumPy broadcasting; a, b strided; y contiguous with the broadcast shape; y may alias a or b of the same shape. */
+int ditto_op_binary(struct DittoBackend *be, DittoBinaryKind kind, const DittoTensor *a, const DittoTensor *b, DittoTensor *y);
+/* softmax along axis; y same shape; y may be x. */
+int ditto_op_softmax(struct DittoBackend *be, int axis, const DittoTensor *x, DittoTensor *y);
+/* y = reduce over axis, keeping it with size 1. */
+int ditto_op_reduce(struct DittoBackend *be, DittoReduceKind kind, int axis, const DittoTensor *x, DittoTensor *y);
+/* c (..., M, N) = alpha op(a) (..., M, K) op(b) (..., K, N); batch dims of a, b broadcast (each equal to c's or 1). */
+int ditto_op_matmul(struct DittoBackend *be, const DittoMatmulParams *p, const DittoTensor *a, const DittoTensor *b, DittoTensor *c);
+/* y (..., out) = x (..., in) w(out, in)^T + bias(out); bias may be NULL. */
+int ditto_op_linear(struct DittoBackend *be, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
+/* Cross-correlation, 1-D/2-D/3-D by x.ndim - 2: x (N,C,*in), w (O, C/groups, *k), bias (O) or NULL, y (N,O,*out). */
+int ditto_op_conv(struct DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
+int ditto_conv_out_shape(const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, int64_t *shape);
+/* Eval batch norm over dim 1: y = (x - mean) / sqrt(var + eps) * w + b; w, b may be NULL. */
+int ditto_op_batch_norm(struct DittoBackend *be, float eps, const DittoTensor *x, const DittoTensor *mean, const DittoTensor *var, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
+/* Per (n, c) over the remaining dims, biased variance; w, b (C) optional. */
+int ditto_op_instance_norm(struct DittoBackend *be, float eps, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
+/* Over the last dim, or over dim 1 when channels_first; w, b of that size, optional. */
+int ditto_op_layer_norm(struct DittoBackend *be, float eps, bool channels_first, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
+/* x (N, C, ...): C split into groups; w, b (C) optional. */
+int ditto_op_group_norm(struct DittoBackend *be, int groups, float eps, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
+/* Nearest (PyTorch 'nearest'): y[i] = x[floor(i * in / out)] per spatial dim; x (N,C,*), y (N,C,*) of 1-3 spatial dims. */
+int ditto_op_upsample_nearest(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
+/* Average / max pooling over x.ndim - 2 spatial dims. */
+int ditto_op_pool(struct DittoBackend *be, const DittoPoolParams *p, const DittoTensor *x, DittoTensor *y);
+int ditto_pool_out_shape(const DittoPoolParams *p, const DittoTensor *x, int64_t *shape);
+/* x (N, C r^2, H, W) -> y (N, C, H r, W r), y[c, h r + i, w r + j] = x[c r^2 + i r + j, h, w]. */
+int ditto_op_pixel_shuffle(struct DittoBackend *be, int factor, const DittoTensor *x, DittoTensor *y);
+/* PyTorch grid_sample, zeros padding: 2-D x (N,C,H,W) grid (N,Ho,Wo,2) -> (N,C,Ho,Wo); 3-D x (N,C,D,H,W) grid (N,Do,Ho,Wo,3) -> (N,C,Do,Ho,Wo). grid last axis is (x, y[, z]). */
+int ditto_op_grid_sample(struct DittoBackend *be, bool align_corners, const DittoTensor *x, const DittoTensor *grid, DittoTensor *y);
+/* y = concat(xs, axis); inputs may be strided. */
+int ditto_op_concat(struct DittoBackend *be, int axis, int n, const DittoTensor *const *xs, DittoTensor *y);
+/* q (B,H,Lq,D), k (B,H,Lk,D), v (B,H,Lk,Dv), mask additive, broadcastable to (B,H,Lq,Lk), or NULL; y (B,H,Lq,Dv). q, k, v may be strided. */
+int ditto_op_attention(struct DittoBackend *be, float scale, const DittoTensor *q, const DittoTensor *k, const DittoTensor *v, const DittoTensor *mask, DittoTensor *y);
+/* Interleaved-pair rotary on x (B, L, C): theta = (pos_offset + l) * freqs[k], pairs (2k, 2k+1); freqs (C/2). y may be x. */
+int ditto_op_rotary(struct DittoBackend *be, int64_t pos_offset, const DittoTensor *x, const DittoTensor *freqs, DittoTensor *y);
+/* cv2.warpAffine(INTER_LINEAR, BORDER_CONSTANT): x (H,W,C) or (N,H,W,C), u8 or f32 -> y of the same dtype and channels. */
+int ditto_op_warp_affine(struct DittoBackend *be, const DittoWarpAffineParams *p, const DittoTensor *x, DittoTensor *y);
+/* cv2.resize INTER_AREA / INTER_LINEAR to y's spatial size; (H,W,C) or (N,H,W,C), u8 or f32. */
+int ditto_op_resize_area(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
+int ditto_op_resize_bilinear(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
+
+#endif

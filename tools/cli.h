@@ -1,0 +1,13 @@
+/* Subcommands of the ditto CLI. Each returns the process exit status. */
+#ifndef DITTO_TOOLS_CLI_H
+#define DITTO_TOOLS_CLI_H
+
+typedef struct DittoCommand {
+    const char *name;
+    const char *help;
+    int (*run)(int argc, char **argv);   /* argv[0] is the command name */
+} DittoCommand;
+
+int ditto_cmd_info(int argc, char **argv);
+
+#endif

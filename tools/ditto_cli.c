@@ -1,0 +1,43 @@
+/*
+ * ditto — command-line front end. Thin: parses arguments and calls the
+ * library. Each subcommand lives in tools/cmd_<name>.c.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "ditto/ditto.h"
+#include "tools/cli.h"
+
+static const DittoCommand commands[] = {
+    { "info", "list the tensors of a .pth checkpoint", ditto_cmd_info },
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "ditto %s — lip-synced talking-head video from speech and a portrait\n\n"
+               "usage: ditto COMMAND [OPTIONS]\n\ncommands:\n", ditto_version());
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\nRun 'ditto COMMAND --help' for the options of a command.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("ditto %s\n", ditto_version());
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "ditto: unknown command '%s' (run 'ditto --help')\n", argv[1]);
+    return 2;
+}
