@@ -200,7 +200,11 @@ int ditto_op_softmax(struct DittoBackend *be, int axis, const DittoTensor *x, Di
 int ditto_op_reduce(struct DittoBackend *be, DittoReduceKind kind, int axis, const DittoTensor *x, DittoTensor *y);
 /* c (..., M, N) = alpha op(a) (..., M, K) op(b) (..., K, N); batch dims of a, b broadcast (each equal to c's or 1). */
 int ditto_op_matmul(struct DittoBackend *be, const DittoMatmulParams *p, const DittoTensor *a, const DittoTensor *b, DittoTensor *c);
-/* y (..., out) = x (..., in) w(out, in)^T + bias(out); bias may be NULL. */
+/*
+ * y (..., out) = x (..., in) w(out, in)^T + bias(out); bias may be NULL.
+ * Each item of dim 0 (when x.ndim >= 2) must get bit-identical results
+ * whatever the size of dim 0 (batch consistency).
+ */
 int ditto_op_linear(struct DittoBackend *be, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
 /* Cross-correlation, 1-D/2-D/3-D by x.ndim - 2: x (N,C,*in), w (O, C/groups, *k), bias (O) or NULL, y (N,O,*out). */
 int ditto_op_conv(struct DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);

@@ -1,6 +1,331 @@
+/*
+ * Attention and rotary against naive double references.
+ *
+ * attention: y = softmax(scale q k^T + mask) v per (batch, head), with strided
+ * q/k/v views (heads split out of a packed projection, transposed k, sliced
+ * last dims that force packing), masks of rank 2 and 4 with broadcast dims and
+ * -inf entries, Lq != Lk, Dv != D, more query rows than one work block, and
+ * the LMDM shapes (B 2, 8 heads of 64, L 80, cross-attention Lk 82).
+ * Tolerance 1e-5 (rel_l2 and max_abs/max_ref): two float GEMMs with K = D and
+ * K = Lk and a float softmax; errors grow like sqrt(K) ulp, ~1e-7 measured.
+ *
+ * rotary: theta = (float)p * freqs[k] rounded to float as the spec says, then
+ * cos/sin in double; y within a few ulp: 1e-6.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ditto/ditto_error.h"
+#include "ops/ops.h"
 #include "test_ops.h"
+
+typedef struct View {
+    DittoTensor h, d;
+} View;
+
+static View view_of(TT *t)
+{
+    View v = { t->host, t->dev };
+    return v;
+}
+
+static View view_permute(View v, const int *perm)
+{
+    View r;
+    ditto_tensor_permute(&v.h, perm, &r.h);
+    ditto_tensor_permute(&v.d, perm, &r.d);
+    return r;
+}
+
+static View view_slice(View v, int axis, int64_t start, int64_t end, int64_t step)
+{
+    View r;
+    ditto_tensor_slice(&v.h, axis, start, end, step, &r.h);
+    ditto_tensor_slice(&v.d, axis, start, end, step, &r.d);
+    return r;
+}
+
+static View view_select(View v, int axis, int64_t i)
+{
+    View r;
+    ditto_tensor_select(&v.h, axis, i, &r.h);
+    ditto_tensor_select(&v.d, axis, i, &r.d);
+    return r;
+}
+
+static View view_reshape(View v, int ndim, const int64_t *shape)
+{
+    View r;
+    ditto_tensor_reshape(&v.h, ndim, shape, &r.h);
+    ditto_tensor_reshape(&v.d, ndim, shape, &r.d);
+    return r;
+}
+
+static TT *new_normal(TestCtx *c, int ndim, const int64_t *shape)
+{
+    TT *t = tt_new(c, DITTO_F32, ndim, shape);
+    tt_fill_normal(t, 0, 1);
+    tt_to_dev(t);
+    return t;
+}
+
+static TT *new_out(TestCtx *c, int ndim, const int64_t *shape)
+{
+    TT *t = tt_new(c, DITTO_F32, ndim, shape);
+    tt_to_dev(t);
+    return t;
+}
+
+static double at4(const DittoTensor *t, int64_t a, int64_t b, int64_t i, int64_t j)
+{
+    const int64_t *s = t->stride;
+    return ((const float *)t->data)[a * s[0] + b * s[1] + i * s[2] + j * s[3]];
+}
+
+/* mask element for (b, h, i, j): rank <= 4, aligned right, size-1 dims read index 0 */
+static double mask_at(const DittoTensor *m, int64_t b, int64_t h, int64_t i, int64_t j)
+{
+    const int64_t full[4] = { b, h, i, j };
+    int64_t off = 0;
+    for (int d = 0; d < m->ndim; d++) {
+        int64_t x = full[4 - m->ndim + d];
+        off += (m->shape[d] == 1 ? 0 : x) * m->stride[d];
+    }
+    return ((const float *)m->data)[off];
+}
+
+static void attention_run(TestCtx *c, const char *name, float scale, View q, View k, View v, const View *mask)
+{
+    int64_t B = q.h.shape[0], H = q.h.shape[1], Lq = q.h.shape[2], D = q.h.shape[3];
+    int64_t Lk = k.h.shape[2], Dv = v.h.shape[3];
+    TT *y = new_out(c, 4, (int64_t[]){ B, H, Lq, Dv });
+    double *ref = malloc(sizeof(double) * (size_t)(B * H * Lq * Dv));
+    double *p = malloc(sizeof(double) * (size_t)Lk);
+    if (!ref || !p)
+        abort();
+    double sc = scale != 0 ? scale : 1.0 / sqrt((double)D);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < Lq; i++) {
+                double mx = -INFINITY, sum = 0;
+                for (int64_t j = 0; j < Lk; j++) {
+                    double s = 0;
+                    for (int64_t d = 0; d < D; d++)
+                        s += at4(&q.h, b, h, i, d) * at4(&k.h, b, h, j, d);
+                    p[j] = sc * s + (mask ? mask_at(&mask->h, b, h, i, j) : 0);
+                    mx = fmax(mx, p[j]);
+                }
+                for (int64_t j = 0; j < Lk; j++) {
+                    p[j] = exp(p[j] - mx);
+                    sum += p[j];
+                }
+                for (int64_t e = 0; e < Dv; e++) {
+                    double acc = 0;
+                    for (int64_t j = 0; j < Lk; j++)
+                        acc += p[j] * at4(&v.h, b, h, j, e);
+                    ref[((b * H + h) * Lq + i) * Dv + e] = acc / sum;
+                }
+            }
+    int rc = ditto_op_attention(c->be, scale, &q.d, &k.d, &v.d, mask ? &mask->d : NULL, &y->dev);
+    if (rc < 0)
+        test_report(c, name, false, "rc %d", rc);
+    else
+        test_check(c, name, y, ref, 1e-5, 1e-5);
+    free(p);
+    free(ref);
+    tt_free(y);
+}
+
+/* Contiguous q, k, v of the given sizes, optional random mask of mask_shape with -inf where (i + j) % 5 == 1. */
+static void attention_case(TestCtx *c, const char *name, int64_t B, int64_t H, int64_t Lq, int64_t Lk, int64_t D, int64_t Dv,
+                           float scale, int mask_ndim, const int64_t *mask_shape)
+{
+    if (!test_selected(c, name))
+        return;
+    TT *q = new_normal(c, 4, (int64_t[]){ B, H, Lq, D });
+    TT *k = new_normal(c, 4, (int64_t[]){ B, H, Lk, D });
+    TT *v = new_normal(c, 4, (int64_t[]){ B, H, Lk, Dv });
+    TT *m = NULL;
+    View mv;
+    if (mask_ndim) {
+        m = tt_new(c, DITTO_F32, mask_ndim, mask_shape);
+        tt_fill_uniform(m, -3, 0);
+        int64_t n = ditto_tensor_numel(&m->host), last = mask_shape[mask_ndim - 1];
+        int64_t rows = mask_ndim >= 2 ? mask_shape[mask_ndim - 2] : 1;
+        for (int64_t e = 0; e < n; e++) {
+            int64_t j = e % last, i = (e / last) % rows;
+            if ((i + j) % 5 == 1 && j > 0)   /* key 0 is never masked: no row is fully -inf */
+                tt_f32(m)[e] = -INFINITY;
+        }
+        tt_to_dev(m);
+        mv = view_of(m);
+    }
+    attention_run(c, name, scale, view_of(q), view_of(k), view_of(v), m ? &mv : NULL);
+    tt_free(q);
+    tt_free(k);
+    tt_free(v);
+    tt_free(m);
+}
+
+/* Self-attention with q, k, v split out of a packed (B, L, 3 E) projection, E = H D. */
+static void attention_packed(TestCtx *c, const char *name, int64_t B, int64_t L, int64_t H, int64_t D)
+{
+    if (!test_selected(c, name))
+        return;
+    int64_t E = H * D;
+    TT *x = new_normal(c, 3, (int64_t[]){ B, L, 3 * E });
+    View x5 = view_reshape(view_of(x), 5, (int64_t[]){ B, L, 3, H, D });
+    View qkv[3];
+    for (int i = 0; i < 3; i++)
+        qkv[i] = view_permute(view_select(x5, 2, i), (int[]){ 0, 2, 1, 3 });   /* (B, H, L, D) */
+    attention_run(c, name, 0, qkv[0], qkv[1], qkv[2], NULL);
+    tt_free(x);
+}
+
+static void test_attention(TestCtx *c)
+{
+    attention_case(c, "attention/basic", 3, 2, 7, 7, 16, 16, 0, 0, NULL);
+    attention_case(c, "attention/b1_scale", 1, 3, 5, 9, 8, 12, 0.3f, 0, NULL);
+    attention_case(c, "attention/lq_ne_lk_dv", 3, 2, 5, 11, 6, 9, 0, 0, NULL);
+    attention_case(c, "attention/mask_lq_lk", 3, 2, 5, 11, 6, 9, 0, 2, (int64_t[]){ 5, 11 });
+    attention_case(c, "attention/mask_b11k", 3, 2, 5, 11, 6, 9, 0, 4, (int64_t[]){ 3, 1, 1, 11 });
+    attention_case(c, "attention/mask_full", 3, 2, 5, 11, 6, 9, 0, 4, (int64_t[]){ 3, 2, 5, 11 });
+    attention_case(c, "attention/mask_1h1k", 3, 2, 5, 11, 6, 9, 0, 3, (int64_t[]){ 2, 1, 11 });
+    attention_case(c, "attention/long_q_mask", 1, 2, 150, 33, 8, 5, 0, 2, (int64_t[]){ 150, 33 });
+    attention_case(c, "attention/lq1", 3, 2, 1, 13, 8, 4, 0, 0, NULL);
+    attention_case(c, "attention/lk1_d1", 1, 2, 6, 1, 1, 3, 0, 0, NULL);
+    attention_packed(c, "attention/packed_qkv", 3, 9, 2, 4);
+    attention_packed(c, "attention/lmdm_self", 2, 80, 8, 64);
+    if (test_selected(c, "attention/lmdm_cross")) {
+        /* LMDM cross-attention: q from (B, 80, 512), k and v from a packed (B, 82, 1024) memory projection */
+        TT *xq = new_normal(c, 3, (int64_t[]){ 2, 80, 512 }), *xm = new_normal(c, 3, (int64_t[]){ 2, 82, 1024 });
+        View q = view_permute(view_reshape(view_of(xq), 4, (int64_t[]){ 2, 80, 8, 64 }), (int[]){ 0, 2, 1, 3 });
+        View m5 = view_reshape(view_of(xm), 5, (int64_t[]){ 2, 82, 2, 8, 64 });
+        View k = view_permute(view_select(m5, 2, 0), (int[]){ 0, 2, 1, 3 });
+        View v = view_permute(view_select(m5, 2, 1), (int[]){ 0, 2, 1, 3 });
+        attention_run(c, "attention/lmdm_cross", 0, q, k, v, NULL);
+        tt_free(xq);
+        tt_free(xm);
+    }
+    if (test_selected(c, "attention/strided")) {
+        /* k stored as (B,H,D,Lk) and read transposed; q and v sliced along their last dim (packed path);
+           mask a transposed (Lk, Lq) tensor */
+        TT *q = new_normal(c, 4, (int64_t[]){ 3, 2, 7, 10 }), *kt = new_normal(c, 4, (int64_t[]){ 3, 2, 5, 9 });
+        TT *v = new_normal(c, 4, (int64_t[]){ 3, 2, 9, 8 }), *m = tt_new(c, DITTO_F32, 2, (int64_t[]){ 9, 7 });
+        tt_fill_uniform(m, -2, 2);
+        tt_to_dev(m);
+        View qv = view_slice(view_of(q), 3, 0, 10, 2);              /* (3,2,7,5), last stride 2 */
+        View kv = view_permute(view_of(kt), (int[]){ 0, 1, 3, 2 }); /* (3,2,9,5), column-major */
+        View vv = view_slice(view_of(v), 3, 1, 8, 2);               /* (3,2,9,4), last stride 2 */
+        View mv = view_permute(view_of(m), (int[]){ 1, 0 });        /* (7,9) */
+        attention_run(c, "attention/strided", 0.5f, qv, kv, vv, &mv);
+        tt_free(q);
+        tt_free(kt);
+        tt_free(v);
+        tt_free(m);
+    }
+    if (test_selected(c, "attention/err")) {
+        TT *q = new_normal(c, 4, (int64_t[]){ 2, 2, 5, 4 }), *k = new_normal(c, 4, (int64_t[]){ 2, 2, 6, 4 });
+        TT *k3 = new_normal(c, 4, (int64_t[]){ 2, 2, 6, 3 }), *v = new_normal(c, 4, (int64_t[]){ 2, 2, 6, 3 });
+        TT *y = new_out(c, 4, (int64_t[]){ 2, 2, 5, 3 }), *yb = new_out(c, 4, (int64_t[]){ 2, 2, 5, 4 });
+        TT *m = new_normal(c, 2, (int64_t[]){ 5, 5 });
+        TT *q3 = new_normal(c, 3, (int64_t[]){ 2, 5, 4 });
+        int rc = ditto_op_attention(c->be, 0, &q->dev, &k3->dev, &v->dev, NULL, &y->dev);
+        test_report(c, "attention/err_head_dim", rc == DITTO_ERR_SHAPE, "rc %d", rc);
+        rc = ditto_op_attention(c->be, 0, &q->dev, &k->dev, &v->dev, NULL, &yb->dev);
+        test_report(c, "attention/err_y_shape", rc == DITTO_ERR_SHAPE, "rc %d", rc);
+        rc = ditto_op_attention(c->be, 0, &q->dev, &k->dev, &v->dev, &m->dev, &y->dev);
+        test_report(c, "attention/err_mask", rc == DITTO_ERR_SHAPE, "rc %d", rc);
+        rc = ditto_op_attention(c->be, 0, &q3->dev, &k->dev, &v->dev, NULL, &y->dev);
+        test_report(c, "attention/err_rank", rc == DITTO_ERR_SHAPE, "rc %d", rc);
+        tt_free(q);
+        tt_free(k);
+        tt_free(k3);
+        tt_free(v);
+        tt_free(y);
+        tt_free(yb);
+        tt_free(m);
+        tt_free(q3);
+    }
+}
+
+/* ---------------- rotary ---------------- */
+
+static void rotary_case(TestCtx *c, const char *name, int64_t B, int64_t L, int64_t C, int64_t pos, bool inplace, bool strided_freqs)
+{
+    if (!test_selected(c, name))
+        return;
+    int64_t half = C / 2;
+    TT *x = new_normal(c, 3, (int64_t[]){ B, L, C });
+    TT *y = inplace ? x : new_out(c, 3, (int64_t[]){ B, L, C });
+    /* the LMDM buffer: freq_k = 1 / 10000^(2k / C) in float32; strided variant: every other element of 2 C/2 */
+    TT *f = tt_new(c, DITTO_F32, 1, (int64_t[]){ strided_freqs ? 2 * half : half });
+    for (int64_t k = 0; k < half; k++) {
+        float fk = (float)(1.0 / pow(10000.0, 2.0 * (double)k / (double)C));
+        if (strided_freqs) {
+            tt_f32(f)[2 * k] = -1.0f;
+            tt_f32(f)[2 * k + 1] = fk;
+        } else {
+            tt_f32(f)[k] = fk;
+        }
+    }
+    tt_to_dev(f);
+    View fv = strided_freqs ? view_slice(view_of(f), 0, 1, 2 * half, 2) : view_of(f);
+    double *ref = malloc(sizeof(double) * (size_t)(B * L * C));
+    if (!ref)
+        abort();
+    const float *xs = tt_f32(x), *fs = fv.h.data;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t l = 0; l < L; l++)
+            for (int64_t k = 0; k < half; k++) {
+                float th = (float)(pos + l) * fs[k * fv.h.stride[0]];
+                int64_t e = (b * L + l) * C + 2 * k;
+                double x0 = xs[e], x1 = xs[e + 1];
+                ref[e] = x0 * cos(th) - x1 * sin(th);
+                ref[e + 1] = x1 * cos(th) + x0 * sin(th);
+            }
+    int rc = ditto_op_rotary(c->be, pos, &x->dev, &fv.d, &y->dev);
+    if (rc < 0)
+        test_report(c, name, false, "rc %d", rc);
+    else
+        test_check(c, name, y, ref, 1e-6, 1e-6);
+    free(ref);
+    tt_free(f);
+    if (!inplace)
+        tt_free(y);
+    tt_free(x);
+}
+
+static void test_rotary(TestCtx *c)
+{
+    rotary_case(c, "rotary/pos0", 3, 7, 10, 0, false, false);
+    rotary_case(c, "rotary/pos80", 3, 7, 10, 80, false, false);
+    rotary_case(c, "rotary/b1_pos80", 1, 2, 512, 80, false, false);
+    rotary_case(c, "rotary/lmdm", 2, 80, 512, 0, false, false);
+    rotary_case(c, "rotary/inplace", 3, 5, 6, 80, true, false);
+    rotary_case(c, "rotary/strided_freqs", 3, 5, 12, 3, false, true);
+    if (test_selected(c, "rotary/err")) {
+        TT *x = new_normal(c, 3, (int64_t[]){ 2, 3, 5 }), *y = new_out(c, 3, (int64_t[]){ 2, 3, 5 });
+        TT *x2 = new_normal(c, 3, (int64_t[]){ 2, 3, 6 }), *y2 = new_out(c, 3, (int64_t[]){ 2, 3, 6 });
+        TT *f2 = new_normal(c, 1, (int64_t[]){ 2 }), *f3 = new_normal(c, 1, (int64_t[]){ 3 });
+        int rc = ditto_op_rotary(c->be, 0, &x->dev, &f2->dev, &y->dev);
+        test_report(c, "rotary/err_odd_c", rc == DITTO_ERR_SHAPE, "rc %d", rc);
+        rc = ditto_op_rotary(c->be, 0, &x2->dev, &f2->dev, &y2->dev);
+        test_report(c, "rotary/err_freqs", rc == DITTO_ERR_SHAPE, "rc %d", rc);
+        rc = ditto_op_rotary(c->be, 0, &x2->dev, &f3->dev, &y->dev);
+        test_report(c, "rotary/err_y_shape", rc == DITTO_ERR_SHAPE, "rc %d", rc);
+        tt_free(x);
+        tt_free(y);
+        tt_free(x2);
+        tt_free(y2);
+        tt_free(f2);
+        tt_free(f3);
+    }
+}
 
 void test_ops_attention(TestCtx *c)
 {
-    (void)c;
+    test_attention(c);
+    test_rotary(c);
 }

@@ -1,6 +1,235 @@
+/*
+ * conv 1-D/2-D/3-D against a direct double-precision cross-correlation.
+ * Tolerances: each output sums K = (C/groups) * kernel volume products of
+ * O(1) fp32 values (K up to ~2100 here); fp32 accumulation error grows like
+ * sqrt(K) * 2^-24 relative, i.e. <= ~3e-6 worst case and a few 1e-7 in
+ * practice, so rel_l2 2e-6 and max_abs/max_ref 2e-5.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "ditto/ditto_error.h"
+#include "ops/ops.h"
 #include "test_ops.h"
+
+#define TOL_L2 2e-6
+#define TOL_MAX 2e-5
+
+typedef struct ConvCase {
+    const char *tag;
+    int ns;                  /* spatial dims */
+    int64_t N, C, O;
+    int64_t in[3], k[3];     /* first ns entries used */
+    int s[3], pb[3], pe[3], d[3];
+    int groups;
+} ConvCase;
+
+static int64_t out_size(int64_t in, int64_t k, int s, int pb, int pe, int d)
+{
+    int64_t sv = s ? s : 1, dv = d ? d : 1;
+    return (in + pb + pe - dv * (k - 1) - 1) / sv + 1;
+}
+
+/* Straight from the definition: y[n,o,p] = b[o] + sum_{c in group, taps} w[o,c,t] x[n, g*Cg + c, p*s - pb + t*d]. */
+static void ref_conv(const ConvCase *cc, const int64_t *osz, const float *x, const float *w, const float *b, double *y)
+{
+    int64_t G = cc->groups ? cc->groups : 1, Cg = cc->C / G, Og = cc->O / G;
+    int64_t in[3] = { 1, 1, 1 }, k[3] = { 1, 1, 1 }, out[3] = { 1, 1, 1 }, s[3] = { 1, 1, 1 }, pb[3] = { 0, 0, 0 }, d[3] = { 1, 1, 1 };
+    for (int i = 0; i < cc->ns; i++) {
+        int j = 3 - cc->ns + i;
+        in[j] = cc->in[i];
+        k[j] = cc->k[i];
+        out[j] = osz[i];
+        s[j] = cc->s[i] ? cc->s[i] : 1;
+        d[j] = cc->d[i] ? cc->d[i] : 1;
+        pb[j] = cc->pb[i];
+    }
+    int64_t ivol = in[0] * in[1] * in[2], ovol = out[0] * out[1] * out[2], kvol = k[0] * k[1] * k[2];
+    for (int64_t n = 0; n < cc->N; n++)
+    for (int64_t o = 0; o < cc->O; o++) {
+        int64_t g = o / Og;
+        for (int64_t z = 0; z < out[0]; z++)
+        for (int64_t yy = 0; yy < out[1]; yy++)
+        for (int64_t xx = 0; xx < out[2]; xx++) {
+            double acc = b ? b[o] : 0.0;
+            for (int64_t c = 0; c < Cg; c++)
+            for (int64_t kz = 0; kz < k[0]; kz++)
+            for (int64_t ky = 0; ky < k[1]; ky++)
+            for (int64_t kx = 0; kx < k[2]; kx++) {
+                int64_t iz = z * s[0] - pb[0] + kz * d[0];
+                int64_t iy = yy * s[1] - pb[1] + ky * d[1];
+                int64_t ix = xx * s[2] - pb[2] + kx * d[2];
+                if (iz < 0 || iz >= in[0] || iy < 0 || iy >= in[1] || ix < 0 || ix >= in[2])
+                    continue;
+                double xv = x[(n * cc->C + g * Cg + c) * ivol + (iz * in[1] + iy) * in[2] + ix];
+                double wv = w[(o * Cg + c) * kvol + (kz * k[1] + ky) * k[2] + kx];
+                acc += xv * wv;
+            }
+            y[(n * cc->O + o) * ovol + (z * out[1] + yy) * out[2] + xx] = acc;
+        }
+    }
+}
+
+static void conv_case(TestCtx *c, const ConvCase *cc, bool bias, const char *suffix)
+{
+    char name[200], sx[DITTO_SHAPE_STR_MAX], sw[DITTO_SHAPE_STR_MAX];
+    int nd = cc->ns + 2;
+    int64_t xsh[5] = { cc->N, cc->C }, wsh[5] = { cc->O, cc->C / (cc->groups ? cc->groups : 1) }, ysh[5] = { cc->N, cc->O };
+    int64_t osz[3];
+    for (int i = 0; i < cc->ns; i++) {
+        xsh[2 + i] = cc->in[i];
+        wsh[2 + i] = cc->k[i];
+        osz[i] = out_size(cc->in[i], cc->k[i], cc->s[i], cc->pb[i], cc->pe[i], cc->d[i]);
+        ysh[2 + i] = osz[i];
+    }
+    snprintf(name, sizeof name, "conv%dd %s x%s w%s%s%s", cc->ns, cc->tag, ditto_shape_str(xsh, nd, sx, sizeof sx),
+             ditto_shape_str(wsh, nd, sw, sizeof sw), bias ? " bias" : "", suffix);
+    if (!test_selected(c, name))
+        return;
+    TT *x = tt_new(c, DITTO_F32, nd, xsh), *w = tt_new(c, DITTO_F32, nd, wsh), *y = tt_new(c, DITTO_F32, nd, ysh);
+    TT *b = bias ? tt_new(c, DITTO_F32, 1, &cc->O) : NULL;
+    tt_fill_uniform(x, -1, 1);
+    tt_fill_uniform(w, -1, 1);
+    tt_to_dev(x);
+    tt_to_dev(w);
+    tt_to_dev(y);
+    if (b) {
+        tt_fill_uniform(b, -1, 1);
+        tt_to_dev(b);
+    }
+    double *ref = malloc(sizeof(double) * (size_t)ditto_tensor_numel(&y->host));
+    ref_conv(cc, osz, tt_f32(x), tt_f32(w), b ? tt_f32(b) : NULL, ref);
+    DittoConvParams p = { .groups = cc->groups };
+    for (int i = 0; i < cc->ns; i++) {
+        p.stride[i] = cc->s[i];
+        p.pad_begin[i] = cc->pb[i];
+        p.pad_end[i] = cc->pe[i];
+        p.dilation[i] = cc->d[i];
+    }
+    int rc = ditto_op_conv(c->be, &p, &x->dev, &w->dev, b ? &b->dev : NULL, &y->dev);
+    if (rc < 0)
+        test_report(c, name, false, "rc %d", rc);
+    else
+        test_check(c, name, y, ref, TOL_L2, TOL_MAX);
+    free(ref);
+    tt_free(x);
+    tt_free(w);
+    tt_free(y);
+    tt_free(b);
+}
+
+/* Every case runs with and without bias. Zero stride/dilation mean 1. */
+static const ConvCase cases[] = {
+    /* 2-D */
+    { "3x3 p1", 2, 1, 5, 7, { 13, 11 }, { 3, 3 }, { 0 }, { 1, 1 }, { 1, 1 }, { 0 }, 0 },
+    { "3x3 p1", 2, 3, 4, 6, { 9, 7 }, { 3, 3 }, { 0 }, { 1, 1 }, { 1, 1 }, { 0 }, 0 },
+    { "3x3 s2 p1", 2, 3, 6, 5, { 13, 12 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 0 }, 0 },
+    { "3x3 d2 p2", 2, 1, 5, 4, { 13, 11 }, { 3, 3 }, { 0 }, { 2, 2 }, { 2, 2 }, { 2, 2 }, 0 },
+    { "3x3 p1 g2", 2, 3, 6, 8, { 9, 10 }, { 3, 3 }, { 0 }, { 1, 1 }, { 1, 1 }, { 0 }, 2 },
+    { "3x3 s2 p1 g3", 2, 1, 9, 6, { 11, 8 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 0 }, 3 },
+    { "dw7x7 p3", 2, 1, 13, 13, { 15, 14 }, { 7, 7 }, { 0 }, { 3, 3 }, { 3, 3 }, { 0 }, 13 },
+    { "dw7x7 p3", 2, 3, 8, 8, { 9, 11 }, { 7, 7 }, { 0 }, { 3, 3 }, { 3, 3 }, { 0 }, 8 },
+    { "dw3x3 s2 p1 x2 mult", 2, 3, 6, 12, { 10, 9 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 0 }, 6 },
+    { "dw3x3 d2 asym", 2, 1, 5, 5, { 8, 9 }, { 3, 3 }, { 1, 2 }, { 0, 3 }, { 2, 1 }, { 2, 2 }, 5 },
+    { "c1 3x3 p1", 2, 3, 1, 5, { 7, 9 }, { 3, 3 }, { 0 }, { 1, 1 }, { 1, 1 }, { 0 }, 0 },
+    { "1x1", 2, 1, 13, 7, { 9, 11 }, { 1, 1 }, { 0 }, { 0 }, { 0 }, { 0 }, 0 },
+    { "1x1", 2, 3, 13, 7, { 5, 9 }, { 1, 1 }, { 0 }, { 0 }, { 0 }, { 0 }, 0 },
+    { "1x1 g2", 2, 3, 6, 4, { 7, 5 }, { 1, 1 }, { 0 }, { 0 }, { 0 }, { 0 }, 2 },
+    { "1x1 s2", 2, 3, 5, 7, { 9, 8 }, { 1, 1 }, { 2, 2 }, { 0 }, { 0 }, { 0 }, 0 },
+    { "1x1 p1", 2, 1, 5, 3, { 6, 7 }, { 1, 1 }, { 0 }, { 1, 0 }, { 0, 1 }, { 0 }, 0 },
+    { "4x4 s4 stem", 2, 1, 3, 9, { 32, 28 }, { 4, 4 }, { 4, 4 }, { 0 }, { 0 }, { 0 }, 0 },
+    { "4x4 s4 stem", 2, 3, 3, 5, { 17, 13 }, { 4, 4 }, { 4, 4 }, { 0 }, { 0 }, { 0 }, 0 },
+    { "2x2 s2", 2, 3, 6, 10, { 14, 10 }, { 2, 2 }, { 2, 2 }, { 0 }, { 0 }, { 0 }, 0 },
+    { "2x2 s2", 2, 1, 12, 7, { 9, 7 }, { 2, 2 }, { 2, 2 }, { 0 }, { 0 }, { 0 }, 0 },
+    { "3x3 asym pad s(1,2)", 2, 3, 4, 5, { 9, 10 }, { 3, 3 }, { 1, 2 }, { 0, 1 }, { 2, 0 }, { 0 }, 0 },
+    { "5x3 s(2,1) d(1,2) asym", 2, 1, 5, 6, { 13, 11 }, { 5, 3 }, { 2, 1 }, { 2, 1 }, { 1, 3 }, { 1, 2 }, 0 },
+    { "7x7 p3 ->1", 2, 1, 24, 1, { 11, 13 }, { 7, 7 }, { 0 }, { 3, 3 }, { 3, 3 }, { 0 }, 0 },
+    /* 1-D */
+    { "k10 s5 (HuBERT)", 1, 1, 1, 16, { 400 }, { 10 }, { 5 }, { 0 }, { 0 }, { 0 }, 0 },
+    { "k10 s5 (HuBERT)", 1, 3, 1, 7, { 123 }, { 10 }, { 5 }, { 0 }, { 0 }, { 0 }, 0 },
+    { "k3 s2", 1, 3, 8, 12, { 99 }, { 3 }, { 2 }, { 0 }, { 0 }, { 0 }, 0 },
+    { "k128 p64 g16 (pos conv)", 1, 1, 32, 32, { 50 }, { 128 }, { 0 }, { 64 }, { 64 }, { 0 }, 16 },
+    { "k128 p64 g16 (pos conv)", 1, 3, 48, 16, { 37 }, { 128 }, { 0 }, { 64 }, { 64 }, { 0 }, 16 },
+    { "k5 d3 asym", 1, 3, 5, 4, { 31 }, { 5 }, { 0 }, { 3 }, { 1 }, { 3 }, 0 },
+    { "k1", 1, 3, 9, 5, { 17 }, { 1 }, { 0 }, { 0 }, { 0 }, { 0 }, 0 },
+    /* 3-D */
+    { "3x3x3 p1", 3, 1, 5, 6, { 5, 7, 6 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
+    { "3x3x3 p1", 3, 3, 4, 3, { 4, 5, 6 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
+    { "1x1x1", 3, 1, 7, 5, { 4, 5, 6 }, { 1, 1, 1 }, { 0 }, { 0 }, { 0 }, { 0 }, 0 },
+    { "1x1x1", 3, 3, 7, 4, { 3, 5, 2 }, { 1, 1, 1 }, { 0 }, { 0 }, { 0 }, { 0 }, 0 },
+    { "7x7x7 p3", 3, 1, 3, 4, { 5, 9, 8 }, { 7, 7, 7 }, { 0 }, { 3, 3, 3 }, { 3, 3, 3 }, { 0 }, 0 },
+    { "7x7x7 p3", 3, 3, 2, 3, { 4, 6, 7 }, { 7, 7, 7 }, { 0 }, { 3, 3, 3 }, { 3, 3, 3 }, { 0 }, 0 },
+    { "3x3x3 s2 p1", 3, 3, 4, 5, { 7, 9, 8 }, { 3, 3, 3 }, { 2, 2, 2 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
+    { "3x3x3 s(1,2,2) asym", 3, 1, 3, 4, { 5, 8, 9 }, { 3, 3, 3 }, { 1, 2, 2 }, { 1, 0, 1 }, { 1, 2, 0 }, { 0 }, 0 },
+    { "3x3x3 d(2,1,1) p(2,1,1) g2", 3, 3, 4, 6, { 6, 5, 7 }, { 3, 3, 3 }, { 0 }, { 2, 1, 1 }, { 2, 1, 1 }, { 2, 1, 1 }, 2 },
+    { "dw3x3x3 p1", 3, 3, 5, 5, { 4, 6, 5 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 5 },
+    { "2x1x3 s(1,1,2)", 3, 1, 3, 5, { 3, 4, 11 }, { 2, 1, 3 }, { 1, 1, 2 }, { 0 }, { 0, 0, 1 }, { 0 }, 0 },
+};
+
+/* Small cases run again with a tiny scratch limit: column chunks that end mid-row and split reductions. */
+static const ConvCase chunk_cases[] = {
+    { "3x3 s2 d2 g2", 2, 3, 6, 4, { 13, 11 }, { 3, 3 }, { 2, 2 }, { 2, 1 }, { 1, 2 }, { 2, 2 }, 2 },
+    { "3x3x3 p1", 3, 3, 6, 5, { 5, 7, 9 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
+    { "7x7x7 p3", 3, 1, 6, 3, { 4, 6, 5 }, { 7, 7, 7 }, { 0 }, { 3, 3, 3 }, { 3, 3, 3 }, { 0 }, 0 },
+    { "k128 p64 g16", 1, 1, 32, 16, { 41 }, { 128 }, { 0 }, { 64 }, { 64 }, { 0 }, 16 },
+};
+
+/*
+ * Large enough that the default scratch limit (8 Mi floats) applies: K * P =
+ * 864 * 20480 = 17.7 Mi, so the output is computed in 3 column chunks as in
+ * the full-size networks (the 3x3x3 142->142 conv has the same structure).
+ */
+static const ConvCase big_case = { "3x3x3 p1 default chunking", 3, 1, 32, 6, { 8, 40, 64 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 };
+
+static void expect_rc(TestCtx *c, const char *name, int rc, int want)
+{
+    test_report(c, name, rc == want, "rc %d (want %d)", rc, want);
+}
+
+static void conv_negative(TestCtx *c)
+{
+    if (!test_selected(c, "conv negative"))
+        return;
+    TT *x = tt_new(c, DITTO_F32, 4, (int64_t[]){ 1, 6, 9, 9 });
+    TT *w = tt_new(c, DITTO_F32, 4, (int64_t[]){ 4, 6, 3, 3 });
+    TT *wg = tt_new(c, DITTO_F32, 4, (int64_t[]){ 4, 3, 3, 3 });
+    TT *y = tt_new(c, DITTO_F32, 4, (int64_t[]){ 1, 4, 9, 9 });   /* pad 1 shape */
+    TT *b = tt_new(c, DITTO_F32, 1, (int64_t[]){ 5 });
+    TT *x6 = tt_new(c, DITTO_F32, 6, (int64_t[]){ 1, 1, 2, 2, 2, 2 });
+    TT *w6 = tt_new(c, DITTO_F32, 6, (int64_t[]){ 1, 1, 1, 1, 1, 1 });
+    DittoConvParams p1 = { .pad_begin = { 1, 1 }, .pad_end = { 1, 1 } }, p0 = { 0 };
+    DittoConvParams pg2 = { .pad_begin = { 1, 1 }, .pad_end = { 1, 1 }, .groups = 2 };
+    DittoConvParams pg4 = { .pad_begin = { 1, 1 }, .pad_end = { 1, 1 }, .groups = 4 };
+    expect_rc(c, "conv negative: y shape without padding", ditto_op_conv(c->be, &p0, &x->dev, &w->dev, NULL, &y->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "conv negative: w in-channels vs groups", ditto_op_conv(c->be, &pg2, &x->dev, &w->dev, NULL, &y->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "conv negative: C not divisible by groups", ditto_op_conv(c->be, &pg4, &x->dev, &wg->dev, NULL, &y->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "conv negative: bias size", ditto_op_conv(c->be, &p1, &x->dev, &w->dev, &b->dev, &y->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "conv negative: 4 spatial dims", ditto_op_conv(c->be, &p0, &x6->dev, &w6->dev, NULL, &x6->dev), DITTO_ERR_SHAPE);
+    tt_free(x);
+    tt_free(w);
+    tt_free(wg);
+    tt_free(y);
+    tt_free(b);
+    tt_free(x6);
+    tt_free(w6);
+}
 
 void test_ops_conv(TestCtx *c)
 {
-    (void)c;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        for (int bias = 1; bias >= 0; bias--)
+            conv_case(c, &cases[i], bias, "");
+    /*
+     * 203 floats of scratch, at least 7 columns: the 2-D case gets 7-column
+     * chunks (rows are 5 wide, so chunks start mid-row); the others split
+     * their reduction into 29-row blocks that cut across channels and taps.
+     */
+    ditto_cpu_conv_set_chunking(203, 7);
+    for (size_t i = 0; i < sizeof chunk_cases / sizeof *chunk_cases; i++)
+        for (int bias = 1; bias >= 0; bias--)
+            conv_case(c, &chunk_cases[i], bias, " (small chunks)");
+    ditto_cpu_conv_set_chunking(0, 0);
+    conv_case(c, &big_case, true, "");
+    conv_negative(c);
 }

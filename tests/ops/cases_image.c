@@ -1,6 +1,421 @@
+/*
+ * Image family (OpenCV semantics): warp_affine, resize_area, resize_bilinear,
+ * uint8 and float32, 1 and 3 channels, (H,W,C) and (N,H,W,C).
+ *
+ * References are written here in double precision:
+ *   warp_affine: a model of OpenCV's algorithm (double inverse, 1/32-pixel
+ *     fixed-point source positions, bilinear weights in double). uint8: within
+ *     1 level of the model rounded half up (the model is in fact exact: the
+ *     weights are multiples of 2^-10); identity and integer shifts exact.
+ *     float: rel_l2 1e-6, max_abs/max_ref 1e-6 (four products and three adds
+ *     in fp32; the weights are exact multiples of 1/1024).
+ *   resize_area: exact area averaging over the covered cells. Integer-factor
+ *     uint8 exact ((a+b+c+d+2)>>2 at 2x, nearest-even box mean otherwise);
+ *     non-integer uint8 within 1 level (OpenCV rounds a float sum); float
+ *     rel_l2 1e-6, max 2e-6 (float weights and sums of <= 9 terms).
+ *     Upscaling (OpenCV's bilinear emulation) at integer factors replicates
+ *     pixels: exact.
+ *   resize_bilinear: half-pixel centres, edge clamp, double weights. uint8
+ *     within 1 level (11-bit weights, error <= 255 * 2^-11 before rounding);
+ *     float rel_l2 1e-6, max 2e-6 (the source position is rounded to float,
+ *     as OpenCV does: about 2^-24 * in pixels at these sizes).
+ *   Wherever uint8 may be 1 level off, the mean signed difference must also
+ *   stay within 0.05 levels (no systematic rounding bias); see check_u8.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ditto/ditto_error.h"
+#include "ops/ops.h"
 #include "test_ops.h"
+
+typedef struct Img {
+    int64_t n, h, w, c;
+} Img;
+
+static Img img_of(const TT *t)
+{
+    int o = t->host.ndim - 3;
+    Img d = { o ? t->host.shape[0] : 1, t->host.shape[o], t->host.shape[o + 1], t->host.shape[o + 2] };
+    return d;
+}
+
+static TT *img_new(TestCtx *c, DittoDType dt, bool batched, int64_t n, int64_t h, int64_t w, int64_t ch)
+{
+    if (batched)
+        return tt_new(c, dt, 4, (const int64_t[]){ n, h, w, ch });
+    return tt_new(c, dt, 3, (const int64_t[]){ h, w, ch });
+}
+
+static double px(const TT *t, int64_t i)
+{
+    return t->host.dtype == DITTO_U8 ? (double)((const uint8_t *)t->host.data)[i] : (double)((const float *)t->host.data)[i];
+}
+
+static double *ref_new(const TT *t)
+{
+    size_t n = (size_t)ditto_tensor_numel(&t->host);
+    double *r = malloc((n ? n : 1) * sizeof *r);
+    if (!r)
+        abort();
+    return r;
+}
+
+static bool op_ok(TestCtx *c, const char *name, int rc)
+{
+    if (rc < 0)
+        return test_report(c, name, false, "op returned %d (%s)", rc, ditto_strerror(rc));
+    return true;
+}
+
+/*
+ * uint8 output against integer reference levels: max |diff| <= tol. Where a
+ * level of slack is allowed, the mean signed difference must stay within
+ * 0.05 levels: fixed-point weights move values both ways, a wrong rounding
+ * offset (truncation, half a level too much) shifts them all one way.
+ */
+static bool check_u8(TestCtx *c, const char *name, TT *y, const double *ref, int tol)
+{
+    if (tt_to_host(y) < 0)
+        return test_report(c, name, false, "download failed");
+    int64_t n = ditto_tensor_numel(&y->host), differ = 0;
+    double worst = 0, bias = 0;
+    const uint8_t *o = y->host.data;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)o[i] - ref[i];
+        differ += d != 0;
+        bias += d;
+        worst = fabs(d) > worst ? fabs(d) : worst;
+    }
+    bias /= (double)(n ? n : 1);
+    bool guards = tt_guards_ok(y);
+    return test_report(c, name, worst <= tol && fabs(bias) <= 0.05 && guards,
+                       "max level diff %g (tol %d), %lld of %lld differ, mean diff %.3f (tol 0.05)%s", worst, tol,
+                       (long long)differ, (long long)n, bias, guards ? "" : " GUARDS-OVERWRITTEN");
+}
+
+static bool check_out(TestCtx *c, const char *name, TT *y, const double *ref, int tol_u8, double tol, double tol_max)
+{
+    if (y->host.dtype == DITTO_U8)
+        return check_u8(c, name, y, ref, tol_u8);
+    return test_check(c, name, y, ref, tol, tol_max);
+}
+
+static double round_half_up(double v)
+{
+    return floor(v + 0.5);
+}
+
+static double clamp255(double v)
+{
+    return v < 0 ? 0 : v > 255 ? 255 : v;
+}
+
+/* ---- warp_affine ---- */
+
+/*
+ * OpenCV model: invert M in double; per destination pixel, the source
+ * position in 1/1024 units (row part and column part rounded separately to
+ * nearest-even), +16, floored to 1/32 units; integer part and 1/32 fraction.
+ */
+static void ref_warp(const double *m, double border, const TT *x, const TT *y, double *ref)
+{
+    Img in = img_of(x), out = img_of(y);
+    bool u8 = x->host.dtype == DITTO_U8;
+    double det = m[0] * m[4] - m[1] * m[3], inv = 1.0 / det;
+    double a11 = m[4] * inv, a12 = -m[1] * inv, a21 = -m[3] * inv, a22 = m[0] * inv;
+    double b1 = -a11 * m[2] - a12 * m[5], b2 = -a21 * m[2] - a22 * m[5];
+    double cval = u8 ? clamp255(nearbyint(border)) : (double)(float)border;
+    for (int64_t n = 0; n < out.n; n++)
+    for (int64_t dy = 0; dy < out.h; dy++)
+    for (int64_t dx = 0; dx < out.w; dx++) {
+        double X = floor((nearbyint((a12 * (double)dy + b1) * 1024) + nearbyint(a11 * (double)dx * 1024) + 16) / 32);
+        double Y = floor((nearbyint((a22 * (double)dy + b2) * 1024) + nearbyint(a21 * (double)dx * 1024) + 16) / 32);
+        double sx = floor(X / 32), sy = floor(Y / 32);
+        double fx = (X - 32 * sx) / 32, fy = (Y - 32 * sy) / 32;
+        bool all_out = sx >= (double)in.w || sx + 1 < 0 || sy >= (double)in.h || sy + 1 < 0;
+        for (int64_t ch = 0; ch < out.c; ch++) {
+            double v = 0;
+            if (all_out) {
+                v = cval;
+            } else {
+                for (int k = 0; k < 4; k++) {
+                    double tx = sx + (k & 1), ty = sy + (k >> 1);
+                    double w = ((k & 1) ? fx : 1 - fx) * ((k >> 1) ? fy : 1 - fy);
+                    double p = cval;
+                    if (tx >= 0 && tx < (double)in.w && ty >= 0 && ty < (double)in.h)
+                        p = px(x, ((n * in.h + (int64_t)ty) * in.w + (int64_t)tx) * in.c + ch);
+                    v += w * p;
+                }
+            }
+            ref[((n * out.h + dy) * out.w + dx) * out.c + ch] = u8 ? clamp255(round_half_up(v)) : v;
+        }
+    }
+}
+
+/* M = s R(theta) + t, mapping source to destination (the crop matrix form). */
+static void similarity(double s, double theta, double tx, double ty, double *m)
+{
+    m[0] = s * cos(theta);
+    m[1] = s * sin(theta);
+    m[2] = tx;
+    m[3] = -s * sin(theta);
+    m[4] = s * cos(theta);
+    m[5] = ty;
+}
+
+typedef enum WarpRef { WARP_MODEL, WARP_SAME, WARP_SHIFT } WarpRef;
+
+static void case_warp(TestCtx *c, const char *name, DittoDType dt, bool batched, Img in, Img out, const double *m,
+                      float border, WarpRef kind, int tol_u8)
+{
+    if (!test_selected(c, name))
+        return;
+    TT *x = img_new(c, dt, batched, in.n, in.h, in.w, in.c), *y = img_new(c, dt, batched, out.n, out.h, out.w, out.c);
+    tt_fill_uniform(x, 0, 1);
+    tt_to_dev(x);
+    DittoWarpAffineParams p = { .border_value = border };
+    memcpy(p.m, m, sizeof p.m);
+    if (op_ok(c, name, ditto_op_warp_affine(c->be, &p, &x->dev, &y->dev))) {
+        double *ref = ref_new(y);
+        if (kind == WARP_MODEL) {
+            ref_warp(m, border, x, y, ref);
+        } else {
+            /* identity / integer shift by (m[2], m[5]): y(r, col) = x(r - ty, col - tx) or the border */
+            int64_t tx = (int64_t)m[2], ty = (int64_t)m[5];
+            double cval = dt == DITTO_U8 ? clamp255(nearbyint(border)) : border;
+            for (int64_t n = 0; n < out.n; n++)
+            for (int64_t r = 0; r < out.h; r++)
+            for (int64_t col = 0; col < out.w; col++)
+            for (int64_t ch = 0; ch < out.c; ch++) {
+                int64_t sr = r - ty, sc = col - tx;
+                bool inside = sr >= 0 && sr < in.h && sc >= 0 && sc < in.w;
+                ref[((n * out.h + r) * out.w + col) * out.c + ch] =
+                    inside ? px(x, ((n * in.h + sr) * in.w + sc) * in.c + ch) : cval;
+            }
+        }
+        if (kind == WARP_MODEL)
+            check_out(c, name, y, ref, tol_u8, 1e-6, 1e-6);
+        else
+            check_out(c, name, y, ref, 0, 0, 0);
+        free(ref);
+    }
+    tt_free(x);
+    tt_free(y);
+}
+
+/* ---- resize_area ---- */
+
+/* Exact area average: destination cell [d s, (d+1) s) against source pixels [i, i+1). */
+static double overlap(int64_t d, double s, int64_t i)
+{
+    double a = (double)d * s, b = a + s;
+    double lo = a > (double)i ? a : (double)i, hi = b < (double)(i + 1) ? b : (double)(i + 1);
+    return hi > lo ? hi - lo : 0;
+}
+
+typedef enum AreaRound { AREA_HALF_UP, AREA_HALF_EVEN } AreaRound;
+
+static void ref_area(const TT *x, const TT *y, AreaRound rnd, double *ref)
+{
+    Img in = img_of(x), out = img_of(y);
+    double sx = (double)in.w / (double)out.w, sy = (double)in.h / (double)out.h;
+    for (int64_t n = 0; n < out.n; n++)
+    for (int64_t dy = 0; dy < out.h; dy++)
+    for (int64_t dx = 0; dx < out.w; dx++)
+    for (int64_t ch = 0; ch < out.c; ch++) {
+        double acc = 0;
+        for (int64_t iy = 0; iy < in.h; iy++) {
+            double wy = overlap(dy, sy, iy);
+            if (wy == 0)
+                continue;
+            for (int64_t ix = 0; ix < in.w; ix++) {
+                double wx = overlap(dx, sx, ix);
+                if (wx != 0)
+                    acc += wy * wx * px(x, ((n * in.h + iy) * in.w + ix) * in.c + ch);
+            }
+        }
+        acc /= sx * sy;
+        if (x->host.dtype == DITTO_U8)
+            acc = rnd == AREA_HALF_UP ? round_half_up(acc) : nearbyint(acc);
+        ref[((n * out.h + dy) * out.w + dx) * out.c + ch] = acc;
+    }
+}
+
+/* Integer upscaling: y(r, c) = x(r / f, c / f). */
+static void ref_replicate(const TT *x, const TT *y, double *ref)
+{
+    Img in = img_of(x), out = img_of(y);
+    for (int64_t n = 0; n < out.n; n++)
+    for (int64_t r = 0; r < out.h; r++)
+    for (int64_t col = 0; col < out.w; col++)
+    for (int64_t ch = 0; ch < out.c; ch++)
+        ref[((n * out.h + r) * out.w + col) * out.c + ch] =
+            px(x, ((n * in.h + r * in.h / out.h) * in.w + col * in.w / out.w) * in.c + ch);
+}
+
+typedef enum AreaRef { AREA_EXACT_UP, AREA_EXACT_EVEN, AREA_WITHIN_1, AREA_REPLICATE } AreaRef;
+
+static void case_area(TestCtx *c, const char *name, DittoDType dt, bool batched, Img in, Img out, AreaRef kind)
+{
+    if (!test_selected(c, name))
+        return;
+    TT *x = img_new(c, dt, batched, in.n, in.h, in.w, in.c), *y = img_new(c, dt, batched, out.n, out.h, out.w, out.c);
+    tt_fill_uniform(x, 0, 1);
+    tt_to_dev(x);
+    if (op_ok(c, name, ditto_op_resize_area(c->be, &x->dev, &y->dev))) {
+        double *ref = ref_new(y);
+        if (kind == AREA_REPLICATE)
+            ref_replicate(x, y, ref);
+        else
+            ref_area(x, y, kind == AREA_EXACT_UP ? AREA_HALF_UP : AREA_HALF_EVEN, ref);
+        if (kind == AREA_REPLICATE)
+            check_out(c, name, y, ref, 0, 0, 0);
+        else
+            check_out(c, name, y, ref, kind == AREA_WITHIN_1 ? 1 : 0, 1e-6, 2e-6);
+        free(ref);
+    }
+    tt_free(x);
+    tt_free(y);
+}
+
+/* ---- resize_bilinear ---- */
+
+/* Source taps and fraction along one axis: half-pixel centres, clamped at both edges. */
+static void lin_axis(int64_t d, int64_t in, int64_t out, int64_t *i0, int64_t *i1, double *f)
+{
+    double s = ((double)d + 0.5) * (double)in / (double)out - 0.5;
+    if (s < 0)
+        s = 0;
+    double fl = floor(s);
+    *i0 = (int64_t)fl;
+    *f = s - fl;
+    if (*i0 >= in - 1) {
+        *i0 = in - 1;
+        *f = 0;
+    }
+    *i1 = *i0 + 1 < in ? *i0 + 1 : in - 1;
+}
+
+static void ref_bilinear(const TT *x, const TT *y, double *ref)
+{
+    Img in = img_of(x), out = img_of(y);
+    for (int64_t n = 0; n < out.n; n++)
+    for (int64_t dy = 0; dy < out.h; dy++)
+    for (int64_t dx = 0; dx < out.w; dx++) {
+        int64_t y0, y1, x0, x1;
+        double fy, fx;
+        lin_axis(dy, in.h, out.h, &y0, &y1, &fy);
+        lin_axis(dx, in.w, out.w, &x0, &x1, &fx);
+        for (int64_t ch = 0; ch < out.c; ch++) {
+#define P(r, col) px(x, ((n * in.h + (r)) * in.w + (col)) * in.c + ch)
+            double v = (1 - fy) * ((1 - fx) * P(y0, x0) + fx * P(y0, x1)) + fy * ((1 - fx) * P(y1, x0) + fx * P(y1, x1));
+#undef P
+            ref[((n * out.h + dy) * out.w + dx) * out.c + ch] = x->host.dtype == DITTO_U8 ? round_half_up(v) : v;
+        }
+    }
+}
+
+static void case_bilinear(TestCtx *c, const char *name, DittoDType dt, bool batched, Img in, Img out)
+{
+    if (!test_selected(c, name))
+        return;
+    TT *x = img_new(c, dt, batched, in.n, in.h, in.w, in.c), *y = img_new(c, dt, batched, out.n, out.h, out.w, out.c);
+    tt_fill_uniform(x, 0, 1);
+    tt_to_dev(x);
+    if (op_ok(c, name, ditto_op_resize_bilinear(c->be, &x->dev, &y->dev))) {
+        double *ref = ref_new(y);
+        ref_bilinear(x, y, ref);
+        check_out(c, name, y, ref, 1, 1e-6, 2e-6);
+        free(ref);
+    }
+    tt_free(x);
+    tt_free(y);
+}
+
+/* ---- negative cases ---- */
+
+static void expect_rc(TestCtx *c, const char *name, int rc, int want)
+{
+    test_report(c, name, rc == want, "rc %d (%s), expected %d (%s)", rc, ditto_strerror(rc), want, ditto_strerror(want));
+}
+
+static void case_negative(TestCtx *c)
+{
+    if (!test_selected(c, "image_reject"))
+        return;
+    TT *xu = tt_new(c, DITTO_U8, 3, (const int64_t[]){ 8, 9, 3 });
+    TT *yf = tt_new(c, DITTO_F32, 3, (const int64_t[]){ 8, 9, 3 });
+    TT *yu1 = tt_new(c, DITTO_U8, 3, (const int64_t[]){ 8, 9, 1 });
+    TT *yu = tt_new(c, DITTO_U8, 3, (const int64_t[]){ 4, 5, 3 });
+    TT *x2 = tt_new(c, DITTO_U8, 2, (const int64_t[]){ 8, 9 });
+    TT *yb = tt_new(c, DITTO_U8, 4, (const int64_t[]){ 2, 4, 5, 3 });
+    TT *xb = tt_new(c, DITTO_U8, 4, (const int64_t[]){ 3, 8, 9, 3 });
+    DittoWarpAffineParams id = { .m = { 1, 0, 0, 0, 1, 0 } };
+    DittoWarpAffineParams sing = { .m = { 1, 2, 0, 2, 4, 0 } };
+    expect_rc(c, "image_reject_warp_dtype", ditto_op_warp_affine(c->be, &id, &xu->dev, &yf->dev), DITTO_ERR_INVAL);
+    expect_rc(c, "image_reject_warp_channels", ditto_op_warp_affine(c->be, &id, &xu->dev, &yu1->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "image_reject_warp_singular", ditto_op_warp_affine(c->be, &sing, &xu->dev, &yu->dev), DITTO_ERR_INVAL);
+    expect_rc(c, "image_reject_area_rank", ditto_op_resize_area(c->be, &x2->dev, &yu->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "image_reject_bilinear_batch", ditto_op_resize_bilinear(c->be, &xb->dev, &yb->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "image_reject_bilinear_dtype", ditto_op_resize_bilinear(c->be, &xu->dev, &yf->dev), DITTO_ERR_INVAL);
+    tt_free(xu);
+    tt_free(yf);
+    tt_free(yu1);
+    tt_free(yu);
+    tt_free(x2);
+    tt_free(yb);
+    tt_free(xb);
+}
+
+#define IMG(n, h, w, c) ((Img){ n, h, w, c })
 
 void test_ops_image(TestCtx *c)
 {
-    (void)c;
+    double m[6];
+
+    /* warp_affine: rotation + scale + translation, part of the output off the source */
+    similarity(1.3, 0.3, -5.3, 7.9, m);
+    case_warp(c, "warp_affine_u8_rot_c3", DITTO_U8, false, IMG(1, 37, 45, 3), IMG(1, 40, 33, 3), m, 0, WARP_MODEL, 1);
+    case_warp(c, "warp_affine_f32_rot_c3", DITTO_F32, false, IMG(1, 37, 45, 3), IMG(1, 40, 33, 3), m, 0, WARP_MODEL, 0);
+    similarity(0.8, -0.7, 10.2, 3.1, m);
+    case_warp(c, "warp_affine_f32_rot_b3_c1", DITTO_F32, true, IMG(3, 29, 31, 1), IMG(3, 26, 35, 1), m, 0, WARP_MODEL, 0);
+    case_warp(c, "warp_affine_u8_rot_b3_c1_border", DITTO_U8, true, IMG(3, 29, 31, 1), IMG(3, 26, 35, 1), m, 37.6f, WARP_MODEL, 1);
+    case_warp(c, "warp_affine_f32_rot_c3_border", DITTO_F32, false, IMG(1, 23, 19, 3), IMG(1, 21, 24, 3), m, 0.5f, WARP_MODEL, 0);
+    /* a crop-like downscale (the 512 crop shrinks a larger portrait), M rounded to float32 as Ditto stores it */
+    similarity(0.45, 0.12, -3.7, 2.4, m);
+    for (int i = 0; i < 6; i++)
+        m[i] = (float)m[i];
+    case_warp(c, "warp_affine_u8_crop_like_c3", DITTO_U8, false, IMG(1, 71, 64, 3), IMG(1, 32, 32, 3), m, 0, WARP_MODEL, 1);
+    /* identity and integer translation: exact copies with a constant border */
+    const double ident[6] = { 1, 0, 0, 0, 1, 0 }, shift[6] = { 1, 0, 5, 0, 1, -3 };
+    case_warp(c, "warp_affine_u8_identity_b3_c3", DITTO_U8, true, IMG(3, 31, 27, 3), IMG(3, 31, 27, 3), ident, 0, WARP_SAME, 0);
+    case_warp(c, "warp_affine_f32_identity_c1", DITTO_F32, false, IMG(1, 13, 17, 1), IMG(1, 13, 17, 1), ident, 0, WARP_SAME, 0);
+    case_warp(c, "warp_affine_u8_shift_c3", DITTO_U8, false, IMG(1, 19, 23, 3), IMG(1, 21, 20, 3), shift, 0, WARP_SHIFT, 0);
+    case_warp(c, "warp_affine_u8_shift_border_c1", DITTO_U8, false, IMG(1, 19, 23, 1), IMG(1, 19, 23, 1), shift, 200, WARP_SHIFT, 0);
+    case_warp(c, "warp_affine_f32_shift_b3_c3", DITTO_F32, true, IMG(3, 11, 14, 3), IMG(3, 12, 12, 3), shift, 0, WARP_SHIFT, 0);
+
+    /* resize_area */
+    case_area(c, "resize_area_u8_2x_b3_c3", DITTO_U8, true, IMG(3, 10, 14, 3), IMG(3, 5, 7, 3), AREA_EXACT_UP);
+    case_area(c, "resize_area_u8_2x_c1", DITTO_U8, false, IMG(1, 12, 18, 1), IMG(1, 6, 9, 1), AREA_EXACT_UP);
+    case_area(c, "resize_area_u8_3x_c3", DITTO_U8, false, IMG(1, 9, 12, 3), IMG(1, 3, 4, 3), AREA_EXACT_EVEN);
+    case_area(c, "resize_area_u8_4x2x_c3", DITTO_U8, false, IMG(1, 8, 12, 3), IMG(1, 2, 6, 3), AREA_EXACT_EVEN);
+    case_area(c, "resize_area_f32_2x_c3", DITTO_F32, false, IMG(1, 10, 14, 3), IMG(1, 5, 7, 3), AREA_EXACT_EVEN);
+    case_area(c, "resize_area_f32_7to3_b3_c3", DITTO_F32, true, IMG(3, 7, 11, 3), IMG(3, 3, 4, 3), AREA_EXACT_EVEN);
+    case_area(c, "resize_area_f32_7to3_c1", DITTO_F32, false, IMG(1, 7, 7, 1), IMG(1, 3, 3, 1), AREA_EXACT_EVEN);
+    case_area(c, "resize_area_u8_7to3_b3_c3", DITTO_U8, true, IMG(3, 21, 33, 3), IMG(3, 9, 14, 3), AREA_WITHIN_1);
+    case_area(c, "resize_area_f32_up2x_c3", DITTO_F32, false, IMG(1, 4, 5, 3), IMG(1, 8, 10, 3), AREA_REPLICATE);
+    case_area(c, "resize_area_u8_up3x_b3_c1", DITTO_U8, true, IMG(3, 3, 4, 1), IMG(3, 9, 12, 1), AREA_REPLICATE);
+
+    /* resize_bilinear */
+    case_bilinear(c, "resize_bilinear_f32_up_c3", DITTO_F32, false, IMG(1, 5, 7, 3), IMG(1, 11, 16, 3));
+    case_bilinear(c, "resize_bilinear_f32_down_b3_c1", DITTO_F32, true, IMG(3, 17, 13, 1), IMG(3, 6, 5, 1));
+    case_bilinear(c, "resize_bilinear_f32_mixed_c3", DITTO_F32, false, IMG(1, 9, 31, 3), IMG(1, 20, 12, 3));
+    case_bilinear(c, "resize_bilinear_u8_up_c3", DITTO_U8, false, IMG(1, 5, 7, 3), IMG(1, 12, 15, 3));
+    case_bilinear(c, "resize_bilinear_u8_down_b3_c1", DITTO_U8, true, IMG(3, 34, 26, 1), IMG(3, 12, 10, 1));
+    case_bilinear(c, "resize_bilinear_u8_2x_b3_c3", DITTO_U8, true, IMG(3, 8, 10, 3), IMG(3, 4, 5, 3));
+    case_bilinear(c, "resize_bilinear_u8_mixed_b3_c3", DITTO_U8, true, IMG(3, 9, 31, 3), IMG(3, 20, 12, 3));
+
+    case_negative(c);
 }

@@ -1,6 +1,211 @@
+/*
+ * batch/instance/layer/group norm against two-pass double references.
+ * Outputs are O(1) after normalisation and each is one rounded expression of
+ * the inputs, so fp32 should land within a few ulps: rel_l2 1e-6 and
+ * max_abs/max_ref 1e-5. The "offset 1000" cases (x = 1000 + U(-1,1)) make a
+ * float E[x^2] - E[x]^2 variance fail by orders of magnitude.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ditto/ditto_error.h"
+#include "ops/ops.h"
 #include "test_ops.h"
+
+#define TOL_L2 1e-6
+#define TOL_MAX 1e-5
+
+typedef enum NormKind { NK_BATCH, NK_INSTANCE, NK_LAYER, NK_LAYER_CF, NK_GROUP } NormKind;
+
+static const char *const kind_names[] = { "batch_norm", "instance_norm", "layer_norm", "layer_norm channels_first", "group_norm" };
+
+/*
+ * Normalise one statistics set: count elements x[base + k * step]; element k
+ * takes affine channel c0 + k / cdiv.
+ */
+static void ref_set(const float *x, double *y, int64_t base, int64_t count, int64_t step, double eps, const float *w,
+                    const float *b, int64_t c0, int64_t cdiv)
+{
+    double m = 0, v = 0;
+    for (int64_t k = 0; k < count; k++)
+        m += x[base + k * step];
+    m /= (double)count;
+    for (int64_t k = 0; k < count; k++) {
+        double d = x[base + k * step] - m;
+        v += d * d;
+    }
+    v /= (double)count;
+    for (int64_t k = 0; k < count; k++) {
+        int64_t ch = c0 + k / cdiv;
+        double r = (x[base + k * step] - m) / sqrt(v + eps);
+        y[base + k * step] = r * (w ? w[ch] : 1.0) + (b ? b[ch] : 0.0);
+    }
+}
+
+static void ref_norm(NormKind kind, int nd, const int64_t *sh, int groups, double eps, const float *x, const float *mean,
+                     const float *var, const float *w, const float *b, double *y)
+{
+    int64_t N = sh[0], C = nd > 1 ? sh[1] : 1, R = 1, numel = 1;
+    for (int i = 2; i < nd; i++)
+        R *= sh[i];
+    for (int i = 0; i < nd; i++)
+        numel *= sh[i];
+    switch (kind) {
+    case NK_BATCH:
+        for (int64_t i = 0; i < numel; i++) {
+            int64_t ch = i / R % C;
+            double r = (x[i] - (double)mean[ch]) / sqrt((double)var[ch] + eps);
+            y[i] = r * (w ? w[ch] : 1.0) + (b ? b[ch] : 0.0);
+        }
+        break;
+    case NK_INSTANCE:
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t ch = 0; ch < C; ch++)
+                ref_set(x, y, (n * C + ch) * R, R, 1, eps, w, b, ch, R);
+        break;
+    case NK_GROUP: {
+        int64_t Cg = C / groups;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t g = 0; g < groups; g++)
+                ref_set(x, y, (n * C + g * Cg) * R, Cg * R, 1, eps, w, b, g * Cg, R);
+        break;
+    }
+    case NK_LAYER: {
+        int64_t L = sh[nd - 1];
+        for (int64_t row = 0; row < numel / L; row++)
+            ref_set(x, y, row * L, L, 1, eps, w, b, 0, 1);
+        break;
+    }
+    case NK_LAYER_CF:
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t r = 0; r < R; r++)
+                ref_set(x, y, n * C * R + r, C, R, eps, w, b, 0, 1);
+        break;
+    }
+}
+
+/* affine: 0 none, 1 weight only, 2 weight and bias, 3 bias only. */
+static void norm_case(TestCtx *c, NormKind kind, int nd, const int64_t *sh, int groups, int affine, float offset, float eps)
+{
+    char name[200], s[DITTO_SHAPE_STR_MAX], gs[32] = "";
+    if (kind == NK_GROUP)
+        snprintf(gs, sizeof gs, " groups %d", groups);
+    static const char *const aff[] = { "", " w", " w+b", " b" };
+    snprintf(name, sizeof name, "%s %s%s%s eps %g%s", kind_names[kind], ditto_shape_str(sh, nd, s, sizeof s), gs, aff[affine],
+             eps, offset != 0 ? " offset 1000" : "");
+    if (!test_selected(c, name))
+        return;
+    int64_t C = kind == NK_LAYER ? sh[nd - 1] : sh[1];
+    TT *x = tt_new(c, DITTO_F32, nd, sh), *y = tt_new(c, DITTO_F32, nd, sh);
+    TT *w = affine == 1 || affine == 2 ? tt_new(c, DITTO_F32, 1, &C) : NULL;
+    TT *b = affine >= 2 ? tt_new(c, DITTO_F32, 1, &C) : NULL;
+    TT *mean = kind == NK_BATCH ? tt_new(c, DITTO_F32, 1, &C) : NULL, *var = kind == NK_BATCH ? tt_new(c, DITTO_F32, 1, &C) : NULL;
+    tt_fill_uniform(x, offset - 1, offset + 1);
+    tt_to_dev(x);
+    tt_to_dev(y);
+    if (w) {
+        tt_fill_uniform(w, 0.5f, 1.5f);
+        tt_to_dev(w);
+    }
+    if (b) {
+        tt_fill_uniform(b, -1, 1);
+        tt_to_dev(b);
+    }
+    if (mean) {
+        tt_fill_uniform(mean, offset - 0.5f, offset + 0.5f);
+        tt_fill_uniform(var, 0.05f, 2.0f);
+        tt_to_dev(mean);
+        tt_to_dev(var);
+    }
+    double *ref = malloc(sizeof(double) * (size_t)ditto_tensor_numel(&x->host));
+    ref_norm(kind, nd, sh, groups, eps, tt_f32(x), mean ? tt_f32(mean) : NULL, var ? tt_f32(var) : NULL, w ? tt_f32(w) : NULL,
+             b ? tt_f32(b) : NULL, ref);
+    const DittoTensor *wd = w ? &w->dev : NULL, *bd = b ? &b->dev : NULL;
+    int rc = 0;
+    switch (kind) {
+    case NK_BATCH: rc = ditto_op_batch_norm(c->be, eps, &x->dev, &mean->dev, &var->dev, wd, bd, &y->dev); break;
+    case NK_INSTANCE: rc = ditto_op_instance_norm(c->be, eps, &x->dev, wd, bd, &y->dev); break;
+    case NK_LAYER: rc = ditto_op_layer_norm(c->be, eps, false, &x->dev, wd, bd, &y->dev); break;
+    case NK_LAYER_CF: rc = ditto_op_layer_norm(c->be, eps, true, &x->dev, wd, bd, &y->dev); break;
+    case NK_GROUP: rc = ditto_op_group_norm(c->be, groups, eps, &x->dev, wd, bd, &y->dev); break;
+    }
+    if (rc < 0)
+        test_report(c, name, false, "rc %d", rc);
+    else
+        test_check(c, name, y, ref, TOL_L2, TOL_MAX);
+    free(ref);
+    tt_free(x);
+    tt_free(y);
+    tt_free(w);
+    tt_free(b);
+    tt_free(mean);
+    tt_free(var);
+}
+
+static void expect_rc(TestCtx *c, const char *name, int rc, int want)
+{
+    test_report(c, name, rc == want, "rc %d (want %d)", rc, want);
+}
+
+static void norm_negative(TestCtx *c)
+{
+    if (!test_selected(c, "norm negative"))
+        return;
+    TT *x = tt_new(c, DITTO_F32, 4, (int64_t[]){ 2, 6, 5, 7 }), *y = tt_new(c, DITTO_F32, 4, (int64_t[]){ 2, 6, 5, 7 });
+    TT *y2 = tt_new(c, DITTO_F32, 4, (int64_t[]){ 2, 6, 7, 5 });
+    TT *v6 = tt_new(c, DITTO_F32, 1, (int64_t[]){ 6 }), *v7 = tt_new(c, DITTO_F32, 1, (int64_t[]){ 7 });
+    TT *x2 = tt_new(c, DITTO_F32, 2, (int64_t[]){ 2, 6 });
+    expect_rc(c, "norm negative: batch_norm mean size", ditto_op_batch_norm(c->be, 1e-5f, &x->dev, &v7->dev, &v6->dev, NULL, NULL, &y->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "norm negative: batch_norm without var", ditto_op_batch_norm(c->be, 1e-5f, &x->dev, &v6->dev, NULL, NULL, NULL, &y->dev), DITTO_ERR_INVAL);
+    expect_rc(c, "norm negative: instance_norm x/y differ", ditto_op_instance_norm(c->be, 1e-5f, &x->dev, NULL, NULL, &y2->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "norm negative: instance_norm 2-D x", ditto_op_instance_norm(c->be, 1e-5f, &x2->dev, NULL, NULL, &x2->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "norm negative: layer_norm weight size", ditto_op_layer_norm(c->be, 1e-5f, false, &x->dev, &v6->dev, NULL, &y->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "norm negative: layer_norm cf bias size", ditto_op_layer_norm(c->be, 1e-5f, true, &x->dev, NULL, &v7->dev, &y->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "norm negative: group_norm groups 4 of 6", ditto_op_group_norm(c->be, 4, 1e-5f, &x->dev, NULL, NULL, &y->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "norm negative: group_norm weight size", ditto_op_group_norm(c->be, 3, 1e-5f, &x->dev, &v7->dev, NULL, &y->dev), DITTO_ERR_SHAPE);
+    tt_free(x);
+    tt_free(y);
+    tt_free(y2);
+    tt_free(v6);
+    tt_free(v7);
+    tt_free(x2);
+}
 
 void test_ops_norm(TestCtx *c)
 {
-    (void)c;
+    static const int64_t s4a[] = { 1, 7, 5, 9 }, s4b[] = { 3, 13, 4, 5 }, s5[] = { 3, 5, 3, 4, 5 }, s3[] = { 3, 6, 11 };
+    static const int64_t s2[] = { 3, 5 }, sbig[] = { 2, 5, 17, 19 }, srow[] = { 1, 3, 768 }, s1[] = { 9 };
+    for (int affine = 0; affine < 4; affine++) {
+        norm_case(c, NK_BATCH, 4, s4a, 0, affine, 0, 1e-5f);
+        norm_case(c, NK_BATCH, 5, s5, 0, affine, 0, 1e-5f);
+        norm_case(c, NK_BATCH, 2, s2, 0, affine, 0, 1e-5f);
+        norm_case(c, NK_INSTANCE, 4, s4a, 0, affine, 0, 1e-5f);
+        norm_case(c, NK_INSTANCE, 4, s4b, 0, affine, 0, 1e-5f);
+        norm_case(c, NK_INSTANCE, 3, s3, 0, affine, 0, 1e-5f);
+        norm_case(c, NK_LAYER, 3, s3, 0, affine, 0, 1e-5f);
+        norm_case(c, NK_LAYER, 4, s4b, 0, affine, 0, 1e-6f);
+        norm_case(c, NK_LAYER, 3, srow, 0, affine, 0, 1e-6f);
+        norm_case(c, NK_LAYER, 1, s1, 0, affine, 0, 1e-5f);
+        norm_case(c, NK_LAYER_CF, 4, s4a, 0, affine, 0, 1e-6f);
+        norm_case(c, NK_LAYER_CF, 4, s4b, 0, affine, 0, 1e-6f);
+        norm_case(c, NK_LAYER_CF, 4, sbig, 0, affine, 0, 1e-6f);   /* 323 positions: more than one 256 block */
+        norm_case(c, NK_LAYER_CF, 2, s2, 0, affine, 0, 1e-6f);
+        norm_case(c, NK_GROUP, 4, s4b, 1, affine, 0, 1e-5f);
+        norm_case(c, NK_GROUP, 4, s4b, 13, affine, 0, 1e-5f);
+        norm_case(c, NK_GROUP, 3, s3, 3, affine, 0, 1e-5f);
+        norm_case(c, NK_GROUP, 5, s5, 5, affine, 0, 1e-5f);
+        norm_case(c, NK_GROUP, 4, (const int64_t[]){ 3, 12, 5, 7 }, 4, affine, 0, 1e-6f);
+    }
+    /* large common offset: catches single-pass float variance */
+    norm_case(c, NK_BATCH, 4, s4b, 0, 2, 1000, 1e-5f);
+    norm_case(c, NK_INSTANCE, 4, s4b, 0, 2, 1000, 1e-5f);
+    norm_case(c, NK_INSTANCE, 4, s4a, 0, 0, 1000, 1e-5f);
+    norm_case(c, NK_LAYER, 3, srow, 0, 2, 1000, 1e-6f);
+    norm_case(c, NK_LAYER, 3, s3, 0, 0, 1000, 1e-5f);
+    norm_case(c, NK_LAYER_CF, 4, sbig, 0, 2, 1000, 1e-6f);
+    norm_case(c, NK_LAYER_CF, 4, s4b, 0, 0, 1000, 1e-6f);
+    norm_case(c, NK_GROUP, 4, (const int64_t[]){ 3, 12, 5, 7 }, 4, 2, 1000, 1e-5f);
+    norm_case(c, NK_GROUP, 3, s3, 2, 0, 1000, 1e-5f);
+    norm_negative(c);
 }

@@ -1,6 +1,343 @@
+/*
+ * CPU convolution (cross-correlation), 1-D/2-D/3-D through one 3-D code path:
+ * missing leading spatial dims are size 1. Three strategies:
+ *  - one input channel per group (depthwise, or C == 1): a direct loop per
+ *    output plane, threaded over (n, o);
+ *  - 1x1(x1), stride 1, no padding: y_g (Og, P) = w_g (Og, Cg) x_g (Cg, P), one GEMM;
+ *  - otherwise vol2col + GEMM per group, in bounded chunks: a column chunk of
+ *    pc output positions and kc rows of the K = Cg * kvol reduction, so the
+ *    scratch never exceeds col_limit floats (32 MB) whatever the layer size;
+ *    reduction chunks accumulate into y (beta = 1).
+ * The bias is written into y first and every GEMM accumulates onto it.
+ * OpenBLAS threads the GEMMs; our pool threads the fills and direct loops.
+ * Our workers sleep while OpenBLAS runs; OpenBLAS's workers spin-yield for a
+ * while after each GEMM, which slows the next fill a little on few cores.
+ */
+#include <cblas.h>
+#include <limits.h>
+#include <string.h>
+
 #include "backend/cpu/cpu.h"
+#include "core/log.h"
+#include "core/mem.h"
+
+/*
+ * Chunking defaults, measured on the full-size 3x3x3 142->142 and 7x7x7
+ * 142->22 convs and the decoder's 3x3 convs (2 and 16 cores): chunks of
+ * 32 MB (about a last-level cache) and at least 2048 columns, so OpenBLAS
+ * gets a wide N to thread over (the 7x7x7 conv, K = 48706, then splits its
+ * reduction into chunks of 4096 rows).
+ */
+#define COL_LIMIT_DEFAULT ((int64_t)8 << 20)    /* floats of column scratch */
+#define MIN_COLS_DEFAULT 2048                    /* below this, split the reduction instead */
+
+static int64_t col_limit = COL_LIMIT_DEFAULT;
+static int64_t min_cols = MIN_COLS_DEFAULT;
+
+/*
+ * Test hook (not thread-safe; tests only): shrink the scratch limit so that
+ * small cases exercise the chunking. 0 restores a default.
+ */
+void ditto_cpu_conv_set_chunking(int64_t max_col_floats, int64_t min_chunk_cols)
+{
+    col_limit = max_col_floats > 0 ? max_col_floats : COL_LIMIT_DEFAULT;
+    min_cols = min_chunk_cols > 0 ? min_chunk_cols : MIN_COLS_DEFAULT;
+}
+
+/* Everything as 3 spatial dims (D, H, W); a 2-D conv has D = KD = OD = 1. */
+typedef struct ConvGeom {
+    int64_t N, C, O, G, Cg, Og;
+    int64_t in[3], k[3], out[3], s[3], pb[3], d[3];
+    int64_t in_vol, out_vol, k_vol;
+} ConvGeom;
+
+static void conv_geom(const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *y, ConvGeom *g)
+{
+    int ns = x->ndim - 2;
+    g->N = x->shape[0];
+    g->C = x->shape[1];
+    g->O = w->shape[0];
+    g->G = p->groups ? p->groups : 1;
+    g->Cg = g->C / g->G;
+    g->Og = g->O / g->G;
+    g->in_vol = g->out_vol = g->k_vol = 1;
+    for (int i = 0; i < 3; i++) {
+        int j = i - (3 - ns);  /* index into the tensor's spatial dims and the params */
+        if (j < 0) {
+            g->in[i] = g->k[i] = g->out[i] = g->s[i] = g->d[i] = 1;
+            g->pb[i] = 0;
+        } else {
+            g->in[i] = x->shape[2 + j];
+            g->k[i] = w->shape[2 + j];
+            g->out[i] = y->shape[2 + j];
+            g->s[i] = p->stride[j] ? p->stride[j] : 1;
+            g->d[i] = p->dilation[j] ? p->dilation[j] : 1;
+            g->pb[i] = p->pad_begin[j];
+        }
+        g->in_vol *= g->in[i];
+        g->out_vol *= g->out[i];
+        g->k_vol *= g->k[i];
+    }
+}
+
+/* Output positions o in [lo, hi) read input o * s + off inside [0, n). */
+static void valid_range(int64_t n, int64_t s, int64_t off, int64_t *lo, int64_t *hi)
+{
+    *lo = off < 0 ? (-off + s - 1) / s : 0;
+    *hi = n - 1 - off < 0 ? 0 : (n - 1 - off) / s + 1;
+}
+
+static int64_t imin(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+static int64_t imax(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+static int ntasks_for(const DittoBackend *be, int64_t items)
+{
+    int64_t t = 4 * (int64_t)ditto_pool_size(be->pool);
+    return (int)imax(1, imin(items, t));
+}
+
+/* ---- bias prefill ---- */
+
+typedef struct BiasTask {
+    const ConvGeom *g;
+    const float *bias;
+    float *y;
+    int64_t planes;
+    int ntasks;
+} BiasTask;
+
+static void bias_task(void *ctx, int t)
+{
+    const BiasTask *b = ctx;
+    int64_t p0 = b->planes * t / b->ntasks, p1 = b->planes * (t + 1) / b->ntasks;
+    for (int64_t pl = p0; pl < p1; pl++) {
+        float v = b->bias[pl % b->g->O], *dst = b->y + pl * b->g->out_vol;
+        for (int64_t i = 0; i < b->g->out_vol; i++)
+            dst[i] = v;
+    }
+}
+
+static void bias_fill(DittoBackend *be, const ConvGeom *g, const float *bias, float *y)
+{
+    BiasTask b = { g, bias, y, g->N * g->O, 0 };
+    b.ntasks = ntasks_for(be, b.planes);
+    ditto_pool_run(be->pool, b.ntasks, bias_task, &b);
+}
+
+/* ---- direct loop: one input channel per group ---- */
+
+typedef struct DirectTask {
+    const ConvGeom *g;
+    const float *x, *w, *bias;
+    float *y;
+    int64_t planes;
+    int ntasks;
+} DirectTask;
+
+static void direct_plane(const ConvGeom *g, const float *xp, const float *wp, float bv, float *yp)
+{
+    const int64_t H = g->in[1], W = g->in[2], OH = g->out[1], OW = g->out[2];
+    const int64_t KH = g->k[1], KW = g->k[2];
+    for (int64_t od = 0; od < g->out[0]; od++) {
+        for (int64_t oh = 0; oh < OH; oh++) {
+            float *yrow = yp + (od * OH + oh) * OW;
+            for (int64_t ow = 0; ow < OW; ow++)
+                yrow[ow] = bv;
+            for (int64_t kd = 0; kd < g->k[0]; kd++) {
+                int64_t id = od * g->s[0] - g->pb[0] + kd * g->d[0];
+                if (id < 0 || id >= g->in[0])
+                    continue;
+                for (int64_t kh = 0; kh < KH; kh++) {
+                    int64_t ih = oh * g->s[1] - g->pb[1] + kh * g->d[1];
+                    if (ih < 0 || ih >= H)
+                        continue;
+                    const float *xrow = xp + (id * H + ih) * W;
+                    const float *wrow = wp + (kd * KH + kh) * KW;
+                    for (int64_t kw = 0; kw < KW; kw++) {
+                        int64_t off = kw * g->d[2] - g->pb[2], lo, hi;
+                        valid_range(W, g->s[2], off, &lo, &hi);
+                        hi = imin(hi, OW);
+                        const float wv = wrow[kw];
+                        if (g->s[2] == 1) {
+                            const float *xs = xrow + off;
+                            for (int64_t ow = lo; ow < hi; ow++)
+                                yrow[ow] += wv * xs[ow];
+                        } else {
+                            for (int64_t ow = lo; ow < hi; ow++)
+                                yrow[ow] += wv * xrow[ow * g->s[2] + off];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void direct_task(void *ctx, int t)
+{
+    const DirectTask *d = ctx;
+    const ConvGeom *g = d->g;
+    int64_t p0 = d->planes * t / d->ntasks, p1 = d->planes * (t + 1) / d->ntasks;
+    for (int64_t pl = p0; pl < p1; pl++) {
+        int64_t n = pl / g->O, o = pl % g->O, c = o / g->Og;  /* Cg == 1: group index = input channel */
+        direct_plane(g, d->x + (n * g->C + c) * g->in_vol, d->w + o * g->k_vol, d->bias ? d->bias[o] : 0.0f,
+                     d->y + pl * g->out_vol);
+    }
+}
+
+/* ---- vol2col ---- */
+
+typedef struct ColTask {
+    const ConvGeom *g;
+    const float *x;      /* first input channel of the group, batch n */
+    float *col;          /* (kc, pc) */
+    int64_t k0, kc, p0, pc;
+    int ntasks;
+} ColTask;
+
+/* Row r of the group's reduction (channel c, tap kd,kh,kw) for output positions [p0, p0 + pc). */
+static void col_row(const ConvGeom *g, const float *x, int64_t r, int64_t p0, int64_t pc, float *dst)
+{
+    const int64_t H = g->in[1], W = g->in[2], OH = g->out[1], OW = g->out[2];
+    int64_t c = r / g->k_vol, kr = r % g->k_vol;
+    int64_t kw = kr % g->k[2], kh = kr / g->k[2] % g->k[1], kd = kr / (g->k[2] * g->k[1]);
+    const float *xc = x + c * g->in_vol;
+    int64_t off = kw * g->d[2] - g->pb[2], lo, hi;
+    valid_range(W, g->s[2], off, &lo, &hi);
+    int64_t ow = p0 % OW, oh = p0 / OW % OH, od = p0 / (OW * OH);
+    for (int64_t done = 0; done < pc;) {
+        int64_t len = imin(OW - ow, pc - done);
+        int64_t id = od * g->s[0] - g->pb[0] + kd * g->d[0];
+        int64_t ih = oh * g->s[1] - g->pb[1] + kh * g->d[1];
+        float *out = dst + done;
+        if (id < 0 || id >= g->in[0] || ih < 0 || ih >= H) {
+            memset(out, 0, sizeof(float) * (size_t)len);
+        } else {
+            const float *xrow = xc + (id * H + ih) * W;
+            int64_t a = imin(imax(lo, ow), ow + len), b = imin(imax(hi, a), ow + len);
+            for (int64_t o = ow; o < a; o++)
+                out[o - ow] = 0.0f;
+            if (g->s[2] == 1) {
+                memcpy(out + (a - ow), xrow + a + off, sizeof(float) * (size_t)(b - a));
+            } else {
+                for (int64_t o = a; o < b; o++)
+                    out[o - ow] = xrow[o * g->s[2] + off];
+            }
+            for (int64_t o = b; o < ow + len; o++)
+                out[o - ow] = 0.0f;
+        }
+        done += len;
+        ow = 0;
+        if (++oh == OH) {
+            oh = 0;
+            od++;
+        }
+    }
+}
+
+static void col_task(void *ctx, int t)
+{
+    const ColTask *ct = ctx;
+    int64_t r0 = ct->kc * t / ct->ntasks, r1 = ct->kc * (t + 1) / ct->ntasks;
+    for (int64_t r = r0; r < r1; r++)
+        col_row(ct->g, ct->x, ct->k0 + r, ct->p0, ct->pc, ct->col + r * ct->pc);
+}
+
+static int conv_im2col(DittoBackend *be, const ConvGeom *g, const float *x, const float *w, bool has_bias, float *y)
+{
+    const int64_t K = g->Cg * g->k_vol, P = g->out_vol;
+    int64_t pc, kc;
+    if (K * P <= col_limit) {
+        pc = P;
+        kc = K;
+    } else if (col_limit / K >= min_cols) {
+        pc = imin(P, col_limit / K);
+        kc = K;
+    } else {
+        pc = imin(P, min_cols);
+        kc = imax(1, imin(K, col_limit / pc));
+    }
+    if (K > INT_MAX || P > INT_MAX || g->Og > INT_MAX)
+        return ditto_fail(&be->log, DITTO_ERR_RANGE, "op conv: reduction or output size exceeds the BLAS int range");
+    float *col = ditto_malloc_aligned(sizeof(float) * (size_t)(pc * kc));
+    if (!col)
+        return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op conv: cannot allocate %lld floats of column scratch",
+                          (long long)(pc * kc));
+    for (int64_t n = 0; n < g->N; n++) {
+        for (int64_t gi = 0; gi < g->G; gi++) {
+            const float *xg = x + (n * g->C + gi * g->Cg) * g->in_vol;
+            const float *wg = w + gi * g->Og * K;
+            float *yg = y + (n * g->O + gi * g->Og) * P;
+            for (int64_t p0 = 0; p0 < P; p0 += pc) {
+                int64_t pcur = imin(pc, P - p0);
+                for (int64_t k0 = 0; k0 < K; k0 += kc) {
+                    ColTask ct = { g, xg, col, k0, imin(kc, K - k0), p0, pcur, 0 };
+                    ct.ntasks = ntasks_for(be, ct.kc);
+                    ditto_pool_run(be->pool, ct.ntasks, col_task, &ct);
+                    /* y_g[:, p0:p0+pcur] (+)= w_g[:, k0:k0+kc] col */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->Og, (int)pcur, (int)ct.kc, 1.0f,
+                                wg + k0, (int)K, col, (int)pcur, has_bias || k0 > 0 ? 1.0f : 0.0f, yg + p0, (int)P);
+                }
+            }
+        }
+    }
+    ditto_free_aligned(col);
+    return 0;
+}
+
+static bool is_pointwise(const ConvGeom *g)
+{
+    for (int i = 0; i < 3; i++)
+        if (g->k[i] != 1 || g->s[i] != 1 || g->pb[i] != 0 || g->out[i] != g->in[i])
+            return false;
+    return true;
+}
+
+static int cpu_conv(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w,
+                    const DittoTensor *bias, DittoTensor *y)
+{
+    ConvGeom g;
+    conv_geom(p, x, w, y, &g);
+    if (g.N * g.O * g.out_vol == 0)
+        return 0;
+    const float *bv = bias ? bias->data : NULL;
+    if (g.Cg == 1) {
+        DirectTask d = { &g, x->data, w->data, bv, y->data, g.N * g.O, 0 };
+        d.ntasks = ntasks_for(be, d.planes);
+        ditto_pool_run(be->pool, d.ntasks, direct_task, &d);
+        return 0;
+    }
+    bool empty = g.Cg * g.k_vol == 0;  /* nothing to reduce: y = bias or 0 */
+    if (bv)
+        bias_fill(be, &g, bv, y->data);
+    else if (empty)
+        memset(y->data, 0, sizeof(float) * (size_t)(g.N * g.O * g.out_vol));
+    if (empty)
+        return 0;
+    if (is_pointwise(&g)) {
+        const int64_t P = g.out_vol;
+        if (P > INT_MAX || g.Og > INT_MAX || g.Cg > INT_MAX)
+            return ditto_fail(&be->log, DITTO_ERR_RANGE, "op conv: size exceeds the BLAS int range");
+        const float *X = x->data, *W = w->data;
+        float *Y = y->data;
+        for (int64_t n = 0; n < g.N; n++)
+            for (int64_t gi = 0; gi < g.G; gi++)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.Og, (int)P, (int)g.Cg, 1.0f,
+                            W + gi * g.Og * g.Cg, (int)g.Cg, X + (n * g.C + gi * g.Cg) * P, (int)P,
+                            bv ? 1.0f : 0.0f, Y + (n * g.O + gi * g.Og) * P, (int)P);
+        return 0;
+    }
+    return conv_im2col(be, &g, x->data, w->data, bv != NULL, y->data);
+}
 
 void ditto_cpu_init_conv(DittoOps *ops)
 {
-    (void)ops;
+    ops->conv = cpu_conv;
 }

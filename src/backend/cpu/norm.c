@@ -1,6 +1,224 @@
+/*
+ * CPU normalisations. Statistics are two-pass in double (mean, then the mean
+ * of squared deviations), so inputs with a large common offset keep their
+ * precision; the normalised value is formed in double and rounded once.
+ * Work is split over independent rows/planes with the pool.
+ */
+#include <math.h>
+
 #include "backend/cpu/cpu.h"
+
+static int64_t imin(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+static int ntasks_for(const DittoBackend *be, int64_t items)
+{
+    int64_t t = 4 * (int64_t)ditto_pool_size(be->pool);
+    return (int)(items < 1 ? 1 : imin(items, t));
+}
+
+/* Items [lo, hi) of task t out of nt. */
+static void task_range(int64_t items, int t, int nt, int64_t *lo, int64_t *hi)
+{
+    *lo = items * t / nt;
+    *hi = items * (t + 1) / nt;
+}
+
+/* Mean and 1/sqrt(biased var + eps) of n contiguous values. */
+static void plane_stats(const float *x, int64_t n, double eps, double *mean, double *rstd)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += x[i];
+    double m = n ? s / (double)n : 0.0, v = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = x[i] - m;
+        v += d * d;
+    }
+    *mean = m;
+    *rstd = 1.0 / sqrt((n ? v / (double)n : 0.0) + eps);
+}
+
+/* Size of dims 2.. (1 for a 2-D tensor). */
+static int64_t inner_size(const DittoTensor *x)
+{
+    int64_t r = 1;
+    for (int i = 2; i < x->ndim; i++)
+        r *= x->shape[i];
+    return r;
+}
+
+/* Shared context: x, y (N, C, R) viewed flat; per-channel or per-element affine. */
+typedef struct NormTask {
+    const float *x, *w, *b, *mean, *var;
+    float *y;
+    int64_t N, C, R, G;
+    double eps;
+    int64_t items;
+    int ntasks;
+} NormTask;
+
+/* ---- batch norm (eval): per channel, running statistics ---- */
+
+static void bn_task(void *ctx, int t)
+{
+    const NormTask *k = ctx;
+    int64_t lo, hi;
+    task_range(k->items, t, k->ntasks, &lo, &hi);
+    for (int64_t pl = lo; pl < hi; pl++) {
+        int64_t c = pl % k->C;
+        double s = 1.0 / sqrt((double)k->var[c] + k->eps) * (k->w ? k->w[c] : 1.0);
+        double m = k->mean[c], b = k->b ? k->b[c] : 0.0;
+        const float *x = k->x + pl * k->R;
+        float *y = k->y + pl * k->R;
+        for (int64_t i = 0; i < k->R; i++)
+            y[i] = (float)((x[i] - m) * s + b);
+    }
+}
+
+static int cpu_batch_norm(DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *mean,
+                          const DittoTensor *var, const DittoTensor *w, const DittoTensor *b, DittoTensor *y)
+{
+    NormTask k = { x->data, w ? w->data : NULL, b ? b->data : NULL, mean->data, var->data, y->data,
+                   x->shape[0], x->shape[1], inner_size(x), 1, p->eps, 0, 0 };
+    k.items = k.N * k.C;
+    k.ntasks = ntasks_for(be, k.items);
+    ditto_pool_run(be->pool, k.ntasks, bn_task, &k);
+    return 0;
+}
+
+/* ---- instance norm and group norm: statistics over contiguous blocks of (C/G) * R ---- */
+
+static void group_task(void *ctx, int t)
+{
+    const NormTask *k = ctx;
+    int64_t lo, hi, Cg = k->C / k->G, len = Cg * k->R;
+    task_range(k->items, t, k->ntasks, &lo, &hi);
+    for (int64_t it = lo; it < hi; it++) {
+        const float *x = k->x + it * len;
+        float *y = k->y + it * len;
+        double m, r;
+        plane_stats(x, len, k->eps, &m, &r);
+        for (int64_t cl = 0; cl < Cg; cl++) {
+            int64_t c = it % k->G * Cg + cl;
+            double s = r * (k->w ? k->w[c] : 1.0), b = k->b ? k->b[c] : 0.0;
+            for (int64_t i = cl * k->R; i < (cl + 1) * k->R; i++)
+                y[i] = (float)((x[i] - m) * s + b);
+        }
+    }
+}
+
+static int run_groups(DittoBackend *be, double eps, int64_t G, const DittoTensor *x, const DittoTensor *w,
+                      const DittoTensor *b, DittoTensor *y)
+{
+    NormTask k = { x->data, w ? w->data : NULL, b ? b->data : NULL, NULL, NULL, y->data,
+                   x->shape[0], x->shape[1], inner_size(x), G, eps, 0, 0 };
+    k.items = k.N * k.G;
+    k.ntasks = ntasks_for(be, k.items);
+    ditto_pool_run(be->pool, k.ntasks, group_task, &k);
+    return 0;
+}
+
+static int cpu_instance_norm(DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w,
+                             const DittoTensor *b, DittoTensor *y)
+{
+    return run_groups(be, p->eps, x->shape[1], x, w, b, y);
+}
+
+static int cpu_group_norm(DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w,
+                          const DittoTensor *b, DittoTensor *y)
+{
+    return run_groups(be, p->eps, p->groups, x, w, b, y);
+}
+
+/* ---- layer norm over the last dim: rows of C contiguous values, per-element affine ---- */
+
+static void ln_last_task(void *ctx, int t)
+{
+    const NormTask *k = ctx;
+    int64_t lo, hi;
+    task_range(k->items, t, k->ntasks, &lo, &hi);
+    for (int64_t row = lo; row < hi; row++) {
+        const float *x = k->x + row * k->C;
+        float *y = k->y + row * k->C;
+        double m, r;
+        plane_stats(x, k->C, k->eps, &m, &r);
+        for (int64_t c = 0; c < k->C; c++)
+            y[c] = (float)((x[c] - m) * r * (k->w ? k->w[c] : 1.0) + (k->b ? k->b[c] : 0.0));
+    }
+}
+
+/*
+ * Layer norm over dim 1 of (N, C, R): each position r normalises C values
+ * R apart. A task takes a block of LN_BLOCK positions of one n and sweeps the
+ * channels with per-position accumulators, so memory is read row by row.
+ */
+#define LN_BLOCK 256
+
+static void ln_first_task(void *ctx, int t)
+{
+    const NormTask *k = ctx;
+    int64_t lo, hi, nblk = (k->R + LN_BLOCK - 1) / LN_BLOCK;
+    task_range(k->items, t, k->ntasks, &lo, &hi);
+    double mean[LN_BLOCK], acc[LN_BLOCK];
+    for (int64_t it = lo; it < hi; it++) {
+        int64_t n = it / nblk, r0 = it % nblk * LN_BLOCK, len = imin(LN_BLOCK, k->R - r0);
+        const float *x = k->x + n * k->C * k->R + r0;
+        float *y = k->y + n * k->C * k->R + r0;
+        for (int64_t j = 0; j < len; j++)
+            acc[j] = 0;
+        for (int64_t c = 0; c < k->C; c++)
+            for (int64_t j = 0; j < len; j++)
+                acc[j] += x[c * k->R + j];
+        for (int64_t j = 0; j < len; j++) {
+            mean[j] = acc[j] / (double)k->C;
+            acc[j] = 0;
+        }
+        for (int64_t c = 0; c < k->C; c++) {
+            for (int64_t j = 0; j < len; j++) {
+                double d = x[c * k->R + j] - mean[j];
+                acc[j] += d * d;
+            }
+        }
+        for (int64_t j = 0; j < len; j++)
+            acc[j] = 1.0 / sqrt(acc[j] / (double)k->C + k->eps);   /* now rstd */
+        for (int64_t c = 0; c < k->C; c++) {
+            double w = k->w ? k->w[c] : 1.0, b = k->b ? k->b[c] : 0.0;
+            for (int64_t j = 0; j < len; j++)
+                y[c * k->R + j] = (float)((x[c * k->R + j] - mean[j]) * acc[j] * w + b);
+        }
+    }
+}
+
+static int cpu_layer_norm(DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w,
+                          const DittoTensor *b, DittoTensor *y)
+{
+    NormTask k = { x->data, w ? w->data : NULL, b ? b->data : NULL, NULL, NULL, y->data, 0, 0, 1, 1, p->eps, 0, 0 };
+    int64_t numel = ditto_tensor_numel(x);
+    if (numel == 0)
+        return 0;
+    if (p->channels_first) {
+        k.N = x->shape[0];
+        k.C = x->shape[1];
+        k.R = inner_size(x);
+        k.items = k.N * ((k.R + LN_BLOCK - 1) / LN_BLOCK);
+        k.ntasks = ntasks_for(be, k.items);
+        ditto_pool_run(be->pool, k.ntasks, ln_first_task, &k);
+    } else {
+        k.C = x->shape[x->ndim - 1];
+        k.items = numel / k.C;
+        k.ntasks = ntasks_for(be, k.items);
+        ditto_pool_run(be->pool, k.ntasks, ln_last_task, &k);
+    }
+    return 0;
+}
 
 void ditto_cpu_init_norm(DittoOps *ops)
 {
-    (void)ops;
+    ops->batch_norm = cpu_batch_norm;
+    ops->instance_norm = cpu_instance_norm;
+    ops->layer_norm = cpu_layer_norm;
+    ops->group_norm = cpu_group_norm;
 }
