@@ -57,5 +57,23 @@ int ditto_catalog_read_f32(const DittoCatalog *c, const DittoCatalogEntry *e, fl
 
 /* Total element count / bytes of an entry. */
 int64_t ditto_catalog_entry_numel(const DittoCatalogEntry *e);
+uint64_t ditto_catalog_entry_nbytes(const DittoCatalogEntry *e);
+
+/*
+ * Open a .pth held in memory, not copied (data must outlive the catalog);
+ * `name` stands for the file in messages. For tests and fuzzing.
+ */
+int ditto_catalog_open_pth_memory(DittoCatalog **out, const void *data, size_t size, const char *name, const DittoLogger *log);
+
+/* ---- reader side: pth.c (and later onnx.c) fill a catalog through these ---- */
+
+/* Empty catalog over *map; with owns_map it unmaps on close (also when this call fails). */
+int ditto_catalog_create(DittoCatalog **out, const char *path, const DittoMap *map, bool owns_map, const DittoLogger *log);
+/* Empty catalog over a heap block (ditto_malloc_aligned), which it frees on close (also when this call fails). */
+int ditto_catalog_create_heap(DittoCatalog **out, const char *path, void *block, size_t size, const DittoLogger *log);
+/* Append a copy of *e (the name is copied); e->data must point into the map and be bounds-checked. */
+int ditto_catalog_add(DittoCatalog *c, const DittoCatalogEntry *e);
+/* After the last add: index names for lookup; a duplicate name is an error naming the file and the key. */
+int ditto_catalog_finish(DittoCatalog *c);
 
 #endif
