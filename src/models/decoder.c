@@ -1,0 +1,351 @@
+/*
+ * SPADEDecoder (G): decoder.pth, ditto-architecture.md 5.5.
+ *
+ *   feature (B,256,64,64), also the SPADE segmentation map
+ *   -> fc -> G_middle_0..5 -> x2 -> up_0 -> x2 -> up_1
+ *   -> LeakyReLU(0.2) -> conv_img -> PixelShuffle(2) -> sigmoid
+ *   -> img (B,3,512,512)
+ *
+ * Channel counts, the number of G_middle / up blocks, the SPADE hidden width
+ * and the PixelShuffle factor come from the checkpoint shapes; shape comments
+ * give the full-size numbers. Spectral-norm convs are folded at load time.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/mem.h"
+#include "models/models.h"
+#include "nn/weights.h"
+
+#define DEC_MAX_MIDDLE 16
+#define DEC_MAX_UP 4
+#define DEC_IN_EPS 1e-5f
+#define DEC_LRELU 0.2f
+
+/* SPADE(norm_nc = c, label_nc): parameter-free instance norm modulated by convs of the resized feature. */
+typedef struct DecSpade {
+    int64_t c;
+    DittoTensor shared_w;   /* <spade>.mlp_shared.0.weight (128,256,3,3) */
+    DittoTensor shared_b;   /* <spade>.mlp_shared.0.bias (128) */
+    DittoTensor gamma_w;    /* <spade>.mlp_gamma.weight (c,128,3,3) */
+    DittoTensor gamma_b;    /* <spade>.mlp_gamma.bias (c) */
+    DittoTensor beta_w;     /* <spade>.mlp_beta.weight (c,128,3,3) */
+    DittoTensor beta_b;     /* <spade>.mlp_beta.bias (c) */
+} DecSpade;
+
+/* SPADEResnetBlock(fin, fout), fmid = min(fin, fout); convs are spectral-norm (folded). */
+typedef struct DecBlock {
+    int64_t fin, fmid, fout;
+    bool learned_shortcut;  /* fin != fout */
+    DittoTensor conv_0_w;   /* <block>.conv_0.{weight_orig,weight_u,weight_v} (fmid,fin,3,3) */
+    DittoTensor conv_0_b;   /* <block>.conv_0.bias (fmid) */
+    DittoTensor conv_1_w;   /* <block>.conv_1.{weight_orig,weight_u,weight_v} (fout,fmid,3,3) */
+    DittoTensor conv_1_b;   /* <block>.conv_1.bias (fout) */
+    DittoTensor conv_s_w;   /* <block>.conv_s.{weight_orig,weight_u,weight_v} (fout,fin,1,1), no bias */
+    DecSpade norm_0;        /* <block>.norm_0 (fin) */
+    DecSpade norm_1;        /* <block>.norm_1 (fmid) */
+    DecSpade norm_s;        /* <block>.norm_s (fin), learned shortcut only */
+} DecBlock;
+
+struct DittoDecoder {
+    DittoBackend *be;
+    DittoWeights weights;
+
+    /* sizes read from the checkpoint shapes (full size in comments) */
+    int64_t c_in;                       /* input feature = SPADE label channels (256) */
+    int64_t c_fc;                       /* fc output (512) */
+    int64_t c_hidden;                   /* SPADE hidden width (128) */
+    int nmiddle;                        /* G_middle_{i} blocks (6) */
+    int nup;                            /* up_{i} blocks, each after a nearest x2 (2) */
+    int upscale;                        /* PixelShuffle factor after conv_img (2; 1: none) */
+
+    DittoTensor fc_w;                   /* fc.weight (512,256,3,3) */
+    DittoTensor fc_b;                   /* fc.bias (512) */
+    DecBlock middle[DEC_MAX_MIDDLE];    /* G_middle_{i}: (512 -> 512) */
+    DecBlock up[DEC_MAX_UP];            /* up_0 (512 -> 256), up_1 (256 -> 64) */
+    DittoTensor img_w;                  /* conv_img.0.weight (12,64,3,3) (conv_img.weight (3,64,3,3) without PixelShuffle) */
+    DittoTensor img_b;                  /* conv_img.0.bias (12) */
+};
+
+#define TRY(expr) do { rc = (expr); if (rc < 0) goto done; } while (0)
+
+static int new_f32(DittoArena *ws, DittoTensor *t, int ndim, const int64_t *shape)
+{
+    return ditto_arena_tensor(ws, DITTO_F32, ndim, shape, t);
+}
+
+static DittoConvParams conv_pad(int pad)
+{
+    DittoConvParams p;
+    memset(&p, 0, sizeof p);
+    for (int i = 0; i < 3; i++)
+        p.pad_begin[i] = p.pad_end[i] = pad;
+    return p;
+}
+
+/* ---- load ---- */
+
+static void load_spade(DittoLoader *l, DecSpade *s, int64_t c, int64_t hidden, int64_t label, const char *key)
+{
+    s->c = c;
+    ditto_loader_get(l, &s->shared_w, DITTO_SHAPE(hidden, label, 3, 3), "%s.mlp_shared.0.weight", key);
+    ditto_loader_get(l, &s->shared_b, DITTO_SHAPE(hidden), "%s.mlp_shared.0.bias", key);
+    ditto_loader_get(l, &s->gamma_w, DITTO_SHAPE(c, hidden, 3, 3), "%s.mlp_gamma.weight", key);
+    ditto_loader_get(l, &s->gamma_b, DITTO_SHAPE(c), "%s.mlp_gamma.bias", key);
+    ditto_loader_get(l, &s->beta_w, DITTO_SHAPE(c, hidden, 3, 3), "%s.mlp_beta.weight", key);
+    ditto_loader_get(l, &s->beta_b, DITTO_SHAPE(c), "%s.mlp_beta.bias", key);
+}
+
+/* SPADEResnetBlock at key with input channels fin; fmid and fout from conv_0 / conv_1. */
+static void load_block(DittoDecoder *m, DittoLoader *l, DecBlock *b, int64_t fin, const char *key)
+{
+    const DittoCatalogEntry *e0 = ditto_loader_peek_rank(l, 4, "%s.conv_0.weight_orig", key);
+    const DittoCatalogEntry *e1 = ditto_loader_peek_rank(l, 4, "%s.conv_1.weight_orig", key);
+    if (!e0 || !e1)
+        return;
+    b->fin = fin;
+    b->fmid = e0->shape[0];
+    b->fout = e1->shape[0];
+    b->learned_shortcut = fin != b->fout;
+    ditto_loader_get_sn(l, &b->conv_0_w, DITTO_SHAPE(b->fmid, fin, 3, 3), "%s.conv_0", key);
+    ditto_loader_get(l, &b->conv_0_b, DITTO_SHAPE(b->fmid), "%s.conv_0.bias", key);
+    ditto_loader_get_sn(l, &b->conv_1_w, DITTO_SHAPE(b->fout, b->fmid, 3, 3), "%s.conv_1", key);
+    ditto_loader_get(l, &b->conv_1_b, DITTO_SHAPE(b->fout), "%s.conv_1.bias", key);
+    char sub[96];
+    snprintf(sub, sizeof sub, "%s.norm_0", key);
+    load_spade(l, &b->norm_0, fin, m->c_hidden, m->c_in, sub);
+    snprintf(sub, sizeof sub, "%s.norm_1", key);
+    load_spade(l, &b->norm_1, b->fmid, m->c_hidden, m->c_in, sub);
+    if (b->learned_shortcut) {
+        ditto_loader_get_sn(l, &b->conv_s_w, DITTO_SHAPE(b->fout, fin, 1, 1), "%s.conv_s", key);
+        snprintf(sub, sizeof sub, "%s.norm_s", key);
+        load_spade(l, &b->norm_s, fin, m->c_hidden, m->c_in, sub);
+    }
+}
+
+int ditto_decoder_load(DittoDecoder **out, DittoBackend *be, DittoCatalog *cat)
+{
+    *out = NULL;
+    DittoDecoder *m = ditto_calloc(1, sizeof *m);
+    if (!m)
+        return ditto_fail(&be->log, DITTO_ERR_NOMEM, "decoder: out of memory");
+    m->be = be;
+    DittoLoader l;
+    ditto_loader_init(&l, cat, be, &m->weights, "SPADE decoder", "");
+    const DittoCatalogEntry *e;
+    int rc;
+    char key[64];
+
+    /* sizes */
+    if ((e = ditto_loader_peek_rank(&l, 4, "fc.weight"))) {
+        m->c_fc = e->shape[0];
+        m->c_in = e->shape[1];
+    }
+    while (m->nmiddle < DEC_MAX_MIDDLE && ditto_loader_peek(&l, "G_middle_%d.conv_0.weight_orig", m->nmiddle))
+        m->nmiddle++;
+    while (m->nup < DEC_MAX_UP && ditto_loader_peek(&l, "up_%d.conv_0.weight_orig", m->nup))
+        m->nup++;
+    if (!l.err && m->nup == 0)
+        ditto_loader_peek_rank(&l, 4, "up_0.conv_0.weight_orig");      /* logs the missing key */
+    if ((e = ditto_loader_peek_rank(&l, 4, "%s.norm_0.mlp_shared.0.weight", m->nmiddle ? "G_middle_0" : "up_0")))
+        m->c_hidden = e->shape[0];
+    int64_t c_last = m->c_fc;
+
+    /* fc: conv 3x3 */
+    ditto_loader_get(&l, &m->fc_w, DITTO_SHAPE(m->c_fc, m->c_in, 3, 3), "fc.weight");
+    ditto_loader_get(&l, &m->fc_b, DITTO_SHAPE(m->c_fc), "fc.bias");
+    for (int i = 0; i < m->nmiddle && !l.err; i++) {
+        snprintf(key, sizeof key, "G_middle_%d", i);
+        load_block(m, &l, &m->middle[i], c_last, key);
+        c_last = m->middle[i].fout;
+    }
+    for (int i = 0; i < m->nup && !l.err; i++) {
+        snprintf(key, sizeof key, "up_%d", i);
+        load_block(m, &l, &m->up[i], c_last, key);
+        c_last = m->up[i].fout;
+    }
+    /* conv_img: Sequential(conv 3x3 -> 3 r^2, PixelShuffle(r)), or a plain conv to 3 channels */
+    if (!l.err && (e = ditto_loader_peek(&l, "conv_img.0.weight"))) {
+        m->upscale = 2;                                    /* upstream's factor; the get below reports a mismatch */
+        for (int r = 3; r <= 8 && e->ndim == 4; r++)
+            if (e->shape[0] == 3 * r * r)
+                m->upscale = r;
+        ditto_loader_get(&l, &m->img_w, DITTO_SHAPE(3 * m->upscale * m->upscale, c_last, 3, 3), "conv_img.0.weight");
+        ditto_loader_get(&l, &m->img_b, DITTO_SHAPE(3 * m->upscale * m->upscale), "conv_img.0.bias");
+    } else if (!l.err) {
+        m->upscale = 1;
+        ditto_loader_get(&l, &m->img_w, DITTO_SHAPE(3, c_last, 3, 3), "conv_img.weight");
+        ditto_loader_get(&l, &m->img_b, DITTO_SHAPE(3), "conv_img.bias");
+    }
+    rc = ditto_loader_finish(&l);
+    if (rc < 0) {
+        ditto_decoder_free(&m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+void ditto_decoder_free(DittoDecoder **pm)
+{
+    if (!pm || !*pm)
+        return;
+    ditto_weights_free(&(*pm)->weights);
+    ditto_free(*pm);
+    *pm = NULL;
+}
+
+/* ---- forward ---- */
+
+int ditto_decoder_out_shape(const DittoDecoder *m, const DittoTensor *feature, int64_t shape[4])
+{
+    if (feature->ndim != 4 || feature->shape[0] < 1 || feature->shape[1] != m->c_in || feature->shape[2] < 1 || feature->shape[3] < 1) {
+        char have[DITTO_SHAPE_STR_MAX];
+        return ditto_fail(&m->be->log, DITTO_ERR_SHAPE, "decoder: feature has shape %s, expected (B,%lld,H,W)",
+                          ditto_shape_str(feature->shape, feature->ndim, have, sizeof have), (long long)m->c_in);
+    }
+    const int64_t f = ((int64_t)1 << m->nup) * m->upscale;
+    shape[0] = feature->shape[0];
+    shape[1] = 3;
+    shape[2] = feature->shape[2] * f;
+    shape[3] = feature->shape[3] * f;
+    return 0;
+}
+
+/* SPADE: y = instance_norm(x) * (1 + gamma(seg)) + beta(seg); seg already at x's size; y must not alias x. */
+static int spade(DittoBackend *be, DittoArena *ws, const DecSpade *s, const DittoTensor *x, const DittoTensor *seg, DittoTensor *y)
+{
+    const int64_t B = x->shape[0], C = s->c, H = x->shape[2], W = x->shape[3];
+    const DittoConvParams pad1 = conv_pad(1);
+    const DittoUnaryParams one_plus = { DITTO_UNARY_AFFINE, 1.0f, 1.0f };
+    DittoArenaMark top = ditto_arena_mark(ws);
+    DittoTensor actv, gamma, beta;
+    int rc;
+    TRY(new_f32(ws, &actv, DITTO_SHAPE(B, s->shared_w.shape[0], H, W)));
+    TRY(new_f32(ws, &gamma, DITTO_SHAPE(B, C, H, W)));
+    TRY(new_f32(ws, &beta, DITTO_SHAPE(B, C, H, W)));
+    TRY(ditto_op_instance_norm(be, DEC_IN_EPS, x, NULL, NULL, y));                         /* normalized = param_free_norm(x) (B,C,H,W) */
+    TRY(ditto_op_conv(be, &pad1, seg, &s->shared_w, &s->shared_b, &actv));                 /* mlp_shared (B,128,H,W) */
+    TRY(ditto_op_act(be, DITTO_UNARY_RELU, 0.0f, &actv, &actv));
+    TRY(ditto_op_conv(be, &pad1, &actv, &s->gamma_w, &s->gamma_b, &gamma));                /* mlp_gamma (B,C,H,W) */
+    TRY(ditto_op_conv(be, &pad1, &actv, &s->beta_w, &s->beta_b, &beta));                   /* mlp_beta (B,C,H,W) */
+    TRY(ditto_op_unary(be, &one_plus, &gamma, &gamma));                                    /* 1 + gamma */
+    TRY(ditto_op_binary(be, DITTO_BINARY_MUL, y, &gamma, y));                              /* normalized * (1 + gamma) */
+    TRY(ditto_op_binary(be, DITTO_BINARY_ADD, y, &beta, y));                               /* + beta */
+done:
+    ditto_arena_release(ws, top);
+    return rc;
+}
+
+/* SPADEResnetBlock: y = shortcut(x) + conv_1(lrelu(norm_1(conv_0(lrelu(norm_0(x)))))); y must not alias x. */
+static int resblock(DittoDecoder *m, DittoArena *ws, const DecBlock *b, const DittoTensor *x, const DittoTensor *feature, DittoTensor *y)
+{
+    DittoBackend *be = m->be;
+    const int64_t B = x->shape[0], H = x->shape[2], W = x->shape[3];
+    const DittoConvParams pad0 = conv_pad(0), pad1 = conv_pad(1);
+    DittoArenaMark top = ditto_arena_mark(ws), mk;
+    DittoTensor seg = *feature, n_s, n_0, dx_0, n_1, dx_1;
+    int rc;
+    /* seg = F.interpolate(feature, size=x's (H,W), mode='nearest'), shared by the block's SPADEs */
+    if (feature->shape[2] != H || feature->shape[3] != W) {
+        TRY(new_f32(ws, &seg, DITTO_SHAPE(B, m->c_in, H, W)));
+        TRY(ditto_op_upsample_nearest(be, feature, &seg));                                 /* (B,256,H,W) */
+    }
+    /* x_s = conv_s(norm_s(x)) if fin != fout, else x */
+    if (b->learned_shortcut) {
+        mk = ditto_arena_mark(ws);
+        TRY(new_f32(ws, &n_s, DITTO_SHAPE(B, b->fin, H, W)));
+        TRY(spade(be, ws, &b->norm_s, x, &seg, &n_s));                                     /* (B,fin,H,W) */
+        TRY(ditto_op_conv(be, &pad0, &n_s, &b->conv_s_w, NULL, y));                        /* (B,fout,H,W) */
+        ditto_arena_release(ws, mk);
+    }
+    /* dx = conv_0(lrelu(norm_0(x))) */
+    TRY(new_f32(ws, &dx_0, DITTO_SHAPE(B, b->fmid, H, W)));
+    mk = ditto_arena_mark(ws);
+    TRY(new_f32(ws, &n_0, DITTO_SHAPE(B, b->fin, H, W)));
+    TRY(spade(be, ws, &b->norm_0, x, &seg, &n_0));                                         /* (B,fin,H,W) */
+    TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &n_0, &n_0));
+    TRY(ditto_op_conv(be, &pad1, &n_0, &b->conv_0_w, &b->conv_0_b, &dx_0));                /* (B,fmid,H,W) */
+    ditto_arena_release(ws, mk);
+    /* dx = conv_1(lrelu(norm_1(dx))) */
+    TRY(new_f32(ws, &dx_1, DITTO_SHAPE(B, b->fout, H, W)));
+    mk = ditto_arena_mark(ws);
+    TRY(new_f32(ws, &n_1, DITTO_SHAPE(B, b->fmid, H, W)));
+    TRY(spade(be, ws, &b->norm_1, &dx_0, &seg, &n_1));                                     /* (B,fmid,H,W) */
+    TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &n_1, &n_1));
+    TRY(ditto_op_conv(be, &pad1, &n_1, &b->conv_1_w, &b->conv_1_b, &dx_1));                /* (B,fout,H,W) */
+    ditto_arena_release(ws, mk);
+    /* out = x_s + dx */
+    TRY(ditto_op_binary(be, DITTO_BINARY_ADD, b->learned_shortcut ? y : x, &dx_1, y));
+done:
+    ditto_arena_release(ws, top);
+    return rc;
+}
+
+int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *feature, DittoTensor *img, const DittoTap *tap)
+{
+    DittoBackend *be = m->be;
+    int64_t oshape[4];
+    DITTO_TRY(ditto_decoder_out_shape(m, feature, oshape));
+    if (img->ndim != 4 || memcmp(img->shape, oshape, sizeof oshape) || !ditto_tensor_is_contiguous(img)) {
+        char have[DITTO_SHAPE_STR_MAX], want[DITTO_SHAPE_STR_MAX];
+        return ditto_fail(&be->log, DITTO_ERR_SHAPE, "decoder: img has shape %s, expected contiguous %s",
+                          ditto_shape_str(img->shape, img->ndim, have, sizeof have), ditto_shape_str(oshape, 4, want, sizeof want));
+    }
+    const int64_t B = feature->shape[0];
+    int64_t H = feature->shape[2], W = feature->shape[3];
+    const DittoConvParams pad1 = conv_pad(1);
+    DittoArenaMark top = ditto_arena_mark(ws);
+    DittoTensor x, y, xu, c_img, logits;
+    char name[32];
+    int rc;
+
+    /* x = fc(feature) */
+    TRY(new_f32(ws, &x, DITTO_SHAPE(B, m->c_fc, H, W)));
+    TRY(new_f32(ws, &y, DITTO_SHAPE(B, m->c_fc, H, W)));
+    TRY(ditto_op_conv(be, &pad1, feature, &m->fc_w, &m->fc_b, &x));                          /* (B,512,64,64) */
+    ditto_tap(tap, "fc_out", &x);
+
+    /* x = G_middle_i(x, seg), ping-pong between x and y */
+    for (int i = 0; i < m->nmiddle; i++) {
+        TRY(resblock(m, ws, &m->middle[i], &x, feature, &y));                               /* (B,512,64,64) */
+        DittoTensor t = x;
+        x = y;
+        y = t;
+        snprintf(name, sizeof name, "G_middle_%d_out", i);
+        ditto_tap(tap, name, &x);
+    }
+
+    /* x = up_i(up(x), seg) */
+    for (int i = 0; i < m->nup; i++) {
+        H *= 2;
+        W *= 2;
+        TRY(new_f32(ws, &xu, DITTO_SHAPE(B, m->up[i].fin, H, W)));
+        TRY(new_f32(ws, &y, DITTO_SHAPE(B, m->up[i].fout, H, W)));
+        TRY(ditto_op_upsample_nearest(be, &x, &xu));                                        /* (B,512,128,128) for up_0 */
+        TRY(resblock(m, ws, &m->up[i], &xu, feature, &y));                                  /* (B,256,128,128) for up_0 */
+        x = y;
+        snprintf(name, sizeof name, "up_%d_out", i);
+        ditto_tap(tap, name, &x);
+    }
+
+    /* x = conv_img(leaky_relu(x, 0.2)); conv_img = conv 3x3 -> PixelShuffle(2) */
+    TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &x, &x));
+    const int r = m->upscale;
+    TRY(new_f32(ws, &c_img, DITTO_SHAPE(B, 3 * r * r, H, W)));
+    TRY(ditto_op_conv(be, &pad1, &x, &m->img_w, &m->img_b, &c_img));                        /* (B,12,256,256) */
+    logits = c_img;
+    if (r > 1) {
+        TRY(new_f32(ws, &logits, DITTO_SHAPE(B, 3, H * r, W * r)));
+        TRY(ditto_op_pixel_shuffle(be, r, &c_img, &logits));                                /* (B,3,512,512) */
+    }
+    ditto_tap(tap, "logits", &logits);
+
+    /* img = sigmoid(x) */
+    TRY(ditto_op_act(be, DITTO_UNARY_SIGMOID, 0.0f, &logits, img));
+done:
+    ditto_arena_release(ws, top);
+    return rc;
+}

@@ -1,0 +1,532 @@
+/*
+ * WarpingNetwork (W): warp_network.pth, ditto-architecture.md 5.4.
+ *
+ *   f_s (B,32,16,64,64), kp_source, kp_driving (B,21,3)
+ *   -> DenseMotionNetwork: compress, sparse motions, heatmaps, hourglass,
+ *      mask (softmax over the K+1 motions), deformation, occlusion
+ *   -> grid_sample(f_s, deformation) -> third -> fourth -> * occlusion
+ *   -> (B,256,64,64)
+ *
+ * Every size comes from the checkpoint shapes (the fixtures use a reduced
+ * config); shape comments give the full-size numbers. The coordinate grid
+ * depends on f_s's (D,H,W), which the checkpoint fixes only in D: it is
+ * computed on the host and uploaded into a buffer the network owns the first
+ * time a size is seen (once per size, never per frame at a steady size).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/mem.h"
+#include "models/models.h"
+#include "models/warp_internal.h"
+#include "nn/weights.h"
+
+#define WARP_MAX_BLOCKS 8
+#define WARP_BN_EPS 1e-5f
+
+/* Conv + BatchNorm pair (DownBlock3d, UpBlock3d, the hourglass output, SameBlock2d). */
+typedef struct WarpConvNorm {
+    DittoTensor weight;     /* <block>.conv.weight (out, in, 3, 3[, 3]) */
+    DittoTensor bias;       /* <block>.conv.bias (out) */
+    DittoBatchNorm norm;    /* <block>.norm.{weight,bias,running_mean,running_var} (out) */
+} WarpConvNorm;
+
+struct DittoWarp {
+    DittoBackend *be;
+    DittoWeights weights;
+
+    /* sizes read from the checkpoint shapes (full size in comments) */
+    int64_t c_feat;                     /* f_s channels (32) */
+    int64_t depth;                      /* f_s depth D (16) */
+    int64_t num_kp;                     /* K (21) */
+    int64_t c_compress;                 /* compressed feature channels (4) */
+    int nblocks;                        /* hourglass down and up blocks (5) */
+    int64_t c_enc[WARP_MAX_BLOCKS];     /* encoder block outputs (64,128,256,512,1024) */
+    int64_t c_dec[WARP_MAX_BLOCKS];     /* decoder block conv outputs (512,256,128,64,32) */
+    int64_t c_pred;                     /* hourglass output channels (142) */
+    int64_t c_third;                    /* third's output (256) */
+    int64_t c_out;                      /* fourth's output (256) */
+    bool has_occlusion;                 /* estimate_occlusion_map */
+
+    /* dense_motion_network. */
+    DittoTensor compress_w;             /* compress.weight (4,32,1,1,1) */
+    DittoTensor compress_b;             /* compress.bias (4) */
+    DittoBatchNorm compress_norm;       /* norm.* (4) */
+    WarpConvNorm down[WARP_MAX_BLOCKS]; /* hourglass.encoder.down_blocks.{i}.{conv,norm}: (64,110,3,3,3) ... */
+    WarpConvNorm up[WARP_MAX_BLOCKS];   /* hourglass.decoder.up_blocks.{i}.{conv,norm}: (512,1024,3,3,3) ... */
+    WarpConvNorm hg_out;                /* hourglass.decoder.{conv,norm}: (142,142,3,3,3) */
+    DittoTensor mask_w;                 /* mask.weight (22,142,7,7,7) */
+    DittoTensor mask_b;                 /* mask.bias (22) */
+    DittoTensor occlusion_w;            /* occlusion.weight (1,2272,7,7) */
+    DittoTensor occlusion_b;            /* occlusion.bias (1) */
+    /* warping head */
+    WarpConvNorm third;                 /* third.{conv,norm}: (256,512,3,3) */
+    DittoTensor fourth_w;               /* fourth.weight (256,256,1,1) */
+    DittoTensor fourth_b;               /* fourth.bias (256) */
+
+    /* make_coordinate_grid of the last (D,H,W) seen: (D,H,W,3) on the backend */
+    DittoBuffer grid_buf;
+    DittoTensor grid;
+};
+
+/* ---- helpers ---- */
+
+#define TRY(expr) do { rc = (expr); if (rc < 0) goto done; } while (0)
+
+static int new_f32(DittoArena *ws, DittoTensor *t, int ndim, const int64_t *shape)
+{
+    return ditto_arena_tensor(ws, DITTO_F32, ndim, shape, t);
+}
+
+/* Stride 1, symmetric zero padding in every spatial dim. */
+static DittoConvParams conv_pad(int pad)
+{
+    DittoConvParams p;
+    memset(&p, 0, sizeof p);
+    for (int i = 0; i < 3; i++)
+        p.pad_begin[i] = p.pad_end[i] = pad;
+    return p;
+}
+
+static int batch_norm(DittoBackend *be, const DittoBatchNorm *bn, const DittoTensor *x, DittoTensor *y)
+{
+    return ditto_op_batch_norm(be, WARP_BN_EPS, x, &bn->mean, &bn->var, &bn->weight, &bn->bias, y);
+}
+
+/* ---- public pieces (warp_internal.h) ---- */
+
+int ditto_warp_coordinate_grid(float *out, int64_t d, int64_t h, int64_t w)
+{
+    if (d < 2 || h < 2 || w < 2)
+        return DITTO_ERR_SHAPE;
+    for (int64_t z = 0; z < d; z++)
+        for (int64_t y = 0; y < h; y++)
+            for (int64_t x = 0; x < w; x++) {
+                float *g = out + ((z * h + y) * w + x) * 3;
+                g[0] = (float)(2.0 * ((double)x / (double)(w - 1)) - 1.0);
+                g[1] = (float)(2.0 * ((double)y / (double)(h - 1)) - 1.0);
+                g[2] = (float)(2.0 * ((double)z / (double)(d - 1)) - 1.0);
+            }
+    return 0;
+}
+
+/* y (..., 1) = exp(-0.5 * sum over the last axis of diff^2 / variance), diff (..., 3). */
+static int gaussian(DittoBackend *be, const DittoTensor *diff, double variance, DittoTensor *y)
+{
+    DITTO_TRY(ditto_op_reduce(be, DITTO_REDUCE_SUMSQ, -1, diff, y));            /* |G - kp|^2 */
+    DittoUnaryParams scale = { DITTO_UNARY_AFFINE, (float)(-0.5 / variance), 0.0f };
+    DITTO_TRY(ditto_op_unary(be, &scale, y, y));                                /* -0.5 |G - kp|^2 / var */
+    return ditto_op_act(be, DITTO_UNARY_EXP, 0.0f, y, y);
+}
+
+int ditto_warp_kp2gaussian(DittoBackend *be, DittoArena *ws, const DittoTensor *grid, const DittoTensor *kp, double variance,
+                           DittoTensor *out)
+{
+    if (grid->ndim != 4 || grid->shape[3] != 3 || kp->ndim != 3 || kp->shape[2] != 3 || out->ndim != 5 || out->shape[0] != kp->shape[0] ||
+        out->shape[1] != kp->shape[1] || out->shape[2] != grid->shape[0] || out->shape[3] != grid->shape[1] ||
+        out->shape[4] != grid->shape[2] || !ditto_tensor_is_contiguous(kp) || !ditto_tensor_is_contiguous(grid) ||
+        !ditto_tensor_is_contiguous(out))
+        return ditto_fail(&be->log, DITTO_ERR_SHAPE, "kp2gaussian: kp (B,K,3), grid (D,H,W,3) and out (B,K,D,H,W) must be contiguous and agree");
+    const int64_t B = kp->shape[0], K = kp->shape[1], D = grid->shape[0], H = grid->shape[1], W = grid->shape[2];
+    DittoArenaMark top = ditto_arena_mark(ws);
+    DittoTensor grid6, kp6, out6, diff;
+    int rc;
+    TRY(ditto_tensor_reshape(grid, DITTO_SHAPE(1, 1, D, H, W, 3), &grid6));
+    TRY(ditto_tensor_reshape(kp, DITTO_SHAPE(B, K, 1, 1, 1, 3), &kp6));
+    TRY(ditto_tensor_reshape(out, DITTO_SHAPE(B, K, D, H, W, 1), &out6));
+    TRY(new_f32(ws, &diff, DITTO_SHAPE(B, K, D, H, W, 3)));
+    TRY(ditto_op_binary(be, DITTO_BINARY_SUB, &grid6, &kp6, &diff));           /* G - mean (B,K,D,H,W,3) */
+    TRY(gaussian(be, &diff, variance, &out6));                                 /* (B,K,D,H,W,1) */
+done:
+    ditto_arena_release(ws, top);
+    return rc;
+}
+
+int ditto_warp_grid_sample(DittoBackend *be, const DittoTensor *x, const DittoTensor *grid, DittoTensor *y)
+{
+    return ditto_op_grid_sample(be, false, x, grid, y);
+}
+
+/* ---- load ---- */
+
+/* <key>.conv.{weight,bias} (out, in, k x ns) and <key>.norm.* (out). */
+static void load_conv_norm(DittoLoader *l, WarpConvNorm *b, int ns, int64_t out, int64_t in, const char *key)
+{
+    if (ns == 3)
+        ditto_loader_get(l, &b->weight, DITTO_SHAPE(out, in, 3, 3, 3), "%s.conv.weight", key);
+    else
+        ditto_loader_get(l, &b->weight, DITTO_SHAPE(out, in, 3, 3), "%s.conv.weight", key);
+    ditto_loader_get(l, &b->bias, DITTO_SHAPE(out), "%s.conv.bias", key);
+    ditto_loader_get_bn(l, &b->norm, out, "%s.norm", key);
+}
+
+/* Read every size from the checkpoint shapes; the gets that follow check the rest. */
+static int read_config(DittoWarp *m, DittoLoader *l)
+{
+    const DittoCatalogEntry *e;
+    if ((e = ditto_loader_peek_rank(l, 5, "dense_motion_network.compress.weight"))) {
+        m->c_compress = e->shape[0];
+        m->c_feat = e->shape[1];
+    }
+    if ((e = ditto_loader_peek_rank(l, 5, "dense_motion_network.mask.weight")))
+        m->num_kp = e->shape[0] - 1;
+    if (l->err)
+        return l->err;
+    if (m->num_kp < 1)
+        return ditto_loader_fail(l, DITTO_ERR_KEY, "dense_motion_network.mask.weight has no keypoint channels");
+    while (m->nblocks < WARP_MAX_BLOCKS && ditto_loader_peek(l, "dense_motion_network.hourglass.encoder.down_blocks.%d.conv.weight", m->nblocks))
+        m->nblocks++;
+    if (m->nblocks == 0 || ditto_loader_peek(l, "dense_motion_network.hourglass.encoder.down_blocks.%d.conv.weight", WARP_MAX_BLOCKS))
+        return ditto_loader_fail(l, DITTO_ERR_KEY, "the hourglass needs 1 to 8 encoder blocks (dense_motion_network.hourglass.encoder.down_blocks.N.conv.weight)");
+    for (int i = 0; i < m->nblocks; i++) {
+        if ((e = ditto_loader_peek_rank(l, 5, "dense_motion_network.hourglass.encoder.down_blocks.%d.conv.weight", i)))
+            m->c_enc[i] = e->shape[0];
+        if ((e = ditto_loader_peek_rank(l, 5, "dense_motion_network.hourglass.decoder.up_blocks.%d.conv.weight", i)))
+            m->c_dec[i] = e->shape[0];
+    }
+    if (l->err)
+        return l->err;
+    const int64_t c_in = (m->num_kp + 1) * (m->c_compress + 1);                /* hourglass input (110) */
+    m->c_pred = m->c_dec[m->nblocks - 1] + c_in;                               /* 32 + 110 = 142 */
+    if ((e = ditto_loader_peek(l, "dense_motion_network.occlusion.weight"))) {
+        if (e->ndim != 4 || e->shape[1] % m->c_pred)
+            return ditto_loader_fail(l, DITTO_ERR_KEY, "dense_motion_network.occlusion.weight is not (1, hourglass channels * depth, 7, 7)");
+        m->has_occlusion = true;
+        m->depth = e->shape[1] / m->c_pred;
+    }
+    if ((e = ditto_loader_peek_rank(l, 4, "third.conv.weight"))) {
+        m->c_third = e->shape[0];
+        if (!m->has_occlusion && e->shape[1] % m->c_feat == 0)
+            m->depth = e->shape[1] / m->c_feat;
+    }
+    if ((e = ditto_loader_peek_rank(l, 4, "fourth.weight")))
+        m->c_out = e->shape[0];
+    if (!l->err && m->depth < 2)
+        return ditto_loader_fail(l, DITTO_ERR_KEY, "cannot derive a feature depth >= 2 from third.conv.weight / dense_motion_network.occlusion.weight");
+    return l->err;
+}
+
+int ditto_warp_load(DittoWarp **out, DittoBackend *be, DittoCatalog *cat)
+{
+    *out = NULL;
+    DittoWarp *m = ditto_calloc(1, sizeof *m);
+    if (!m)
+        return ditto_fail(&be->log, DITTO_ERR_NOMEM, "warp network: out of memory");
+    m->be = be;
+    DittoLoader l;
+    ditto_loader_init(&l, cat, be, &m->weights, "warp network", "");
+    int rc = read_config(m, &l);
+    if (rc < 0)
+        goto fail;
+
+    const int n = m->nblocks;
+    const int64_t K1 = m->num_kp + 1, c = m->c_compress, c_in = K1 * (c + 1);
+    char key[128];
+    /* dense_motion_network. */
+    ditto_loader_get(&l, &m->compress_w, DITTO_SHAPE(c, m->c_feat, 1, 1, 1), "dense_motion_network.compress.weight");
+    ditto_loader_get(&l, &m->compress_b, DITTO_SHAPE(c), "dense_motion_network.compress.bias");
+    ditto_loader_get_bn(&l, &m->compress_norm, c, "dense_motion_network.norm");
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof key, "dense_motion_network.hourglass.encoder.down_blocks.%d", i);
+        load_conv_norm(&l, &m->down[i], 3, m->c_enc[i], i ? m->c_enc[i - 1] : c_in, key);
+    }
+    for (int j = 0; j < n; j++) {
+        /* input: the deepest encoder output, then [previous up block, skip] */
+        int64_t in = j ? m->c_dec[j - 1] + m->c_enc[n - 1 - j] : m->c_enc[n - 1];
+        snprintf(key, sizeof key, "dense_motion_network.hourglass.decoder.up_blocks.%d", j);
+        load_conv_norm(&l, &m->up[j], 3, m->c_dec[j], in, key);
+    }
+    load_conv_norm(&l, &m->hg_out, 3, m->c_pred, m->c_pred, "dense_motion_network.hourglass.decoder");
+    ditto_loader_get(&l, &m->mask_w, DITTO_SHAPE(K1, m->c_pred, 7, 7, 7), "dense_motion_network.mask.weight");
+    ditto_loader_get(&l, &m->mask_b, DITTO_SHAPE(K1), "dense_motion_network.mask.bias");
+    if (m->has_occlusion) {
+        ditto_loader_get(&l, &m->occlusion_w, DITTO_SHAPE(1, m->c_pred * m->depth, 7, 7), "dense_motion_network.occlusion.weight");
+        ditto_loader_get(&l, &m->occlusion_b, DITTO_SHAPE(1), "dense_motion_network.occlusion.bias");
+    }
+    /* warping head */
+    load_conv_norm(&l, &m->third, 2, m->c_third, m->c_feat * m->depth, "third");
+    ditto_loader_get(&l, &m->fourth_w, DITTO_SHAPE(m->c_out, m->c_third, 1, 1), "fourth.weight");
+    ditto_loader_get(&l, &m->fourth_b, DITTO_SHAPE(m->c_out), "fourth.bias");
+    rc = ditto_loader_finish(&l);
+    if (rc < 0)
+        goto fail;
+    *out = m;
+    return 0;
+fail:
+    ditto_warp_free(&m);
+    return rc;
+}
+
+void ditto_warp_free(DittoWarp **pm)
+{
+    if (!pm || !*pm)
+        return;
+    DittoWarp *m = *pm;
+    ditto_weights_free(&m->weights);
+    ditto_buffer_free(&m->grid_buf);
+    ditto_free(m);
+    *pm = NULL;
+}
+
+/* ---- forward ---- */
+
+int ditto_warp_out_shape(const DittoWarp *m, const DittoTensor *f_s, int64_t shape[4])
+{
+    const int64_t mult = (int64_t)1 << m->nblocks;
+    if (f_s->ndim != 5 || f_s->shape[0] < 1 || f_s->shape[1] != m->c_feat || f_s->shape[2] != m->depth || f_s->shape[3] < 1 ||
+        f_s->shape[4] < 1 || f_s->shape[3] % mult || f_s->shape[4] % mult) {
+        char have[DITTO_SHAPE_STR_MAX];
+        return ditto_fail(&m->be->log, DITTO_ERR_SHAPE, "warp network: f_s has shape %s, expected (B,%lld,%lld,H,W) with H, W multiples of %lld",
+                          ditto_shape_str(f_s->shape, f_s->ndim, have, sizeof have), (long long)m->c_feat, (long long)m->depth, (long long)mult);
+    }
+    shape[0] = f_s->shape[0];
+    shape[1] = m->c_out;
+    shape[2] = f_s->shape[3];
+    shape[3] = f_s->shape[4];
+    return 0;
+}
+
+/* Upload make_coordinate_grid((D,H,W)) unless the network already holds it. */
+static int ensure_grid(DittoWarp *m, int64_t d, int64_t h, int64_t w)
+{
+    if (m->grid.data && m->grid.shape[0] == d && m->grid.shape[1] == h && m->grid.shape[2] == w)
+        return 0;
+    DittoBackend *be = m->be;
+    const int64_t shape[4] = { d, h, w, 3 };
+    DittoTensor g = ditto_tensor(NULL, DITTO_F32, 4, shape);
+    size_t bytes = ditto_tensor_nbytes(&g);
+    float *host = ditto_malloc(bytes);
+    if (!host)
+        return ditto_fail(&be->log, DITTO_ERR_NOMEM, "warp network: out of memory for the coordinate grid");
+    int rc = ditto_warp_coordinate_grid(host, d, h, w);
+    if (rc == 0 && m->grid_buf.ptr) {
+        rc = be->sync(be);                  /* the old grid may still be in use */
+        ditto_buffer_free(&m->grid_buf);
+        memset(&m->grid, 0, sizeof m->grid);
+    }
+    if (rc == 0)
+        rc = ditto_buffer_alloc(&m->grid_buf, &be->allocator, bytes);
+    if (rc == 0)
+        rc = be->upload(be, m->grid_buf.ptr, host, bytes);
+    ditto_free(host);
+    if (rc < 0)
+        return ditto_fail(&be->log, rc, "warp network: cannot set up the (%lld,%lld,%lld) coordinate grid", (long long)d, (long long)h,
+                          (long long)w);
+    g.data = m->grid_buf.ptr;
+    g.device = be->device;
+    m->grid = g;
+    return 0;
+}
+
+/* Hourglass (5.4 step 6): x (B,110,16,64,64) -> y (B,142,16,64,64). */
+static int hourglass(DittoWarp *m, DittoArena *ws, const DittoTensor *x, DittoTensor *y)
+{
+    DittoBackend *be = m->be;
+    const int n = m->nblocks;
+    const int64_t B = x->shape[0], D = x->shape[2];
+    const DittoConvParams pad1 = conv_pad(1);
+    const DittoPoolParams pool = { .kind = DITTO_POOL_AVG, .kernel = { 1, 2, 2 } };
+    DittoArenaMark top = ditto_arena_mark(ws), mk;
+    DittoTensor enc[WARP_MAX_BLOCKS + 1], t, tn, u;
+    int rc = 0;
+    /* encoder: outs = [x, down_0(x), down_1(...), ...]; DownBlock3d = conv, BN, ReLU, AvgPool (1,2,2) */
+    enc[0] = *x;
+    for (int i = 0; i < n; i++) {
+        const int64_t h = enc[i].shape[3], w = enc[i].shape[4];
+        TRY(new_f32(ws, &enc[i + 1], DITTO_SHAPE(B, m->c_enc[i], D, h / 2, w / 2)));
+        mk = ditto_arena_mark(ws);
+        TRY(new_f32(ws, &t, DITTO_SHAPE(B, m->c_enc[i], D, h, w)));
+        TRY(new_f32(ws, &tn, DITTO_SHAPE(B, m->c_enc[i], D, h, w)));
+        TRY(ditto_op_conv(be, &pad1, &enc[i], &m->down[i].weight, &m->down[i].bias, &t));   /* (B,64<<i,16,h,w) */
+        TRY(batch_norm(be, &m->down[i].norm, &t, &tn));
+        TRY(ditto_op_act(be, DITTO_UNARY_RELU, 0.0f, &tn, &tn));
+        TRY(ditto_op_pool(be, &pool, &tn, &enc[i + 1]));                                    /* (B,64<<i,16,h/2,w/2) */
+        ditto_arena_release(ws, mk);
+    }
+    /* decoder: UpBlock3d = nearest x(1,2,2), conv, BN, ReLU; then cat([out, skip]), skips deepest first */
+    DittoTensor cur = enc[n];
+    for (int j = 0; j < n; j++) {
+        const DittoTensor *skip = &enc[n - 1 - j];
+        const int64_t h = skip->shape[3], w = skip->shape[4];
+        DittoTensor cat;
+        TRY(new_f32(ws, &cat, DITTO_SHAPE(B, m->c_dec[j] + skip->shape[1], D, h, w)));
+        mk = ditto_arena_mark(ws);
+        TRY(new_f32(ws, &u, DITTO_SHAPE(B, cur.shape[1], D, h, w)));
+        TRY(new_f32(ws, &t, DITTO_SHAPE(B, m->c_dec[j], D, h, w)));
+        TRY(new_f32(ws, &tn, DITTO_SHAPE(B, m->c_dec[j], D, h, w)));
+        TRY(ditto_op_upsample_nearest(be, &cur, &u));                                       /* (B,1024,16,4,4) for j=0 */
+        TRY(ditto_op_conv(be, &pad1, &u, &m->up[j].weight, &m->up[j].bias, &t));            /* (B,512,16,4,4) */
+        TRY(batch_norm(be, &m->up[j].norm, &t, &tn));
+        TRY(ditto_op_act(be, DITTO_UNARY_RELU, 0.0f, &tn, &tn));
+        TRY(ditto_op_concat(be, 1, 2, (const DittoTensor *const[]){ &tn, skip }, &cat));   /* (B,512+512,16,4,4) */
+        ditto_arena_release(ws, mk);
+        cur = cat;
+    }
+    /* out: conv 3x3x3, BN, ReLU */
+    TRY(new_f32(ws, &t, DITTO_SHAPE(B, m->c_pred, D, y->shape[3], y->shape[4])));
+    TRY(ditto_op_conv(be, &pad1, &cur, &m->hg_out.weight, &m->hg_out.bias, &t));            /* (B,142,16,64,64) */
+    TRY(batch_norm(be, &m->hg_out.norm, &t, y));
+    TRY(ditto_op_act(be, DITTO_UNARY_RELU, 0.0f, y, y));
+done:
+    ditto_arena_release(ws, top);
+    return rc;
+}
+
+/*
+ * DenseMotionNetwork (5.4 steps 1-9): f_s (B,32,16,64,64), kp (B,21,3) ->
+ * deformation (B,16,64,64,3) and occlusion (B,1,64,64).
+ */
+static int dense_motion(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, const DittoTensor *kp_source, const DittoTensor *kp_driving,
+                        DittoTensor *deformation, DittoTensor *occlusion, const DittoTap *tap)
+{
+    DittoBackend *be = m->be;
+    const int64_t B = f_s->shape[0], D = f_s->shape[2], H = f_s->shape[3], W = f_s->shape[4];
+    const int64_t K = m->num_kp, K1 = K + 1, c = m->c_compress, P = m->c_pred;
+    const DittoConvParams pad0 = conv_pad(0), pad3 = conv_pad(3);
+    DittoArenaMark top = ditto_arena_mark(ws), mk;
+    DittoTensor motion, hg_in, pred, mask;
+    DittoTensor cmp, feat, zero, kpd, kps, kpd6, kps6, grid6, gd, gs, tmp, deformed, deformed6, deformed_p, heat6, hg_in6;
+    DittoTensor motion_v, mask6, def6, pred2d;
+    int rc;
+    TRY(new_f32(ws, &motion, DITTO_SHAPE(B, K1, D, H, W, 3)));
+    TRY(new_f32(ws, &hg_in, DITTO_SHAPE(B, K1 * (c + 1), D, H, W)));
+    mk = ditto_arena_mark(ws);
+
+    /* feature = relu(norm(compress(feature))) */
+    TRY(new_f32(ws, &cmp, DITTO_SHAPE(B, c, D, H, W)));
+    TRY(new_f32(ws, &feat, DITTO_SHAPE(B, c, D, H, W)));
+    TRY(ditto_op_conv(be, &pad0, f_s, &m->compress_w, &m->compress_b, &cmp));                 /* (B,4,16,64,64) */
+    TRY(batch_norm(be, &m->compress_norm, &cmp, &feat));
+    ditto_tap(tap, "dm_compress_bn", &feat);
+    TRY(ditto_op_act(be, DITTO_UNARY_RELU, 0.0f, &feat, &feat));
+
+    /*
+     * Sparse motions and heatmaps. A zero keypoint row prepended to both sets
+     * gives the identity motion S_0 = G - 0 + 0 = G and the all-zero heatmap
+     * H_0 = g(G) - g(G) = 0 exactly, so both come out of one broadcast each.
+     */
+    TRY(new_f32(ws, &zero, DITTO_SHAPE(B, 1, 3)));
+    TRY(new_f32(ws, &kpd, DITTO_SHAPE(B, K1, 3)));
+    TRY(new_f32(ws, &kps, DITTO_SHAPE(B, K1, 3)));
+    TRY(ditto_op_fill(be, 0.0f, &zero));
+    TRY(ditto_op_concat(be, 1, 2, (const DittoTensor *const[]){ &zero, kp_driving }, &kpd));  /* (B,22,3) */
+    TRY(ditto_op_concat(be, 1, 2, (const DittoTensor *const[]){ &zero, kp_source }, &kps));   /* (B,22,3) */
+    TRY(ditto_tensor_reshape(&kpd, DITTO_SHAPE(B, K1, 1, 1, 1, 3), &kpd6));
+    TRY(ditto_tensor_reshape(&kps, DITTO_SHAPE(B, K1, 1, 1, 1, 3), &kps6));
+    TRY(ditto_tensor_reshape(&m->grid, DITTO_SHAPE(1, 1, D, H, W, 3), &grid6));
+    TRY(new_f32(ws, &gd, DITTO_SHAPE(B, K1, D, H, W, 1)));
+    TRY(new_f32(ws, &gs, DITTO_SHAPE(B, K1, D, H, W, 1)));
+    TRY(new_f32(ws, &tmp, DITTO_SHAPE(B, K1, D, H, W, 3)));
+    TRY(ditto_op_binary(be, DITTO_BINARY_SUB, &grid6, &kpd6, &motion));                       /* G - kp_driving (B,22,16,64,64,3) */
+    TRY(gaussian(be, &motion, DITTO_WARP_KP_VARIANCE, &gd));                                   /* gaussian_driving (B,22,16,64,64,1) */
+    TRY(ditto_op_binary(be, DITTO_BINARY_SUB, &grid6, &kps6, &tmp));                          /* G - kp_source */
+    TRY(gaussian(be, &tmp, DITTO_WARP_KP_VARIANCE, &gs));                                      /* gaussian_source */
+    TRY(ditto_op_binary(be, DITTO_BINARY_SUB, &gd, &gs, &gd));                                /* heatmap (B,22,16,64,64,1) */
+    TRY(ditto_op_binary(be, DITTO_BINARY_ADD, &motion, &kps6, &motion));                      /* sparse motions G - kp_d + kp_s */
+
+    /*
+     * Deformed features: the K+1 grids are stacked along the output depth, so
+     * one grid_sample of the compressed volume samples every motion:
+     * out[:, :, m*D + d] = grid_sample(feat, S_m)[:, :, d].
+     */
+    TRY(ditto_tensor_reshape(&motion, DITTO_SHAPE(B, K1 * D, H, W, 3), &motion_v));
+    TRY(new_f32(ws, &deformed, DITTO_SHAPE(B, c, K1 * D, H, W)));
+    TRY(ditto_op_grid_sample(be, false, &feat, &motion_v, &deformed));                       /* (B,4,22*16,64,64) */
+    TRY(ditto_tensor_reshape(&deformed, DITTO_SHAPE(B, c, K1, D, H, W), &deformed6));
+    TRY(ditto_tensor_permute(&deformed6, (const int[]){ 0, 2, 1, 3, 4, 5 }, &deformed_p));     /* (B,22,4,16,64,64) view */
+    TRY(ditto_tensor_reshape(&gd, DITTO_SHAPE(B, K1, 1, D, H, W), &heat6));                   /* (B,22,1,16,64,64) */
+    TRY(ditto_tensor_reshape(&hg_in, DITTO_SHAPE(B, K1, c + 1, D, H, W), &hg_in6));
+    TRY(ditto_op_concat(be, 2, 2, (const DittoTensor *const[]){ &heat6, &deformed_p }, &hg_in6)); /* (B,22,5,16,64,64) */
+    ditto_arena_release(ws, mk);
+    ditto_tap(tap, "dm_hourglass_in", &hg_in);                                                /* (B,110,16,64,64) */
+
+    /* prediction = hourglass(input) */
+    TRY(new_f32(ws, &pred, DITTO_SHAPE(B, P, D, H, W)));
+    TRY(hourglass(m, ws, &hg_in, &pred));                                                     /* (B,142,16,64,64) */
+    ditto_tap(tap, "dm_hourglass_out", &pred);
+
+    /* mask = softmax(mask(prediction), dim=1) */
+    TRY(new_f32(ws, &mask, DITTO_SHAPE(B, K1, D, H, W)));
+    TRY(ditto_op_conv(be, &pad3, &pred, &m->mask_w, &m->mask_b, &mask));                      /* (B,22,16,64,64) */
+    TRY(ditto_op_softmax(be, 1, &mask, &mask));
+    ditto_tap(tap, "dm_mask", &mask);
+
+    /* deformation = sum_m mask_m * S_m */
+    TRY(ditto_tensor_reshape(&mask, DITTO_SHAPE(B, K1, D, H, W, 1), &mask6));
+    TRY(ditto_tensor_reshape(deformation, DITTO_SHAPE(B, 1, D, H, W, 3), &def6));
+    TRY(ditto_op_binary(be, DITTO_BINARY_MUL, &motion, &mask6, &motion));                     /* (B,22,16,64,64,3) */
+    TRY(ditto_op_reduce(be, DITTO_REDUCE_SUM, 1, &motion, &def6));                            /* (B,1,16,64,64,3) */
+    ditto_tap(tap, "dm_deformation", deformation);                                            /* (B,16,64,64,3) */
+
+    /* occlusion_map = sigmoid(occlusion(prediction viewed (B, 142*16, 64, 64))) */
+    if (m->has_occlusion) {
+        TRY(ditto_tensor_reshape(&pred, DITTO_SHAPE(B, P * D, H, W), &pred2d));                /* (B,2272,64,64), channel 16c+d */
+        TRY(ditto_op_conv(be, &pad3, &pred2d, &m->occlusion_w, &m->occlusion_b, occlusion));  /* (B,1,64,64) */
+        TRY(ditto_op_act(be, DITTO_UNARY_SIGMOID, 0.0f, occlusion, occlusion));
+        ditto_tap(tap, "dm_occlusion_map", occlusion);
+    }
+done:
+    ditto_arena_release(ws, top);
+    return rc;
+}
+
+static int check_kp(const DittoWarp *m, const char *name, const DittoTensor *kp, int64_t B)
+{
+    if (kp->ndim == 3 && kp->shape[0] == B && kp->shape[1] == m->num_kp && kp->shape[2] == 3 && kp->dtype == DITTO_F32 &&
+        kp->device == m->be->device)
+        return 0;
+    char have[DITTO_SHAPE_STR_MAX];
+    return ditto_fail(&m->be->log, DITTO_ERR_SHAPE, "warp network: %s has shape %s (%s), expected float32 (%lld,%lld,3)", name,
+                      ditto_shape_str(kp->shape, kp->ndim, have, sizeof have), ditto_dtype_name(kp->dtype), (long long)B,
+                      (long long)m->num_kp);
+}
+
+int ditto_warp_forward(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, const DittoTensor *kp_source, const DittoTensor *kp_driving,
+                       DittoTensor *out, const DittoTap *tap)
+{
+    DittoBackend *be = m->be;
+    int64_t oshape[4];
+    DITTO_TRY(ditto_warp_out_shape(m, f_s, oshape));
+    const int64_t B = f_s->shape[0], C = m->c_feat, D = f_s->shape[2], H = f_s->shape[3], W = f_s->shape[4];
+    DITTO_TRY(check_kp(m, "kp_source", kp_source, B));
+    DITTO_TRY(check_kp(m, "kp_driving", kp_driving, B));
+    if (out->ndim != 4 || memcmp(out->shape, oshape, sizeof oshape) || !ditto_tensor_is_contiguous(out)) {
+        char have[DITTO_SHAPE_STR_MAX], want[DITTO_SHAPE_STR_MAX];
+        return ditto_fail(&be->log, DITTO_ERR_SHAPE, "warp network: out has shape %s, expected contiguous %s",
+                          ditto_shape_str(out->shape, out->ndim, have, sizeof have), ditto_shape_str(oshape, 4, want, sizeof want));
+    }
+    DITTO_TRY(ensure_grid(m, D, H, W));
+    const DittoConvParams pad0 = conv_pad(0), pad1 = conv_pad(1);
+    DittoArenaMark top = ditto_arena_mark(ws);
+    DittoTensor deformation, occlusion, warped, warped2d, t3, t3n;
+    int rc;
+    TRY(new_f32(ws, &deformation, DITTO_SHAPE(B, D, H, W, 3)));
+    TRY(new_f32(ws, &occlusion, DITTO_SHAPE(B, 1, H, W)));
+    TRY(dense_motion(m, ws, f_s, kp_source, kp_driving, &deformation, &occlusion, tap));
+
+    /* out = deform_input(feature_3d, deformation).view(bs, c * d, h, w) */
+    TRY(new_f32(ws, &warped, DITTO_SHAPE(B, C, D, H, W)));
+    TRY(ditto_op_grid_sample(be, false, f_s, &deformation, &warped));                       /* (B,32,16,64,64) */
+    TRY(ditto_tensor_reshape(&warped, DITTO_SHAPE(B, C * D, H, W), &warped2d));             /* (B,512,64,64), channel 16c+d */
+    ditto_tap(tap, "warped_feature", &warped2d);
+
+    /* out = third(out): conv 3x3, BN, LeakyReLU(0.01) */
+    TRY(new_f32(ws, &t3, DITTO_SHAPE(B, m->c_third, H, W)));
+    TRY(new_f32(ws, &t3n, DITTO_SHAPE(B, m->c_third, H, W)));
+    TRY(ditto_op_conv(be, &pad1, &warped2d, &m->third.weight, &m->third.bias, &t3));        /* (B,256,64,64) */
+    TRY(batch_norm(be, &m->third.norm, &t3, &t3n));
+    TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, 0.01f, &t3n, &t3n));
+
+    /* out = fourth(out): conv 1x1 */
+    TRY(ditto_op_conv(be, &pad0, &t3n, &m->fourth_w, &m->fourth_b, out));                   /* (B,256,64,64) */
+    ditto_tap(tap, "pre_occlusion_out", out);
+
+    /* out = out * occlusion_map */
+    if (m->has_occlusion)
+        TRY(ditto_op_binary(be, DITTO_BINARY_MUL, out, &occlusion, out));                   /* (B,256,64,64) * (B,1,64,64) */
+done:
+    ditto_arena_release(ws, top);
+    return rc;
+}

@@ -1,0 +1,41 @@
+/*
+ * Pieces of the WarpingNetwork (ditto-architecture.md 5.1, 5.4) exposed for
+ * the function-level fixture cases (fn_make_coordinate_grid, fn_kp2gaussian,
+ * fn_grid_sample_3d) and for tests. Not part of the public API.
+ */
+#ifndef DITTO_MODELS_WARP_INTERNAL_H
+#define DITTO_MODELS_WARP_INTERNAL_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "core/buffer.h"
+#include "core/tensor.h"
+
+/* Variance of the keypoint Gaussians (kp2gaussian's kp_variance). */
+#define DITTO_WARP_KP_VARIANCE 0.01
+
+/*
+ * make_coordinate_grid((d, h, w)) on the host, float32 (d, h, w, 3):
+ * out[z][y][x] = (2x/(w-1) - 1, 2y/(h-1) - 1, 2z/(d-1) - 1), computed in
+ * double and rounded once. Every size must be >= 2 (upstream divides by
+ * size - 1); returns DITTO_ERR_SHAPE otherwise.
+ */
+int ditto_warp_coordinate_grid(float *out, int64_t d, int64_t h, int64_t w);
+
+/*
+ * kp2gaussian: kp (B,K,3), grid (D,H,W,3) on the backend ->
+ * out (B,K,D,H,W) = exp(-0.5 * sum_xyz (grid - kp)^2 / variance).
+ * Scratch from ws (released before return); out contiguous, caller-allocated.
+ */
+int ditto_warp_kp2gaussian(DittoBackend *be, DittoArena *ws, const DittoTensor *grid, const DittoTensor *kp, double variance,
+                           DittoTensor *out);
+
+/*
+ * F.grid_sample(x, grid, align_corners=False) as the warp network calls it:
+ * x (N,C,D,H,W), grid (N,Do,Ho,Wo,3) with (x->W, y->H, z->D), trilinear, zero
+ * padding -> y (N,C,Do,Ho,Wo).
+ */
+int ditto_warp_grid_sample(DittoBackend *be, const DittoTensor *x, const DittoTensor *grid, DittoTensor *y);
+
+#endif

@@ -1,0 +1,323 @@
+#include "nn/weights.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/mem.h"
+
+void ditto_weights_free(DittoWeights *w)
+{
+    for (int i = 0; i < w->n; i++)
+        ditto_buffer_free(&w->bufs[i]);
+    ditto_free(w->bufs);
+    memset(w, 0, sizeof *w);
+}
+
+void ditto_loader_init(DittoLoader *l, DittoCatalog *cat, DittoBackend *be, DittoWeights *dst, const char *what, const char *prefix)
+{
+    memset(l, 0, sizeof *l);
+    l->cat = cat;
+    l->be = be;
+    l->dst = dst;
+    l->what = what;
+    snprintf(l->prefix, sizeof l->prefix, "%s", prefix ? prefix : "");
+}
+
+/* Compare a checkpoint key with a wanted key, optionally deleting every "module." substring first (as upstream does for DDP keys). */
+static bool key_eq(const char *have, const char *want, bool strip)
+{
+    if (!strip)
+        return !strcmp(have, want);
+    char norm[256];
+    size_t k = 0;
+    while (*have && k + 1 < sizeof norm) {
+        if (!strncmp(have, "module.", 7)) {
+            have += 7;
+            continue;
+        }
+        norm[k++] = *have++;
+    }
+    norm[k] = 0;
+    return !*have && !strcmp(norm, want);
+}
+
+static DittoCatalogEntry *find(DittoLoader *l, const char *key)
+{
+    if (!l->strip_module)
+        return ditto_catalog_get(l->cat, key);
+    for (size_t i = 0; i < l->cat->n; i++)
+        if (key_eq(l->cat->entries[i].name, key, true))
+            return &l->cat->entries[i];
+    return NULL;
+}
+
+static void vkey(DittoLoader *l, char *buf, size_t n, const char *fmt, va_list ap)
+{
+    size_t k = (size_t)snprintf(buf, n, "%s", l->prefix);
+    if (k < n)
+        vsnprintf(buf + k, n - k, fmt, ap);
+}
+
+const DittoCatalogEntry *ditto_loader_peek(DittoLoader *l, const char *fmt, ...)
+{
+    char key[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vkey(l, key, sizeof key, fmt, ap);
+    va_end(ap);
+    return find(l, key);
+}
+
+static const char *file_name(const DittoLoader *l)
+{
+    const char *s = strrchr(l->cat->path, '/');
+    return s ? s + 1 : l->cat->path;
+}
+
+int ditto_loader_fail(DittoLoader *l, int err, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ditto_log(&l->be->log, DITTO_LOG_ERROR, "%s: %s (loading the %s)", file_name(l), msg, l->what);
+    if (!l->err)
+        l->err = err;
+    return l->err;
+}
+
+static const DittoCatalogEntry *peek_rank(DittoLoader *l, int ndim, const char *fmt, va_list ap)
+{
+    if (l->err)
+        return NULL;
+    char key[256];
+    vkey(l, key, sizeof key, fmt, ap);
+    const DittoCatalogEntry *e = find(l, key);
+    bool ok = e && e->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++)
+        ok = e->shape[i] >= 1 && e->shape[i] <= INT32_MAX;
+    if (ok)
+        return e;
+    char have[DITTO_SHAPE_STR_MAX];
+    if (!e)
+        ditto_loader_fail(l, DITTO_ERR_KEY, "key '%s' is missing; is this the right checkpoint?", key);
+    else
+        ditto_loader_fail(l, DITTO_ERR_KEY, "key '%s' has shape %s, expected a %d-d tensor", key, ditto_shape_str(e->shape, e->ndim, have, sizeof have), ndim);
+    return NULL;
+}
+
+const DittoCatalogEntry *ditto_loader_peek_rank(DittoLoader *l, int ndim, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    const DittoCatalogEntry *e = peek_rank(l, ndim, fmt, ap);
+    va_end(ap);
+    return e;
+}
+
+int64_t ditto_loader_dim(DittoLoader *l, int ndim, int axis, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    const DittoCatalogEntry *e = peek_rank(l, ndim, fmt, ap);
+    va_end(ap);
+    return e && axis >= 0 && axis < ndim ? e->shape[axis] : 0;
+}
+
+/* Look up key and check the shape; marks the entry used. */
+static DittoCatalogEntry *expect(DittoLoader *l, const char *key, int ndim, const int64_t *shape)
+{
+    DittoCatalogEntry *e = find(l, key);
+    char want[DITTO_SHAPE_STR_MAX], have[DITTO_SHAPE_STR_MAX];
+    if (!e) {
+        ditto_loader_fail(l, DITTO_ERR_KEY, "key '%s' %s is missing", key, ditto_shape_str(shape, ndim, want, sizeof want));
+        return NULL;
+    }
+    bool same = e->ndim == ndim;
+    for (int i = 0; same && i < ndim; i++)
+        same = e->shape[i] == shape[i];
+    if (!same) {
+        ditto_loader_fail(l, DITTO_ERR_KEY, "key '%s' has shape %s, expected %s", key, ditto_shape_str(e->shape, e->ndim, have, sizeof have),
+                 ditto_shape_str(shape, ndim, want, sizeof want));
+        return NULL;
+    }
+    e->used = true;
+    return e;
+}
+
+static int store(DittoLoader *l, DittoBuffer *out, size_t bytes)
+{
+    DittoWeights *w = l->dst;
+    if (w->n == w->cap) {
+        int cap = w->cap ? w->cap * 2 : 64;
+        DittoBuffer *nb = ditto_realloc(w->bufs, (size_t)cap * sizeof *nb);
+        if (!nb)
+            return DITTO_ERR_NOMEM;
+        w->bufs = nb;
+        w->cap = cap;
+    }
+    int rc = ditto_buffer_alloc(&w->bufs[w->n], &l->be->allocator, bytes);
+    if (rc < 0)
+        return rc;
+    *out = w->bufs[w->n++];
+    w->bytes += bytes;
+    return 0;
+}
+
+/* Upload host float32 data as a new parameter tensor. */
+static int bind_f32(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape, const float *host)
+{
+    DittoTensor t = ditto_tensor(NULL, DITTO_F32, ndim, shape);
+    DittoBuffer b;
+    int rc = store(l, &b, ditto_tensor_nbytes(&t));
+    if (rc < 0)
+        return ditto_loader_fail(l, rc, "out of memory for parameters");
+    rc = l->be->upload(l->be, b.ptr, host, ditto_tensor_nbytes(&t));
+    if (rc < 0)
+        return ditto_loader_fail(l, rc, "upload of parameters failed");
+    t.data = b.ptr;
+    t.device = l->be->device;
+    *out = t;
+    return 0;
+}
+
+static float *read_host(DittoLoader *l, const DittoCatalogEntry *e)
+{
+    float *h = ditto_malloc_aligned((size_t)ditto_catalog_entry_numel(e) * sizeof(float));
+    if (!h) {
+        ditto_loader_fail(l, DITTO_ERR_NOMEM, "out of memory reading '%s'", e->name);
+        return NULL;
+    }
+    int rc = ditto_catalog_read_f32(l->cat, e, h);
+    if (rc < 0) {
+        ditto_free_aligned(h);
+        ditto_loader_fail(l, rc, "cannot read '%s'", e->name);
+        return NULL;
+    }
+    return h;
+}
+
+int ditto_loader_get(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape, const char *fmt, ...)
+{
+    memset(out, 0, sizeof *out);
+    if (l->err)
+        return l->err;
+    char key[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vkey(l, key, sizeof key, fmt, ap);
+    va_end(ap);
+    DittoCatalogEntry *e = expect(l, key, ndim, shape);
+    if (!e)
+        return l->err;
+    float *h = read_host(l, e);
+    if (!h)
+        return l->err;
+    bind_f32(l, out, ndim, shape, h);
+    ditto_free_aligned(h);
+    return l->err;
+}
+
+int ditto_loader_skip(DittoLoader *l, const char *fmt, ...)
+{
+    if (l->err)
+        return l->err;
+    char key[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vkey(l, key, sizeof key, fmt, ap);
+    va_end(ap);
+    DittoCatalogEntry *e = find(l, key);
+    if (!e)
+        return ditto_loader_fail(l, DITTO_ERR_KEY, "key '%s' is missing", key);
+    e->used = true;
+    return 0;
+}
+
+int ditto_loader_get_sn(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape, const char *fmt, ...)
+{
+    memset(out, 0, sizeof *out);
+    if (l->err)
+        return l->err;
+    char base[200], key[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vkey(l, base, sizeof base, fmt, ap);
+    va_end(ap);
+    int64_t rows = shape[0], cols = 1;
+    for (int i = 1; i < ndim; i++)
+        cols *= shape[i];
+    snprintf(key, sizeof key, "%s.weight_orig", base);
+    DittoCatalogEntry *ew = expect(l, key, ndim, shape);
+    snprintf(key, sizeof key, "%s.weight_u", base);
+    DittoCatalogEntry *eu = ew ? expect(l, key, 1, &rows) : NULL;
+    snprintf(key, sizeof key, "%s.weight_v", base);
+    DittoCatalogEntry *ev = eu ? expect(l, key, 1, &cols) : NULL;
+    if (!ev)
+        return l->err;
+    float *w = read_host(l, ew), *u = w ? read_host(l, eu) : NULL, *v = u ? read_host(l, ev) : NULL;
+    if (v) {
+        /* sigma = u . (W v), accumulated in double */
+        double sigma = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            double s = 0;
+            for (int64_t c = 0; c < cols; c++)
+                s += (double)w[r * cols + c] * v[c];
+            sigma += (double)u[r] * s;
+        }
+        if (!(fabs(sigma) > 1e-30) || !isfinite(sigma)) {
+            ditto_loader_fail(l, DITTO_ERR_FORMAT, "spectral norm of '%s' is %g (u, v do not fit the weight)", base, sigma);
+        } else {
+            /* PyTorch divides in float32 by the float32 sigma */
+            float fs = (float)sigma;
+            for (int64_t i = 0; i < rows * cols; i++)
+                w[i] = w[i] / fs;
+            bind_f32(l, out, ndim, shape, w);
+        }
+    }
+    ditto_free_aligned(w);
+    ditto_free_aligned(u);
+    ditto_free_aligned(v);
+    return l->err;
+}
+
+int ditto_loader_get_bn(DittoLoader *l, DittoBatchNorm *bn, int64_t c, const char *fmt, ...)
+{
+    char base[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(base, sizeof base, fmt, ap);
+    va_end(ap);
+    ditto_loader_get(l, &bn->weight, DITTO_SHAPE(c), "%s.weight", base);
+    ditto_loader_get(l, &bn->bias, DITTO_SHAPE(c), "%s.bias", base);
+    ditto_loader_get(l, &bn->mean, DITTO_SHAPE(c), "%s.running_mean", base);
+    ditto_loader_get(l, &bn->var, DITTO_SHAPE(c), "%s.running_var", base);
+    /* an int64 scalar only used in training; absent in some exports */
+    if (ditto_loader_peek(l, "%s.num_batches_tracked", base))
+        ditto_loader_skip(l, "%s.num_batches_tracked", base);
+    return l->err;
+}
+
+int ditto_loader_finish(DittoLoader *l)
+{
+    if (l->err)
+        return l->err;
+    size_t plen = strlen(l->prefix), unknown = 0;
+    const char *first = NULL;
+    for (size_t i = 0; i < l->cat->n; i++) {
+        const DittoCatalogEntry *e = &l->cat->entries[i];
+        if (e->used || strncmp(e->name, l->prefix, plen))
+            continue;
+        if (!first)
+            first = e->name;
+        unknown++;
+    }
+    if (unknown)
+        return ditto_loader_fail(l, DITTO_ERR_KEY, "unknown key '%s'%s (%zu key%s not used by the network; is this the right checkpoint?)", first,
+                        unknown > 1 ? " and others" : "", unknown, unknown > 1 ? "s" : "");
+    return 0;
+}

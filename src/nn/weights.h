@@ -1,0 +1,75 @@
+/*
+ * Binding checkpoint tensors to a network, strictly: every key a network asks
+ * for must exist with exactly the expected shape, and every key under the
+ * network's prefix must be asked for. Errors name the file, the key and both
+ * shapes. Errors are sticky (loader->err), so a network's load function can
+ * read like its state_dict, one ditto_loader_get() per line, and check once.
+ */
+#ifndef DITTO_NN_WEIGHTS_H
+#define DITTO_NN_WEIGHTS_H
+
+#include "backend/backend.h"
+#include "weights/catalog.h"
+
+#if defined(__GNUC__)
+#define DITTO_LOADER_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define DITTO_LOADER_PRINTF(a, b)
+#endif
+
+/* DITTO_SHAPE(64, 3, 3, 3) expands to the (ndim, shape) argument pair. */
+#define DITTO_SHAPE(...) (int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)), (const int64_t[]){ __VA_ARGS__ }
+
+/* Owner of a network's parameter buffers on one backend. */
+typedef struct DittoWeights {
+    DittoBuffer *bufs;
+    int n, cap;
+    size_t bytes;
+} DittoWeights;
+
+void ditto_weights_free(DittoWeights *w);
+
+typedef struct DittoLoader {
+    DittoCatalog *cat;
+    DittoBackend *be;
+    DittoWeights *dst;
+    const char *what;        /* network name for messages, e.g. "warp network" */
+    char prefix[96];         /* prepended to every key, e.g. "retarget_shoulder." */
+    bool strip_module;       /* ignore "module." substrings in checkpoint keys (DDP) */
+    int err;                 /* first error; later calls are no-ops */
+} DittoLoader;
+
+void ditto_loader_init(DittoLoader *l, DittoCatalog *cat, DittoBackend *be, DittoWeights *dst, const char *what, const char *prefix);
+
+/* Entry for prefix+key, or NULL (no error logged). For deriving sizes from the checkpoint. */
+const DittoCatalogEntry *ditto_loader_peek(DittoLoader *l, const char *fmt, ...) DITTO_LOADER_PRINTF(2, 3);
+/*
+ * Entry for prefix+key, which must exist with ndim dims, each in [1, INT32_MAX];
+ * else NULL with a logged DITTO_ERR_KEY ("missing" / "has shape ..., expected
+ * a N-d tensor") set in l->err. For deriving sizes from the checkpoint.
+ */
+const DittoCatalogEntry *ditto_loader_peek_rank(DittoLoader *l, int ndim, const char *fmt, ...) DITTO_LOADER_PRINTF(3, 4);
+/* Dimension axis of prefix+key (as ditto_loader_peek_rank); 0 after an error. */
+int64_t ditto_loader_dim(DittoLoader *l, int ndim, int axis, const char *fmt, ...) DITTO_LOADER_PRINTF(4, 5);
+/* Bind prefix+key with exactly this shape as a float32 tensor on the backend. */
+int ditto_loader_get(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape, const char *fmt, ...) DITTO_LOADER_PRINTF(5, 6);
+/* Mark prefix+key as known without loading it (e.g. num_batches_tracked); missing is an error. */
+int ditto_loader_skip(DittoLoader *l, const char *fmt, ...) DITTO_LOADER_PRINTF(2, 3);
+/*
+ * Spectral-norm weight: reads K.weight_orig (shape), K.weight_u (shape[0]) and
+ * K.weight_v (prod shape[1:]) and binds W = weight_orig / sigma with
+ * sigma = u . (W_mat v), W_mat = weight_orig as (out, in*k*k) (eval-time
+ * torch.nn.utils.spectral_norm: no power iteration).
+ */
+int ditto_loader_get_sn(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape, const char *fmt, ...) DITTO_LOADER_PRINTF(5, 6);
+/* BatchNorm K.{weight,bias,running_mean,running_var} of size c (+ num_batches_tracked). */
+typedef struct DittoBatchNorm {
+    DittoTensor weight, bias, mean, var;
+} DittoBatchNorm;
+int ditto_loader_get_bn(DittoLoader *l, DittoBatchNorm *bn, int64_t c, const char *fmt, ...) DITTO_LOADER_PRINTF(4, 5);
+/* Log "FILE: message (loading the NETWORK)" and make err sticky (first error wins). Returns l->err. */
+int ditto_loader_fail(DittoLoader *l, int err, const char *fmt, ...) DITTO_LOADER_PRINTF(3, 4);
+/* Every checkpoint key under the prefix must have been bound or skipped. Returns l->err. */
+int ditto_loader_finish(DittoLoader *l);
+
+#endif

@@ -1,0 +1,916 @@
+/*
+ * WarpingNetwork (W) and SPADEDecoder (G) against the golden fixtures
+ * (shared/fixtures/ditto: float64 references), plus the warp helpers
+ * (coordinate grid, kp2gaussian, grid_sample 3-D), batch independence,
+ * strict loading, and an opt-in full-size smoke run on random weights
+ * (DITTO_TEST_FULLSIZE=1: official channels at a smaller spatial size;
+ * DITTO_TEST_FULLSIZE=official: the official 64x64 input too).
+ */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/buffer.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "models/models.h"
+#include "models/warp_internal.h"
+#include "nn/weights.h"
+#include "test_util.h"
+#include "weights/catalog.h"
+
+#define NET_TOL 1e-4       /* fixed network tolerances (fixtures README), used for intermediates */
+#define NET_TOL_MAX 1e-3
+
+static char g_dir[4096];
+static cJSON *g_manifest;
+
+static const char *fixture_dir(void)
+{
+    const char *s = test_shared_dir();
+    if (!s)
+        return NULL;
+    snprintf(g_dir, sizeof g_dir, "%s/fixtures/ditto", s);
+    return g_dir;
+}
+
+static char *fixture_path(const char *file)
+{
+    static char buf[4200];
+    snprintf(buf, sizeof buf, "%s/%s", g_dir, file);
+    return buf;
+}
+
+static void load_manifest(void)
+{
+    FILE *f = fopen(fixture_path("manifest.json"), "rb");
+    if (!f)
+        return;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) == (size_t)n) {
+        s[n] = 0;
+        g_manifest = cJSON_Parse(s);
+    }
+    free(s);
+    fclose(f);
+}
+
+static const cJSON *manifest_case(const char *name)
+{
+    const cJSON *cases = cJSON_GetObjectItemCaseSensitive(g_manifest, "cases"), *c;
+    cJSON_ArrayForEach(c, cases) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(c, "name");
+        if (cJSON_IsString(n) && !strcmp(n->valuestring, name))
+            return c;
+    }
+    return NULL;
+}
+
+/* tolerance.<out>.fp32 of a case; the fixed network values when absent. */
+static void case_tol(const char *cname, const char *out, double *tol, double *tol_max)
+{
+    *tol = NET_TOL;
+    *tol_max = NET_TOL_MAX;
+    const cJSON *c = manifest_case(cname);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "tolerance"), out);
+    t = cJSON_GetObjectItemCaseSensitive(t, "fp32");
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(t, "rel_l2"), *m = cJSON_GetObjectItemCaseSensitive(t, "max_abs_over_max_ref");
+    if (cJSON_IsNumber(r))
+        *tol = r->valuedouble;
+    if (cJSON_IsNumber(m))
+        *tol_max = m->valuedouble;
+}
+
+/* ---- io files ---- */
+
+static DittoCatalog *open_cat(TestCtx *c, const char *file)
+{
+    DittoCatalog *cat = NULL;
+    if (ditto_catalog_open_pth(&cat, fixture_path(file), &c->be->log) < 0)
+        return NULL;
+    return cat;
+}
+
+static double *io_ref(DittoCatalog *io, const char *name, const DittoTensor *want)
+{
+    const DittoCatalogEntry *e = ditto_catalog_find(io, name);
+    if (!e || e->ndim != want->ndim)
+        return NULL;
+    for (int i = 0; i < e->ndim; i++)
+        if (e->shape[i] != want->shape[i])
+            return NULL;
+    size_t n = (size_t)ditto_catalog_entry_numel(e);
+    float *f = malloc(n * sizeof *f);
+    double *d = malloc(n * sizeof *d);
+    if (!f || !d || ditto_catalog_read_f32(io, e, f) < 0) {
+        free(f);
+        free(d);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        d[i] = f[i];
+    free(f);
+    return d;
+}
+
+static TT *io_input(TestCtx *c, DittoCatalog *io, const char *name)
+{
+    const DittoCatalogEntry *e = ditto_catalog_find(io, name);
+    if (!e)
+        return NULL;
+    TT *t = tt_new(c, DITTO_F32, e->ndim, e->shape);
+    if (ditto_catalog_read_f32(io, e, tt_f32(t)) < 0 || tt_to_dev(t) < 0) {
+        tt_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* Item i of a host tensor as a new (1, ...) TT on the device. */
+static TT *tt_item(TestCtx *c, TT *src, int64_t i)
+{
+    int64_t shape[DITTO_MAX_DIMS];
+    memcpy(shape, src->host.shape, sizeof shape);
+    shape[0] = 1;
+    TT *t = tt_new(c, DITTO_F32, src->host.ndim, shape);
+    size_t n = (size_t)ditto_tensor_numel(&t->host);
+    memcpy(tt_f32(t), tt_f32(src) + (size_t)i * n, n * sizeof(float));
+    tt_to_dev(t);
+    return t;
+}
+
+static bool check_out(TestCtx *c, const char *label, TT *t, DittoCatalog *io, const char *cname, const char *name)
+{
+    double tol, tol_max;
+    case_tol(cname, name, &tol, &tol_max);
+    double *ref = io_ref(io, name, &t->host);
+    if (!ref)
+        return test_report(c, label, false, "reference '%s' missing or of another shape", name);
+    bool ok = test_check(c, label, t, ref, tol, tol_max);
+    free(ref);
+    return ok;
+}
+
+/* ---- tap: compare every reported intermediate the io file holds ---- */
+
+typedef struct TapCmp {
+    TestCtx *c;
+    DittoCatalog *io;
+    const char *cname;
+    int compared;
+} TapCmp;
+
+static void tap_compare(void *ctx, const char *name, const DittoTensor *t)
+{
+    TapCmp *tc = ctx;
+    char label[160];
+    snprintf(label, sizeof label, "%s.%s", tc->cname, name);
+    if (!ditto_catalog_find(tc->io, name))
+        return;
+    tc->compared++;
+    if (!test_selected(tc->c, label))
+        return;
+    double *ref = io_ref(tc->io, name, t);
+    if (!ref || !ditto_tensor_is_contiguous(t) || t->dtype != DITTO_F32) {
+        free(ref);
+        char buf[DITTO_SHAPE_STR_MAX];
+        test_report(tc->c, label, false, "tap %s: shape differs from the reference or not contiguous f32",
+                    ditto_shape_str(t->shape, t->ndim, buf, sizeof buf));
+        return;
+    }
+    size_t n = (size_t)ditto_tensor_numel(t);
+    float *h = malloc(n * sizeof *h);
+    tc->c->be->download(tc->c->be, h, t->data, n * sizeof *h);
+    TestErr e = test_compare(h, ref, n);
+    double rmax = e.max_ref > 0 ? e.max_abs / e.max_ref : e.max_abs;
+    test_report(tc->c, label, e.nonfinite == 0 && e.rel_l2 <= NET_TOL && rmax <= NET_TOL_MAX,
+                "rel_l2 %.3g (tol %.1g) max_abs/max_ref %.3g (tol %.1g)%s", e.rel_l2, NET_TOL, rmax, NET_TOL_MAX,
+                e.nonfinite ? " NON-FINITE" : "");
+    free(h);
+    free(ref);
+}
+
+/* Number of manifest intermediates of a case the io file holds. */
+static int expected_taps(const char *cname, DittoCatalog *io)
+{
+    const cJSON *im = cJSON_GetObjectItemCaseSensitive(manifest_case(cname), "intermediates"), *it;
+    int n = 0;
+    cJSON_ArrayForEach(it, im)
+        n += ditto_catalog_find(io, it->string) != NULL;
+    return n;
+}
+
+/* Items of out (B, ...) vs the outputs of B single-item runs (bitwise). */
+static void check_items(TestCtx *c, const char *label, TT *batch, TT **single, int64_t B)
+{
+    size_t n = (size_t)(ditto_tensor_numel(&batch->host) / B);
+    long long diff = 0;
+    double max_d = 0;
+    for (int64_t b = 0; b < B; b++) {
+        tt_to_host(single[b]);
+        const float *x = tt_f32(batch) + (size_t)b * n, *y = tt_f32(single[b]);
+        for (size_t i = 0; i < n; i++)
+            if (memcmp(&x[i], &y[i], sizeof(float))) {
+                diff++;
+                double d = fabs((double)x[i] - y[i]);
+                max_d = d > max_d || d != d ? d : max_d;
+            }
+    }
+    test_report(c, label, diff == 0, "%lld of %zu values differ from the single-item runs (max |diff| %.3g)", diff, n * (size_t)B, max_d);
+}
+
+/* ---- pure functions ---- */
+
+static void test_fn_grid(TestCtx *c)
+{
+    const char *cname = "fn_make_coordinate_grid";
+    if (!test_selected(c, cname))
+        return;
+    DittoCatalog *io = open_cat(c, "fn_make_coordinate_grid.io.pth");
+    if (!io) {
+        test_report(c, cname, false, "cannot open the io file");
+        return;
+    }
+    TT *t = tt_new(c, DITTO_F32, 4, (int64_t[]){ 5, 6, 7, 3 });
+    int rc = ditto_warp_coordinate_grid(tt_f32(t), 5, 6, 7);
+    tt_to_dev(t);   /* test_check downloads; keep host and device in step */
+    if (rc < 0)
+        test_report(c, cname, false, "rc %d", rc);
+    else
+        check_out(c, cname, t, io, cname, "out");
+    tt_free(t);
+    ditto_catalog_close(&io);
+}
+
+static void test_fn_kp2gaussian(TestCtx *c, DittoArena *ws)
+{
+    const char *cname = "fn_kp2gaussian";
+    if (!test_selected(c, cname))
+        return;
+    DittoCatalog *io = open_cat(c, "fn_kp2gaussian.io.pth");
+    TT *kp = io ? io_input(c, io, "kp") : NULL;
+    if (!kp) {
+        test_report(c, cname, false, "cannot read the io file");
+        ditto_catalog_close(&io);
+        return;
+    }
+    const int64_t B = kp->host.shape[0], K = kp->host.shape[1], D = 4, H = 6, W = 8;
+    TT *grid = tt_new(c, DITTO_F32, 4, (int64_t[]){ D, H, W, 3 });
+    ditto_warp_coordinate_grid(tt_f32(grid), D, H, W);
+    tt_to_dev(grid);
+    TT *out = tt_new(c, DITTO_F32, 5, (int64_t[]){ B, K, D, H, W });
+    int rc = ditto_warp_kp2gaussian(c->be, ws, &grid->dev, &kp->dev, DITTO_WARP_KP_VARIANCE, &out->dev);
+    if (rc < 0)
+        test_report(c, cname, false, "rc %d", rc);
+    else
+        check_out(c, cname, out, io, cname, "out");
+    tt_free(out);
+    tt_free(grid);
+    tt_free(kp);
+    ditto_catalog_close(&io);
+}
+
+static void test_fn_grid_sample(TestCtx *c)
+{
+    const char *cname = "fn_grid_sample_3d";
+    if (!test_selected(c, cname))
+        return;
+    DittoCatalog *io = open_cat(c, "fn_grid_sample_3d.io.pth");
+    TT *x = io ? io_input(c, io, "input") : NULL, *g = io ? io_input(c, io, "grid") : NULL;
+    if (!x || !g) {
+        test_report(c, cname, false, "cannot read the io file");
+    } else {
+        TT *y = tt_new(c, DITTO_F32, 5, (int64_t[]){ x->host.shape[0], x->host.shape[1], g->host.shape[1], g->host.shape[2], g->host.shape[3] });
+        int rc = ditto_warp_grid_sample(c->be, &x->dev, &g->dev, &y->dev);
+        if (rc < 0)
+            test_report(c, cname, false, "rc %d", rc);
+        else
+            check_out(c, cname, y, io, cname, "out");
+        tt_free(y);
+    }
+    tt_free(x);
+    tt_free(g);
+    ditto_catalog_close(&io);
+}
+
+/* ---- networks ---- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void test_warp_case(TestCtx *c, DittoArena *ws, DittoWarp *w, const char *cname)
+{
+    if (!test_selected(c, cname))
+        return;
+    char file[64];
+    snprintf(file, sizeof file, "%s.io.pth", cname);
+    DittoCatalog *io = open_cat(c, file);
+    TT *f_s = io ? io_input(c, io, "feature_3d") : NULL;
+    TT *kp_s = io ? io_input(c, io, "kp_source") : NULL, *kp_d = io ? io_input(c, io, "kp_driving") : NULL;
+    if (!f_s || !kp_s || !kp_d) {
+        test_report(c, cname, false, "cannot read the io file");
+        goto done;
+    }
+    int64_t shape[4];
+    if (ditto_warp_out_shape(w, &f_s->dev, shape) < 0) {
+        test_report(c, cname, false, "out_shape failed");
+        goto done;
+    }
+    const int64_t B = shape[0];
+    TT *out = tt_new(c, DITTO_F32, 4, shape);
+    TapCmp tc = { c, io, cname, 0 };
+    DittoTap tap = { tap_compare, &tc };
+    double t0 = now_s();
+    int rc = ditto_warp_forward(w, ws, &f_s->dev, &kp_s->dev, &kp_d->dev, &out->dev, &tap);
+    double t1 = now_s();
+    char label[96];
+    snprintf(label, sizeof label, "%s.out", cname);
+    if (rc < 0) {
+        test_report(c, label, false, "forward rc %d", rc);
+    } else {
+        check_out(c, label, out, io, cname, "out");
+        snprintf(label, sizeof label, "%s.taps", cname);
+        int want = expected_taps(cname, io);
+        test_report(c, label, tc.compared == want, "%d of %d stored intermediates reported (forward %.3f s)", tc.compared, want, t1 - t0);
+        if (B > 1) {
+            TT *single[8] = { 0 };
+            for (int64_t b = 0; b < B && b < 8; b++) {
+                TT *fb = tt_item(c, f_s, b), *sb = tt_item(c, kp_s, b), *db = tt_item(c, kp_d, b);
+                int64_t s1[4] = { 1, shape[1], shape[2], shape[3] };
+                single[b] = tt_new(c, DITTO_F32, 4, s1);
+                rc |= ditto_warp_forward(w, ws, &fb->dev, &sb->dev, &db->dev, &single[b]->dev, NULL);
+                tt_free(fb);
+                tt_free(sb);
+                tt_free(db);
+            }
+            snprintf(label, sizeof label, "%s.batch_items", cname);
+            if (rc < 0)
+                test_report(c, label, false, "single-item forward failed");
+            else
+                check_items(c, label, out, single, B);
+            for (int64_t b = 0; b < B && b < 8; b++)
+                tt_free(single[b]);
+        }
+    }
+    tt_free(out);
+done:
+    tt_free(f_s);
+    tt_free(kp_s);
+    tt_free(kp_d);
+    ditto_catalog_close(&io);
+}
+
+static void test_decoder_case(TestCtx *c, DittoArena *ws, DittoDecoder *g, const char *cname)
+{
+    if (!test_selected(c, cname))
+        return;
+    char file[64];
+    snprintf(file, sizeof file, "%s.io.pth", cname);
+    DittoCatalog *io = open_cat(c, file);
+    TT *feat = io ? io_input(c, io, "feature") : NULL;
+    if (!feat) {
+        test_report(c, cname, false, "cannot read the io file");
+        ditto_catalog_close(&io);
+        return;
+    }
+    int64_t shape[4];
+    if (ditto_decoder_out_shape(g, &feat->dev, shape) < 0) {
+        test_report(c, cname, false, "out_shape failed");
+        tt_free(feat);
+        ditto_catalog_close(&io);
+        return;
+    }
+    const int64_t B = shape[0];
+    TT *img = tt_new(c, DITTO_F32, 4, shape);
+    TapCmp tc = { c, io, cname, 0 };
+    DittoTap tap = { tap_compare, &tc };
+    double t0 = now_s();
+    int rc = ditto_decoder_forward(g, ws, &feat->dev, &img->dev, &tap);
+    double t1 = now_s();
+    char label[96];
+    snprintf(label, sizeof label, "%s.img", cname);
+    if (rc < 0) {
+        test_report(c, label, false, "forward rc %d", rc);
+    } else {
+        check_out(c, label, img, io, cname, "img");
+        snprintf(label, sizeof label, "%s.taps", cname);
+        int want = expected_taps(cname, io);
+        test_report(c, label, tc.compared == want, "%d of %d stored intermediates reported (forward %.3f s)", tc.compared, want, t1 - t0);
+        if (B > 1) {
+            TT *single[8] = { 0 };
+            for (int64_t b = 0; b < B && b < 8; b++) {
+                TT *fb = tt_item(c, feat, b);
+                int64_t s1[4] = { 1, shape[1], shape[2], shape[3] };
+                single[b] = tt_new(c, DITTO_F32, 4, s1);
+                rc |= ditto_decoder_forward(g, ws, &fb->dev, &single[b]->dev, NULL);
+                tt_free(fb);
+            }
+            snprintf(label, sizeof label, "%s.batch_items", cname);
+            if (rc < 0)
+                test_report(c, label, false, "single-item forward failed");
+            else
+                check_items(c, label, img, single, B);
+            for (int64_t b = 0; b < B && b < 8; b++)
+                tt_free(single[b]);
+        }
+    }
+    tt_free(img);
+    tt_free(feat);
+    ditto_catalog_close(&io);
+}
+
+/* ---- synthetic catalogs (in memory, random values): strict-load checks and the full-size run ---- */
+
+typedef struct SynKey {
+    char name[112];
+    DittoDType dtype;
+    int ndim;
+    int64_t shape[DITTO_MAX_DIMS];
+} SynKey;
+
+typedef struct SynList {
+    SynKey *k;
+    int n, cap;
+} SynList;
+
+static void syn_add(SynList *l, DittoDType dt, int ndim, const int64_t *shape, const char *fmt, ...) DITTO_PRINTF(5, 6);
+static void syn_add(SynList *l, DittoDType dt, int ndim, const int64_t *shape, const char *fmt, ...)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 128;
+        l->k = realloc(l->k, (size_t)l->cap * sizeof *l->k);
+        if (!l->k)
+            abort();
+    }
+    SynKey *k = &l->k[l->n++];
+    memset(k, 0, sizeof *k);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(k->name, sizeof k->name, fmt, ap);
+    va_end(ap);
+    k->dtype = dt;
+    k->ndim = ndim;
+    if (ndim > 0)
+        memcpy(k->shape, shape, (size_t)ndim * sizeof *shape);
+}
+
+#define SYN(l, key, ...) syn_add(l, DITTO_F32, DITTO_SHAPE(__VA_ARGS__), "%s", key)
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+static int64_t syn_numel(const SynKey *k)
+{
+    int64_t n = 1;
+    for (int i = 0; i < k->ndim; i++)
+        n *= k->shape[i];
+    return n;
+}
+
+/*
+ * Catalog over one host blob with the fixture generator's value recipe:
+ * weights N(0, 1/fan_in), biases 0.1 N, norm weights 1 + 0.2 N, running_mean
+ * 0.1 N, running_var U(0.5, 1.5); spectral-norm u = W v / |W v| (sigma > 0).
+ */
+static DittoCatalog *syn_catalog(TestCtx *c, const SynList *l, const char *name, void **blob_out)
+{
+    uint64_t total = 0;
+    for (int i = 0; i < l->n; i++)
+        total += (uint64_t)syn_numel(&l->k[i]) * ditto_dtype_size(l->k[i].dtype);
+    char *blob = calloc(1, total ? total : 1);
+    if (!blob)
+        return NULL;
+    DittoMap map = { (const uint8_t *)blob, total };
+    DittoCatalog *cat = NULL;
+    if (ditto_catalog_create(&cat, name, &map, false, &c->be->log) < 0) {
+        free(blob);
+        return NULL;
+    }
+    uint64_t off = 0;
+    for (int i = 0; i < l->n; i++) {
+        const SynKey *k = &l->k[i];
+        DittoCatalogEntry e;
+        memset(&e, 0, sizeof e);
+        e.name = (char *)k->name;
+        e.dtype = k->dtype;
+        e.ndim = k->ndim;
+        memcpy(e.shape, k->shape, sizeof e.shape);
+        DittoTensor t = ditto_tensor(NULL, k->dtype, k->ndim, k->shape);
+        memcpy(e.stride, t.stride, sizeof e.stride);
+        e.offset = off;
+        e.span = (uint64_t)syn_numel(k) * ditto_dtype_size(k->dtype);
+        e.data = blob + off;
+        size_t n = (size_t)syn_numel(k);
+        if (k->dtype == DITTO_F32) {
+            float *p = (float *)(blob + off);
+            ditto_rng_fill_normal(c->seed, (uint64_t)i, 0, p, n);
+            double fan_in = k->ndim >= 2 ? (double)(syn_numel(k) / k->shape[0]) : 1.0;
+            bool norm = strstr(k->name, "norm.") != NULL;
+            for (size_t j = 0; j < n; j++) {
+                if (k->ndim >= 2)
+                    p[j] = (float)(p[j] / sqrt(fan_in));
+                else if (norm && ends_with(k->name, ".weight"))
+                    p[j] = 1.0f + 0.2f * p[j];
+                else if (ends_with(k->name, ".running_var"))
+                    p[j] = 0.5f + ditto_rng_uniform(c->seed, (uint64_t)i, j);
+                else
+                    p[j] = 0.1f * p[j];
+            }
+        }
+        if (ditto_catalog_add(cat, &e) < 0)
+            goto fail;
+        off += e.span;
+    }
+    /* spectral norm: v random unit, u = W v / |W v| */
+    for (size_t i = 0; i < cat->n; i++) {
+        DittoCatalogEntry *eu = &cat->entries[i];
+        if (!ends_with(eu->name, ".weight_u"))
+            continue;
+        char base[112];
+        snprintf(base, sizeof base, "%.*s", (int)(strlen(eu->name) - 9), eu->name);
+        char kw[128], kv[128];
+        snprintf(kw, sizeof kw, "%s.weight_orig", base);
+        snprintf(kv, sizeof kv, "%s.weight_v", base);
+        const DittoCatalogEntry *ew = NULL, *ev = NULL;
+        for (size_t j = 0; j < cat->n; j++) {
+            if (!strcmp(cat->entries[j].name, kw))
+                ew = &cat->entries[j];
+            if (!strcmp(cat->entries[j].name, kv))
+                ev = &cat->entries[j];
+        }
+        if (!ew || !ev)
+            continue;
+        int64_t rows = ew->shape[0], cols = ditto_catalog_entry_numel(ew) / rows;
+        if (eu->shape[0] != rows || ditto_catalog_entry_numel(ev) != cols)
+            continue;
+        const float *w = ew->data;
+        float *u = (float *)eu->data, *v = (float *)ev->data;
+        double nv = 0, nu = 0;
+        for (int64_t j = 0; j < cols; j++)
+            nv += (double)v[j] * v[j];
+        for (int64_t j = 0; j < cols; j++)
+            v[j] = (float)(v[j] / sqrt(nv));
+        for (int64_t r = 0; r < rows; r++) {
+            double s = 0;
+            for (int64_t j = 0; j < cols; j++)
+                s += (double)w[r * cols + j] * v[j];
+            u[r] = (float)s;
+            nu += s * s;
+        }
+        for (int64_t r = 0; r < rows; r++)
+            u[r] = (float)(u[r] / sqrt(nu));
+    }
+    if (ditto_catalog_finish(cat) < 0)
+        goto fail;
+    *blob_out = blob;
+    return cat;
+fail:
+    ditto_catalog_close(&cat);
+    free(blob);
+    return NULL;
+}
+
+/* Key list of an existing catalog (names, dtypes, shapes). */
+static void syn_from_catalog(SynList *l, const DittoCatalog *cat)
+{
+    for (size_t i = 0; i < cat->n; i++)
+        syn_add(l, cat->entries[i].dtype, cat->entries[i].ndim, cat->entries[i].shape, "%s", cat->entries[i].name);
+}
+
+typedef int (*LoadFn)(TestCtx *c, DittoCatalog *cat);
+
+static int load_warp(TestCtx *c, DittoCatalog *cat)
+{
+    DittoWarp *w = NULL;
+    int rc = ditto_warp_load(&w, c->be, cat);
+    if ((rc < 0) != (w == NULL))
+        rc = -9999;
+    ditto_warp_free(&w);
+    return rc;
+}
+
+static int load_decoder(TestCtx *c, DittoCatalog *cat)
+{
+    DittoDecoder *g = NULL;
+    int rc = ditto_decoder_load(&g, c->be, cat);
+    if ((rc < 0) != (g == NULL))
+        rc = -9999;
+    ditto_decoder_free(&g);
+    return rc;
+}
+
+/* Load variants of a real checkpoint's key list: as is, one key missing, one extra, one mis-shaped. */
+static void test_strict(TestCtx *c, const char *label, const char *file, LoadFn load)
+{
+    if (!test_selected(c, label))
+        return;
+    DittoCatalog *real = open_cat(c, file);
+    if (!real) {
+        test_report(c, label, false, "cannot open %s", file);
+        return;
+    }
+    SynList base = { 0 };
+    syn_from_catalog(&base, real);
+    ditto_catalog_close(&real);
+    /* a weight about half-way to drop, a bias about a third of the way to mis-shape */
+    int drop = base.n / 2, bend = base.n / 3;
+    while (drop < base.n - 1 && !ends_with(base.k[drop].name, ".weight") && !ends_with(base.k[drop].name, ".weight_orig"))
+        drop++;
+    while (bend < base.n - 1 && !ends_with(base.k[bend].name, ".bias"))
+        bend++;
+    int rc[4] = { 0 };
+    for (int v = 0; v < 4; v++) {
+        SynList l = { 0 };
+        for (int i = 0; i < base.n; i++) {
+            if (v == 1 && i == drop)
+                continue;                                   /* missing key */
+            syn_add(&l, base.k[i].dtype, base.k[i].ndim, base.k[i].shape, "%s", base.k[i].name);
+            if (v == 3 && i == bend)
+                l.k[l.n - 1].shape[0] += 1;                 /* mis-shaped key */
+        }
+        if (v == 2)
+            syn_add(&l, DITTO_F32, DITTO_SHAPE(4), "%s", "extra.weight");   /* unknown key */
+        void *blob = NULL;
+        DittoCatalog *cat = syn_catalog(c, &l, file, &blob);
+        rc[v] = cat ? load(c, cat) : -9998;
+        ditto_catalog_close(&cat);
+        free(blob);
+        free(l.k);
+    }
+    test_report(c, label, rc[0] == 0 && rc[1] == DITTO_ERR_KEY && rc[2] == DITTO_ERR_KEY && rc[3] == DITTO_ERR_KEY,
+                "rc as is %d, missing '%s' %d, unknown key %d, wrong shape of '%s' %d", rc[0], base.k[drop].name, rc[1], rc[2],
+                base.k[bend].name, rc[3]);
+    free(base.k);
+}
+
+static void test_wrong_checkpoint(TestCtx *c)
+{
+    if (!test_selected(c, "strict.wrong_checkpoint"))
+        return;
+    DittoCatalog *wcat = open_cat(c, "warp.pth"), *dcat = open_cat(c, "decoder.pth");
+    int rw = dcat ? load_warp(c, dcat) : -9998;       /* decoder.pth as the warp network */
+    int rd = wcat ? load_decoder(c, wcat) : -9998;    /* warp.pth as the decoder */
+    test_report(c, "strict.wrong_checkpoint", rw == DITTO_ERR_KEY && rd == DITTO_ERR_KEY, "warp(decoder.pth) %d, decoder(warp.pth) %d", rw, rd);
+    ditto_catalog_close(&wcat);
+    ditto_catalog_close(&dcat);
+}
+
+/* ---- full size (random weights, official shapes of 5.4 / 5.5) ---- */
+
+static void full_warp_keys(SynList *l)
+{
+    const int64_t enc_in[5] = { 110, 64, 128, 256, 512 }, enc_out[5] = { 64, 128, 256, 512, 1024 };
+    const int64_t dec_in[5] = { 1024, 1024, 512, 256, 128 }, dec_out[5] = { 512, 256, 128, 64, 32 };
+    const char *bn[4] = { "weight", "bias", "running_mean", "running_var" };
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < 5; i++) {
+            const char *p = s ? "decoder.up_blocks" : "encoder.down_blocks";
+            int64_t o = s ? dec_out[i] : enc_out[i], in = s ? dec_in[i] : enc_in[i];
+            syn_add(l, DITTO_F32, DITTO_SHAPE(o, in, 3, 3, 3), "dense_motion_network.hourglass.%s.%d.conv.weight", p, i);
+            syn_add(l, DITTO_F32, DITTO_SHAPE(o), "dense_motion_network.hourglass.%s.%d.conv.bias", p, i);
+            for (int k = 0; k < 4; k++)
+                syn_add(l, DITTO_F32, DITTO_SHAPE(o), "dense_motion_network.hourglass.%s.%d.norm.%s", p, i, bn[k]);
+            syn_add(l, DITTO_I64, 0, NULL, "dense_motion_network.hourglass.%s.%d.norm.num_batches_tracked", p, i);
+        }
+    SYN(l, "dense_motion_network.hourglass.decoder.conv.weight", 142, 142, 3, 3, 3);
+    SYN(l, "dense_motion_network.hourglass.decoder.conv.bias", 142);
+    for (int k = 0; k < 4; k++)
+        syn_add(l, DITTO_F32, DITTO_SHAPE(142), "dense_motion_network.hourglass.decoder.norm.%s", bn[k]);
+    syn_add(l, DITTO_I64, 0, NULL, "%s", "dense_motion_network.hourglass.decoder.norm.num_batches_tracked");
+    SYN(l, "dense_motion_network.mask.weight", 22, 142, 7, 7, 7);
+    SYN(l, "dense_motion_network.mask.bias", 22);
+    SYN(l, "dense_motion_network.compress.weight", 4, 32, 1, 1, 1);
+    SYN(l, "dense_motion_network.compress.bias", 4);
+    for (int k = 0; k < 4; k++)
+        syn_add(l, DITTO_F32, DITTO_SHAPE(4), "dense_motion_network.norm.%s", bn[k]);
+    syn_add(l, DITTO_I64, 0, NULL, "%s", "dense_motion_network.norm.num_batches_tracked");
+    SYN(l, "dense_motion_network.occlusion.weight", 1, 2272, 7, 7);
+    SYN(l, "dense_motion_network.occlusion.bias", 1);
+    SYN(l, "third.conv.weight", 256, 512, 3, 3);
+    SYN(l, "third.conv.bias", 256);
+    for (int k = 0; k < 4; k++)
+        syn_add(l, DITTO_F32, DITTO_SHAPE(256), "third.norm.%s", bn[k]);
+    syn_add(l, DITTO_I64, 0, NULL, "%s", "third.norm.num_batches_tracked");
+    SYN(l, "fourth.weight", 256, 256, 1, 1);
+    SYN(l, "fourth.bias", 256);
+}
+
+static void full_spade_keys(SynList *l, const char *blk, const char *norm, int64_t c)
+{
+    syn_add(l, DITTO_F32, DITTO_SHAPE(128, 256, 3, 3), "%s.%s.mlp_shared.0.weight", blk, norm);
+    syn_add(l, DITTO_F32, DITTO_SHAPE(128), "%s.%s.mlp_shared.0.bias", blk, norm);
+    syn_add(l, DITTO_F32, DITTO_SHAPE(c, 128, 3, 3), "%s.%s.mlp_gamma.weight", blk, norm);
+    syn_add(l, DITTO_F32, DITTO_SHAPE(c), "%s.%s.mlp_gamma.bias", blk, norm);
+    syn_add(l, DITTO_F32, DITTO_SHAPE(c, 128, 3, 3), "%s.%s.mlp_beta.weight", blk, norm);
+    syn_add(l, DITTO_F32, DITTO_SHAPE(c), "%s.%s.mlp_beta.bias", blk, norm);
+}
+
+static void full_sn_keys(SynList *l, const char *blk, const char *conv, int64_t o, int64_t in, int64_t k, bool bias)
+{
+    syn_add(l, DITTO_F32, DITTO_SHAPE(o, in, k, k), "%s.%s.weight_orig", blk, conv);
+    syn_add(l, DITTO_F32, DITTO_SHAPE(o), "%s.%s.weight_u", blk, conv);
+    syn_add(l, DITTO_F32, DITTO_SHAPE(in * k * k), "%s.%s.weight_v", blk, conv);
+    if (bias)
+        syn_add(l, DITTO_F32, DITTO_SHAPE(o), "%s.%s.bias", blk, conv);
+}
+
+static void full_decoder_keys(SynList *l)
+{
+    SYN(l, "fc.weight", 512, 256, 3, 3);
+    SYN(l, "fc.bias", 512);
+    const int64_t fins[8] = { 512, 512, 512, 512, 512, 512, 512, 256 }, fouts[8] = { 512, 512, 512, 512, 512, 512, 256, 64 };
+    for (int i = 0; i < 8; i++) {
+        char blk[32];
+        if (i < 6)
+            snprintf(blk, sizeof blk, "G_middle_%d", i);
+        else
+            snprintf(blk, sizeof blk, "up_%d", i - 6);
+        int64_t fin = fins[i], fout = fouts[i], fmid = fin < fout ? fin : fout;
+        full_sn_keys(l, blk, "conv_0", fmid, fin, 3, true);
+        full_sn_keys(l, blk, "conv_1", fout, fmid, 3, true);
+        full_spade_keys(l, blk, "norm_0", fin);
+        full_spade_keys(l, blk, "norm_1", fmid);
+        if (fin != fout) {
+            full_sn_keys(l, blk, "conv_s", fout, fin, 1, false);
+            full_spade_keys(l, blk, "norm_s", fin);
+        }
+    }
+    SYN(l, "conv_img.0.weight", 12, 64, 3, 3);
+    SYN(l, "conv_img.0.bias", 12);
+}
+
+/* Parameters and buffers (BN running stats + num_batches_tracked, spectral u/v) as 5.4 / 5.5 count them. */
+static void syn_count(const SynList *l, int64_t *params, int64_t *buffers)
+{
+    *params = *buffers = 0;
+    for (int i = 0; i < l->n; i++) {
+        const char *n = l->k[i].name;
+        bool buf = strstr(n, ".running_") || ends_with(n, ".num_batches_tracked") || ends_with(n, ".weight_u") || ends_with(n, ".weight_v");
+        *(buf ? buffers : params) += syn_numel(&l->k[i]);
+    }
+}
+
+/* Finite, and inside [lo, hi]. */
+static bool all_in(TT *t, float lo, float hi, double *mean)
+{
+    tt_to_host(t);
+    size_t n = (size_t)ditto_tensor_numel(&t->host);
+    const float *p = tt_f32(t);
+    double s = 0;
+    bool ok = true;
+    for (size_t i = 0; i < n; i++) {
+        ok &= isfinite(p[i]) && p[i] >= lo && p[i] <= hi;
+        s += p[i];
+    }
+    *mean = s / (double)n;
+    return ok;
+}
+
+static void test_full_size(TestCtx *c)
+{
+    if (!test_selected(c, "full_size"))
+        return;
+    const char *env = getenv("DITTO_TEST_FULLSIZE");
+    if (!env || !*env || !strcmp(env, "0")) {
+        printf("SKIP full_size.* (set DITTO_TEST_FULLSIZE=1: official shapes, random weights, smaller spatial size)\n");
+        c->skipped++;
+        return;
+    }
+    const bool official = !strcmp(env, "official");
+    SynList lw = { 0 }, lg = { 0 };
+    full_warp_keys(&lw);
+    full_decoder_keys(&lg);
+    void *bw = NULL, *bg = NULL;
+    DittoCatalog *cw = syn_catalog(c, &lw, "warp_network.pth (synthetic)", &bw);
+    DittoCatalog *cg = syn_catalog(c, &lg, "decoder.pth (synthetic)", &bg);
+    DittoWarp *w = NULL;
+    DittoDecoder *g = NULL;
+    int rw = cw ? ditto_warp_load(&w, c->be, cw) : -9998;
+    int rg = cg ? ditto_decoder_load(&g, c->be, cg) : -9998;
+    int64_t pw, bufw, pg, bufg;
+    syn_count(&lw, &pw, &bufw);
+    syn_count(&lg, &pg, &bufg);
+    bool counts = lw.n == 97 && pw == 45529829 && bufw == 6769 && lg.n == 182 && pg == 55365388 && bufg == 72960;
+    test_report(c, "full_size.load", rw == 0 && rg == 0 && counts, "warp rc %d (%d keys, %lld params, %lld buffers), decoder rc %d (%d keys, %lld params, %lld buffers)",
+                rw, lw.n, (long long)pw, (long long)bufw, rg, lg.n, (long long)pg, (long long)bufg);
+    ditto_catalog_close(&cw);
+    ditto_catalog_close(&cg);
+    free(bw);
+    free(bg);
+    free(lw.k);
+    free(lg.k);
+    DittoArena arena;   /* fresh, so that its peak is this network's */
+    DittoArena *ws = &arena;
+    if (w && ditto_arena_init(ws, &c->be->allocator, 0) == 0) {
+        /* (1,32,16,32,32): full channels and depth, half the official H, W (all of it with DITTO_TEST_FULLSIZE=official) */
+        const int64_t S = official ? 64 : 32;
+        TT *f_s = tt_new(c, DITTO_F32, 5, (int64_t[]){ 1, 32, 16, S, S });
+        TT *kp_s = tt_new(c, DITTO_F32, 3, (int64_t[]){ 1, 21, 3 }), *kp_d = tt_new(c, DITTO_F32, 3, (int64_t[]){ 1, 21, 3 });
+        tt_fill_normal(f_s, 0, 1);
+        tt_fill_uniform(kp_s, -0.6f, 0.6f);
+        tt_fill_uniform(kp_d, -0.6f, 0.6f);
+        tt_to_dev(f_s);
+        tt_to_dev(kp_s);
+        tt_to_dev(kp_d);
+        int64_t shape[4];
+        ditto_warp_out_shape(w, &f_s->dev, shape);
+        TT *out = tt_new(c, DITTO_F32, 4, shape);
+        double t0 = now_s(), mean;
+        int rc = ditto_warp_forward(w, ws, &f_s->dev, &kp_s->dev, &kp_d->dev, &out->dev, NULL);
+        double t1 = now_s();
+        bool ok = rc == 0 && shape[1] == 256 && shape[2] == S && all_in(out, -1e4f, 1e4f, &mean);
+        test_report(c, "full_size.warp", ok, "rc %d out (%lld,%lld,%lld,%lld) mean %.4g, %.2f s, arena peak %.1f MiB", rc, (long long)shape[0],
+                    (long long)shape[1], (long long)shape[2], (long long)shape[3], mean, t1 - t0, (double)ws->peak / 1048576.0);
+        tt_free(out);
+        tt_free(f_s);
+        tt_free(kp_s);
+        tt_free(kp_d);
+        ditto_arena_free(ws);
+    }
+    if (g && ditto_arena_init(ws, &c->be->allocator, 0) == 0) {
+        /* (1,256,16,16) -> (1,3,128,128): full channels, a quarter of the official H, W (or all of it) */
+        const int64_t S = official ? 64 : 16;
+        TT *feat = tt_new(c, DITTO_F32, 4, (int64_t[]){ 1, 256, S, S });
+        tt_fill_normal(feat, 0, 1);
+        tt_to_dev(feat);
+        int64_t shape[4];
+        ditto_decoder_out_shape(g, &feat->dev, shape);
+        TT *img = tt_new(c, DITTO_F32, 4, shape);
+        double t0 = now_s(), mean;
+        int rc = ditto_decoder_forward(g, ws, &feat->dev, &img->dev, NULL);
+        double t1 = now_s();
+        bool ok = rc == 0 && shape[1] == 3 && shape[2] == 8 * S && shape[3] == 8 * S && all_in(img, 0.0f, 1.0f, &mean);
+        test_report(c, "full_size.decoder", ok, "rc %d img (%lld,%lld,%lld,%lld) mean %.4g, %.2f s, arena peak %.1f MiB", rc, (long long)shape[0],
+                    (long long)shape[1], (long long)shape[2], (long long)shape[3], mean, t1 - t0, (double)ws->peak / 1048576.0);
+        tt_free(img);
+        tt_free(feat);
+        ditto_arena_free(ws);
+    }
+    ditto_warp_free(&w);
+    ditto_decoder_free(&g);
+}
+
+int main(int argc, char **argv)
+{
+    TestCtx c;
+    int rc = test_init(&c, argc, argv);
+    if (rc)
+        return rc;
+    DittoArena ws;
+    if (ditto_arena_init(&ws, &c.be->allocator, 0) < 0)
+        return 1;
+    if (!fixture_dir()) {
+        printf("SKIP fixture cases (no shared/fixtures/ditto)\n");
+        c.skipped++;
+    } else {
+        load_manifest();
+        test_fn_grid(&c);
+        test_fn_kp2gaussian(&c, &ws);
+        test_fn_grid_sample(&c);
+
+        DittoCatalog *cat = open_cat(&c, "warp.pth");
+        DittoWarp *w = NULL;
+        if (!cat || ditto_warp_load(&w, c.be, cat) < 0) {
+            test_report(&c, "warp.load", false, "cannot load warp.pth");
+        } else {
+            test_warp_case(&c, &ws, w, "warp_b1");
+            test_warp_case(&c, &ws, w, "warp_b3");
+        }
+        ditto_warp_free(&w);
+        ditto_catalog_close(&cat);
+
+        cat = open_cat(&c, "decoder.pth");
+        DittoDecoder *g = NULL;
+        if (!cat || ditto_decoder_load(&g, c.be, cat) < 0) {
+            test_report(&c, "decoder.load", false, "cannot load decoder.pth");
+        } else {
+            test_decoder_case(&c, &ws, g, "decoder_b1");
+            test_decoder_case(&c, &ws, g, "decoder_b3");
+        }
+        ditto_decoder_free(&g);
+        ditto_catalog_close(&cat);
+
+        test_wrong_checkpoint(&c);
+        test_strict(&c, "strict.warp", "warp.pth", load_warp);
+        test_strict(&c, "strict.decoder", "decoder.pth", load_decoder);
+        cJSON_Delete(g_manifest);
+    }
+    test_full_size(&c);
+    ditto_arena_free(&ws);
+    test_close(&c);
+    return test_summary(&c);
+}
