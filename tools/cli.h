@@ -9,5 +9,7 @@ typedef struct DittoCommand {
 } DittoCommand;
 
 int ditto_cmd_info(int argc, char **argv);
+int ditto_cmd_verify(int argc, char **argv);
+int ditto_cmd_bench(int argc, char **argv);
 
 #endif

@@ -10,6 +10,8 @@
 
 static const DittoCommand commands[] = {
     { "info", "list the tensors of a .pth checkpoint", ditto_cmd_info },
+    { "verify", "check this build against reference outputs (fixture manifest)", ditto_cmd_verify },
+    { "bench", "time the render networks at the official size (synthetic weights)", ditto_cmd_bench },
 };
 
 static void usage(FILE *f)

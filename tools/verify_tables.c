@@ -1,0 +1,10 @@
+/* Every runner table of `ditto verify`; a new area adds its table here. */
+#include <stddef.h>
+
+#include "tools/verify.h"
+
+const DittoVerifyRunner *const ditto_verify_tables[] = {
+    ditto_verify_runners_models,
+    ditto_verify_runners_motion,
+    NULL,
+};
