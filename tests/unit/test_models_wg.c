@@ -19,6 +19,7 @@
 #include "core/rng.h"
 #include "models/models.h"
 #include "models/warp_internal.h"
+#include "weights/synthetic.h"
 #include "nn/weights.h"
 #include "test_util.h"
 #include "weights/catalog.h"
@@ -669,100 +670,7 @@ static void test_wrong_checkpoint(TestCtx *c)
     ditto_catalog_close(&dcat);
 }
 
-/* ---- full size (random weights, official shapes of 5.4 / 5.5) ---- */
-
-static void full_warp_keys(SynList *l)
-{
-    const int64_t enc_in[5] = { 110, 64, 128, 256, 512 }, enc_out[5] = { 64, 128, 256, 512, 1024 };
-    const int64_t dec_in[5] = { 1024, 1024, 512, 256, 128 }, dec_out[5] = { 512, 256, 128, 64, 32 };
-    const char *bn[4] = { "weight", "bias", "running_mean", "running_var" };
-    for (int s = 0; s < 2; s++)
-        for (int i = 0; i < 5; i++) {
-            const char *p = s ? "decoder.up_blocks" : "encoder.down_blocks";
-            int64_t o = s ? dec_out[i] : enc_out[i], in = s ? dec_in[i] : enc_in[i];
-            syn_add(l, DITTO_F32, DITTO_SHAPE(o, in, 3, 3, 3), "dense_motion_network.hourglass.%s.%d.conv.weight", p, i);
-            syn_add(l, DITTO_F32, DITTO_SHAPE(o), "dense_motion_network.hourglass.%s.%d.conv.bias", p, i);
-            for (int k = 0; k < 4; k++)
-                syn_add(l, DITTO_F32, DITTO_SHAPE(o), "dense_motion_network.hourglass.%s.%d.norm.%s", p, i, bn[k]);
-            syn_add(l, DITTO_I64, 0, NULL, "dense_motion_network.hourglass.%s.%d.norm.num_batches_tracked", p, i);
-        }
-    SYN(l, "dense_motion_network.hourglass.decoder.conv.weight", 142, 142, 3, 3, 3);
-    SYN(l, "dense_motion_network.hourglass.decoder.conv.bias", 142);
-    for (int k = 0; k < 4; k++)
-        syn_add(l, DITTO_F32, DITTO_SHAPE(142), "dense_motion_network.hourglass.decoder.norm.%s", bn[k]);
-    syn_add(l, DITTO_I64, 0, NULL, "%s", "dense_motion_network.hourglass.decoder.norm.num_batches_tracked");
-    SYN(l, "dense_motion_network.mask.weight", 22, 142, 7, 7, 7);
-    SYN(l, "dense_motion_network.mask.bias", 22);
-    SYN(l, "dense_motion_network.compress.weight", 4, 32, 1, 1, 1);
-    SYN(l, "dense_motion_network.compress.bias", 4);
-    for (int k = 0; k < 4; k++)
-        syn_add(l, DITTO_F32, DITTO_SHAPE(4), "dense_motion_network.norm.%s", bn[k]);
-    syn_add(l, DITTO_I64, 0, NULL, "%s", "dense_motion_network.norm.num_batches_tracked");
-    SYN(l, "dense_motion_network.occlusion.weight", 1, 2272, 7, 7);
-    SYN(l, "dense_motion_network.occlusion.bias", 1);
-    SYN(l, "third.conv.weight", 256, 512, 3, 3);
-    SYN(l, "third.conv.bias", 256);
-    for (int k = 0; k < 4; k++)
-        syn_add(l, DITTO_F32, DITTO_SHAPE(256), "third.norm.%s", bn[k]);
-    syn_add(l, DITTO_I64, 0, NULL, "%s", "third.norm.num_batches_tracked");
-    SYN(l, "fourth.weight", 256, 256, 1, 1);
-    SYN(l, "fourth.bias", 256);
-}
-
-static void full_spade_keys(SynList *l, const char *blk, const char *norm, int64_t c)
-{
-    syn_add(l, DITTO_F32, DITTO_SHAPE(128, 256, 3, 3), "%s.%s.mlp_shared.0.weight", blk, norm);
-    syn_add(l, DITTO_F32, DITTO_SHAPE(128), "%s.%s.mlp_shared.0.bias", blk, norm);
-    syn_add(l, DITTO_F32, DITTO_SHAPE(c, 128, 3, 3), "%s.%s.mlp_gamma.weight", blk, norm);
-    syn_add(l, DITTO_F32, DITTO_SHAPE(c), "%s.%s.mlp_gamma.bias", blk, norm);
-    syn_add(l, DITTO_F32, DITTO_SHAPE(c, 128, 3, 3), "%s.%s.mlp_beta.weight", blk, norm);
-    syn_add(l, DITTO_F32, DITTO_SHAPE(c), "%s.%s.mlp_beta.bias", blk, norm);
-}
-
-static void full_sn_keys(SynList *l, const char *blk, const char *conv, int64_t o, int64_t in, int64_t k, bool bias)
-{
-    syn_add(l, DITTO_F32, DITTO_SHAPE(o, in, k, k), "%s.%s.weight_orig", blk, conv);
-    syn_add(l, DITTO_F32, DITTO_SHAPE(o), "%s.%s.weight_u", blk, conv);
-    syn_add(l, DITTO_F32, DITTO_SHAPE(in * k * k), "%s.%s.weight_v", blk, conv);
-    if (bias)
-        syn_add(l, DITTO_F32, DITTO_SHAPE(o), "%s.%s.bias", blk, conv);
-}
-
-static void full_decoder_keys(SynList *l)
-{
-    SYN(l, "fc.weight", 512, 256, 3, 3);
-    SYN(l, "fc.bias", 512);
-    const int64_t fins[8] = { 512, 512, 512, 512, 512, 512, 512, 256 }, fouts[8] = { 512, 512, 512, 512, 512, 512, 256, 64 };
-    for (int i = 0; i < 8; i++) {
-        char blk[32];
-        if (i < 6)
-            snprintf(blk, sizeof blk, "G_middle_%d", i);
-        else
-            snprintf(blk, sizeof blk, "up_%d", i - 6);
-        int64_t fin = fins[i], fout = fouts[i], fmid = fin < fout ? fin : fout;
-        full_sn_keys(l, blk, "conv_0", fmid, fin, 3, true);
-        full_sn_keys(l, blk, "conv_1", fout, fmid, 3, true);
-        full_spade_keys(l, blk, "norm_0", fin);
-        full_spade_keys(l, blk, "norm_1", fmid);
-        if (fin != fout) {
-            full_sn_keys(l, blk, "conv_s", fout, fin, 1, false);
-            full_spade_keys(l, blk, "norm_s", fin);
-        }
-    }
-    SYN(l, "conv_img.0.weight", 12, 64, 3, 3);
-    SYN(l, "conv_img.0.bias", 12);
-}
-
-/* Parameters and buffers (BN running stats + num_batches_tracked, spectral u/v) as 5.4 / 5.5 count them. */
-static void syn_count(const SynList *l, int64_t *params, int64_t *buffers)
-{
-    *params = *buffers = 0;
-    for (int i = 0; i < l->n; i++) {
-        const char *n = l->k[i].name;
-        bool buf = strstr(n, ".running_") || ends_with(n, ".num_batches_tracked") || ends_with(n, ".weight_u") || ends_with(n, ".weight_v");
-        *(buf ? buffers : params) += syn_numel(&l->k[i]);
-    }
-}
+/* ---- full size (random weights, official shapes of 5.4 / 5.5, from src/weights/synthetic) ---- */
 
 /* Finite, and inside [lo, hi]. */
 static bool all_in(TT *t, float lo, float hi, double *mean)
@@ -791,28 +699,18 @@ static void test_full_size(TestCtx *c)
         return;
     }
     const bool official = !strcmp(env, "official");
-    SynList lw = { 0 }, lg = { 0 };
-    full_warp_keys(&lw);
-    full_decoder_keys(&lg);
-    void *bw = NULL, *bg = NULL;
-    DittoCatalog *cw = syn_catalog(c, &lw, "warp_network.pth (synthetic)", &bw);
-    DittoCatalog *cg = syn_catalog(c, &lg, "decoder.pth (synthetic)", &bg);
+    DittoCatalog *cw = NULL, *cg = NULL;
+    int rw = ditto_synthetic_catalog(&cw, DITTO_NET_WARP, true, 1, &c->be->log);
+    int rg = ditto_synthetic_catalog(&cg, DITTO_NET_DECODER, true, 2, &c->be->log);
     DittoWarp *w = NULL;
     DittoDecoder *g = NULL;
-    int rw = cw ? ditto_warp_load(&w, c->be, cw) : -9998;
-    int rg = cg ? ditto_decoder_load(&g, c->be, cg) : -9998;
-    int64_t pw, bufw, pg, bufg;
-    syn_count(&lw, &pw, &bufw);
-    syn_count(&lg, &pg, &bufg);
-    bool counts = lw.n == 97 && pw == 45529829 && bufw == 6769 && lg.n == 182 && pg == 55365388 && bufg == 72960;
-    test_report(c, "full_size.load", rw == 0 && rg == 0 && counts, "warp rc %d (%d keys, %lld params, %lld buffers), decoder rc %d (%d keys, %lld params, %lld buffers)",
-                rw, lw.n, (long long)pw, (long long)bufw, rg, lg.n, (long long)pg, (long long)bufg);
+    if (rw == 0)
+        rw = ditto_warp_load(&w, c->be, cw);
+    if (rg == 0)
+        rg = ditto_decoder_load(&g, c->be, cg);
+    test_report(c, "full_size.load", rw == 0 && rg == 0, "warp rc %d, decoder rc %d", rw, rg);
     ditto_catalog_close(&cw);
     ditto_catalog_close(&cg);
-    free(bw);
-    free(bg);
-    free(lw.k);
-    free(lg.k);
     DittoArena arena;   /* fresh, so that its peak is this network's */
     DittoArena *ws = &arena;
     if (w && ditto_arena_init(ws, &c->be->allocator, 0) == 0) {

@@ -1,0 +1,387 @@
+#include "weights/synthetic.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/mem.h"
+#include "core/rng.h"
+
+typedef enum Init {
+    INIT_WEIGHT,   /* N(0, 1/fan_in), fan_in = prod(shape[1:]) */
+    INIT_BIAS,     /* 0.1 N(0,1) */
+    INIT_NORM_W,   /* 1 + 0.2 N(0,1) */
+    INIT_RVAR,     /* U(0.5, 1.5) */
+    INIT_GRN_G,    /* 0.5 N(0,1) */
+    INIT_SN_U,     /* u = W v / |W v| of the preceding weight_orig / weight_v */
+    INIT_SN_V,     /* random unit vector */
+    INIT_COUNT,    /* int64 scalar 0 (num_batches_tracked) */
+} Init;
+
+typedef struct Spec {
+    char name[160];
+    int ndim;
+    int64_t shape[DITTO_MAX_DIMS];
+    Init init;
+} Spec;
+
+typedef struct Emitter {
+    Spec *specs;
+    size_t n, cap;
+    int err;
+} Emitter;
+
+static void emit(Emitter *e, Init init, int ndim, const int64_t *shape, const char *fmt, ...) DITTO_PRINTF(5, 6);
+static void emit(Emitter *e, Init init, int ndim, const int64_t *shape, const char *fmt, ...)
+{
+    if (e->err)
+        return;
+    if (e->n == e->cap) {
+        size_t cap = e->cap ? e->cap * 2 : 256;
+        Spec *s = ditto_realloc(e->specs, cap * sizeof *s);
+        if (!s) {
+            e->err = DITTO_ERR_NOMEM;
+            return;
+        }
+        e->specs = s;
+        e->cap = cap;
+    }
+    Spec *s = &e->specs[e->n++];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->name, sizeof s->name, fmt, ap);
+    va_end(ap);
+    s->ndim = ndim;
+    for (int i = 0; i < ndim; i++)
+        s->shape[i] = shape[i];
+    s->init = init;
+}
+
+#define SHP(...) (int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)), (const int64_t[]){ __VA_ARGS__ }
+
+static void emit_bn(Emitter *e, int64_t c, const char *base)
+{
+    emit(e, INIT_NORM_W, SHP(c), "%s.weight", base);
+    emit(e, INIT_BIAS, SHP(c), "%s.bias", base);
+    emit(e, INIT_BIAS, SHP(c), "%s.running_mean", base);
+    emit(e, INIT_RVAR, SHP(c), "%s.running_var", base);
+    emit(e, INIT_COUNT, 0, NULL, "%s.num_batches_tracked", base);
+}
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+/* 5.2 AppearanceFeatureExtractor */
+static void gen_appearance(Emitter *e, bool full)
+{
+    int64_t be = full ? 64 : 16, maxf = full ? 512 : 128, rc = full ? 32 : 8, nres = full ? 6 : 2;
+    char b[64];
+    emit(e, INIT_WEIGHT, SHP(be, 3, 3, 3), "first.conv.weight");
+    emit(e, INIT_BIAS, SHP(be), "first.conv.bias");
+    emit_bn(e, be, "first.norm");
+    int64_t in = be;
+    for (int i = 0; i < 2; i++) {
+        int64_t out = min64(maxf, be << (i + 1));
+        emit(e, INIT_WEIGHT, SHP(out, in, 3, 3), "down_blocks.%d.conv.weight", i);
+        emit(e, INIT_BIAS, SHP(out), "down_blocks.%d.conv.bias", i);
+        snprintf(b, sizeof b, "down_blocks.%d.norm", i);
+        emit_bn(e, out, b);
+        in = out;
+    }
+    emit(e, INIT_WEIGHT, SHP(maxf, in, 1, 1), "second.weight");
+    emit(e, INIT_BIAS, SHP(maxf), "second.bias");
+    for (int i = 0; i < nres; i++) {
+        for (int j = 1; j <= 2; j++) {
+            snprintf(b, sizeof b, "resblocks_3d.3dr%d.norm%d", i, j);
+            emit_bn(e, rc, b);
+            emit(e, INIT_WEIGHT, SHP(rc, rc, 3, 3, 3), "resblocks_3d.3dr%d.conv%d.weight", i, j);
+            emit(e, INIT_BIAS, SHP(rc), "resblocks_3d.3dr%d.conv%d.bias", i, j);
+        }
+    }
+}
+
+/* 5.3 MotionExtractor (ConvNeXt-V2 + heads), keys under "detector." */
+static void gen_motion(Emitter *e, bool full)
+{
+    const int64_t dims_full[4] = { 96, 192, 384, 768 }, dims_small[4] = { 16, 32, 48, 64 };
+    const int depth_full[4] = { 3, 3, 9, 3 }, depth_small[4] = { 1, 1, 2, 1 };
+    const int64_t *dims = full ? dims_full : dims_small;
+    const int *depth = full ? depth_full : depth_small;
+    emit(e, INIT_WEIGHT, SHP(dims[0], 3, 4, 4), "detector.downsample_layers.0.0.weight");
+    emit(e, INIT_BIAS, SHP(dims[0]), "detector.downsample_layers.0.0.bias");
+    emit(e, INIT_NORM_W, SHP(dims[0]), "detector.downsample_layers.0.1.weight");
+    emit(e, INIT_BIAS, SHP(dims[0]), "detector.downsample_layers.0.1.bias");
+    for (int i = 1; i < 4; i++) {
+        emit(e, INIT_NORM_W, SHP(dims[i - 1]), "detector.downsample_layers.%d.0.weight", i);
+        emit(e, INIT_BIAS, SHP(dims[i - 1]), "detector.downsample_layers.%d.0.bias", i);
+        emit(e, INIT_WEIGHT, SHP(dims[i], dims[i - 1], 2, 2), "detector.downsample_layers.%d.1.weight", i);
+        emit(e, INIT_BIAS, SHP(dims[i]), "detector.downsample_layers.%d.1.bias", i);
+    }
+    for (int s = 0; s < 4; s++) {
+        int64_t c = dims[s];
+        for (int j = 0; j < depth[s]; j++) {
+            emit(e, INIT_WEIGHT, SHP(c, 1, 7, 7), "detector.stages.%d.%d.dwconv.weight", s, j);
+            emit(e, INIT_BIAS, SHP(c), "detector.stages.%d.%d.dwconv.bias", s, j);
+            emit(e, INIT_NORM_W, SHP(c), "detector.stages.%d.%d.norm.weight", s, j);
+            emit(e, INIT_BIAS, SHP(c), "detector.stages.%d.%d.norm.bias", s, j);
+            emit(e, INIT_WEIGHT, SHP(4 * c, c), "detector.stages.%d.%d.pwconv1.weight", s, j);
+            emit(e, INIT_BIAS, SHP(4 * c), "detector.stages.%d.%d.pwconv1.bias", s, j);
+            emit(e, INIT_GRN_G, SHP(1, 1, 1, 4 * c), "detector.stages.%d.%d.grn.gamma", s, j);
+            emit(e, INIT_BIAS, SHP(1, 1, 1, 4 * c), "detector.stages.%d.%d.grn.beta", s, j);
+            emit(e, INIT_WEIGHT, SHP(c, 4 * c), "detector.stages.%d.%d.pwconv2.weight", s, j);
+            emit(e, INIT_BIAS, SHP(c), "detector.stages.%d.%d.pwconv2.bias", s, j);
+        }
+    }
+    int64_t c = dims[3];
+    emit(e, INIT_NORM_W, SHP(c), "detector.norm.weight");
+    emit(e, INIT_BIAS, SHP(c), "detector.norm.bias");
+    const char *heads[7] = { "fc_kp", "fc_scale", "fc_pitch", "fc_yaw", "fc_roll", "fc_t", "fc_exp" };
+    const int64_t widths[7] = { 63, 1, 66, 66, 66, 3, 63 };
+    for (int h = 0; h < 7; h++) {
+        emit(e, INIT_WEIGHT, SHP(widths[h], c), "detector.%s.weight", heads[h]);
+        emit(e, INIT_BIAS, SHP(widths[h]), "detector.%s.bias", heads[h]);
+    }
+}
+
+/* 5.4 WarpingNetwork + DenseMotionNetwork */
+static void gen_warp(Emitter *e, bool full)
+{
+    int64_t fc = full ? 32 : 8, depth = 16, K = 21;
+    int64_t be = full ? 32 : 8, maxf = full ? 1024 : 64, comp = full ? 4 : 2, nblocks = full ? 5 : 3;
+    int64_t out_be = full ? 64 : 16;     /* warping net block_expansion (third: out_be * 4) */
+    const char *dm = "dense_motion_network";
+    char b[160];
+    int64_t in_hg = (K + 1) * (comp + 1);
+    int64_t in = in_hg;
+    for (int i = 0; i < nblocks; i++) {
+        int64_t out = min64(maxf, be << (i + 1));
+        emit(e, INIT_WEIGHT, SHP(out, in, 3, 3, 3), "%s.hourglass.encoder.down_blocks.%d.conv.weight", dm, i);
+        emit(e, INIT_BIAS, SHP(out), "%s.hourglass.encoder.down_blocks.%d.conv.bias", dm, i);
+        snprintf(b, sizeof b, "%s.hourglass.encoder.down_blocks.%d.norm", dm, i);
+        emit_bn(e, out, b);
+        in = out;
+    }
+    for (int k = 0; k < nblocks; k++) {
+        int i = (int)nblocks - 1 - k;
+        int64_t cin = (k == 0 ? 1 : 2) * min64(maxf, be << (i + 1));
+        int64_t out = min64(maxf, be << i);
+        emit(e, INIT_WEIGHT, SHP(out, cin, 3, 3, 3), "%s.hourglass.decoder.up_blocks.%d.conv.weight", dm, k);
+        emit(e, INIT_BIAS, SHP(out), "%s.hourglass.decoder.up_blocks.%d.conv.bias", dm, k);
+        snprintf(b, sizeof b, "%s.hourglass.decoder.up_blocks.%d.norm", dm, k);
+        emit_bn(e, out, b);
+    }
+    int64_t of = be + in_hg;
+    emit(e, INIT_WEIGHT, SHP(of, of, 3, 3, 3), "%s.hourglass.decoder.conv.weight", dm);
+    emit(e, INIT_BIAS, SHP(of), "%s.hourglass.decoder.conv.bias", dm);
+    snprintf(b, sizeof b, "%s.hourglass.decoder.norm", dm);
+    emit_bn(e, of, b);
+    emit(e, INIT_WEIGHT, SHP(K + 1, of, 7, 7, 7), "%s.mask.weight", dm);
+    emit(e, INIT_BIAS, SHP(K + 1), "%s.mask.bias", dm);
+    emit(e, INIT_WEIGHT, SHP(comp, fc, 1, 1, 1), "%s.compress.weight", dm);
+    emit(e, INIT_BIAS, SHP(comp), "%s.compress.bias", dm);
+    snprintf(b, sizeof b, "%s.norm", dm);
+    emit_bn(e, comp, b);
+    emit(e, INIT_WEIGHT, SHP(1, of * depth, 7, 7), "%s.occlusion.weight", dm);
+    emit(e, INIT_BIAS, SHP(1), "%s.occlusion.bias", dm);
+    int64_t third = out_be * 4;
+    emit(e, INIT_WEIGHT, SHP(third, fc * depth, 3, 3), "third.conv.weight");
+    emit(e, INIT_BIAS, SHP(third), "third.conv.bias");
+    emit_bn(e, third, "third.norm");
+    emit(e, INIT_WEIGHT, SHP(third, third, 1, 1), "fourth.weight");
+    emit(e, INIT_BIAS, SHP(third), "fourth.bias");
+}
+
+static void gen_spade(Emitter *e, const char *blk, const char *norm, int64_t c, int64_t label, int64_t hidden)
+{
+    emit(e, INIT_WEIGHT, SHP(hidden, label, 3, 3), "%s.%s.mlp_shared.0.weight", blk, norm);
+    emit(e, INIT_BIAS, SHP(hidden), "%s.%s.mlp_shared.0.bias", blk, norm);
+    emit(e, INIT_WEIGHT, SHP(c, hidden, 3, 3), "%s.%s.mlp_gamma.weight", blk, norm);
+    emit(e, INIT_BIAS, SHP(c), "%s.%s.mlp_gamma.bias", blk, norm);
+    emit(e, INIT_WEIGHT, SHP(c, hidden, 3, 3), "%s.%s.mlp_beta.weight", blk, norm);
+    emit(e, INIT_BIAS, SHP(c), "%s.%s.mlp_beta.bias", blk, norm);
+}
+
+static void gen_sn_conv(Emitter *e, const char *blk, const char *conv, int64_t out, int64_t in, int64_t k, bool bias)
+{
+    if (bias)
+        emit(e, INIT_BIAS, SHP(out), "%s.%s.bias", blk, conv);
+    emit(e, INIT_WEIGHT, SHP(out, in, k, k), "%s.%s.weight_orig", blk, conv);
+    emit(e, INIT_SN_V, SHP(in * k * k), "%s.%s.weight_v", blk, conv);   /* v before u: u derives from W v */
+    emit(e, INIT_SN_U, SHP(out), "%s.%s.weight_u", blk, conv);
+}
+
+static void gen_resblock(Emitter *e, const char *blk, int64_t fin, int64_t fout, int64_t label, int64_t hidden)
+{
+    int64_t fmid = min64(fin, fout);
+    gen_sn_conv(e, blk, "conv_0", fmid, fin, 3, true);
+    gen_sn_conv(e, blk, "conv_1", fout, fmid, 3, true);
+    if (fin != fout)
+        gen_sn_conv(e, blk, "conv_s", fout, fin, 1, false);
+    gen_spade(e, blk, "norm_0", fin, label, hidden);
+    gen_spade(e, blk, "norm_1", fmid, label, hidden);
+    if (fin != fout)
+        gen_spade(e, blk, "norm_s", fin, label, hidden);
+}
+
+/* 5.5 SPADEDecoder */
+static void gen_decoder(Emitter *e, bool full)
+{
+    int64_t label = full ? 256 : 64, ch = full ? 512 : 64, hidden = full ? 128 : 32;
+    int64_t up0 = full ? 256 : 32, up1 = full ? 64 : 16;
+    char b[32];
+    emit(e, INIT_WEIGHT, SHP(ch, label, 3, 3), "fc.weight");
+    emit(e, INIT_BIAS, SHP(ch), "fc.bias");
+    for (int i = 0; i < 6; i++) {
+        snprintf(b, sizeof b, "G_middle_%d", i);
+        gen_resblock(e, b, ch, ch, label, hidden);
+    }
+    gen_resblock(e, "up_0", ch, up0, label, hidden);
+    gen_resblock(e, "up_1", up0, up1, label, hidden);
+    emit(e, INIT_WEIGHT, SHP(12, up1, 3, 3), "conv_img.0.weight");
+    emit(e, INIT_BIAS, SHP(12), "conv_img.0.bias");
+}
+
+/* 5.6 StitchingNetwork: always full size (45k parameters) */
+static void gen_stitch(Emitter *e, bool full)
+{
+    (void)full;
+    const int64_t sizes[5] = { 126, 128, 128, 64, 65 };
+    for (int i = 0; i < 4; i++) {
+        emit(e, INIT_WEIGHT, SHP(sizes[i + 1], sizes[i]), "retarget_shoulder.mlp.%d.weight", 2 * i);
+        emit(e, INIT_BIAS, SHP(sizes[i + 1]), "retarget_shoulder.mlp.%d.bias", 2 * i);
+    }
+}
+
+static const char *const net_files[DITTO_NET_COUNT] = {
+    "appearance_extractor.pth", "motion_extractor.pth", "warp_network.pth", "decoder.pth", "stitch_network.pth",
+};
+
+const char *ditto_net_file_name(DittoNetKind net)
+{
+    return (unsigned)net < DITTO_NET_COUNT ? net_files[net] : "unknown";
+}
+
+static void fill(const Spec *s, size_t idx, uint64_t seed, void *data)
+{
+    int64_t n = 1, fan_in = 1;
+    for (int i = 0; i < s->ndim; i++)
+        n *= s->shape[i];
+    for (int i = 1; i < s->ndim; i++)
+        fan_in *= s->shape[i];
+    float *f = data;
+    uint64_t stream = ditto_rng_stream(0x5e, (uint32_t)idx, 0);
+    switch (s->init) {
+    case INIT_COUNT:
+        memset(data, 0, 8);
+        return;
+    case INIT_RVAR:
+        ditto_rng_fill_uniform(seed, stream, 0, f, (size_t)n);
+        for (int64_t i = 0; i < n; i++)
+            f[i] += 0.5f;
+        return;
+    case INIT_SN_U:
+        return;   /* u = W v / |W v| (so sigma = |W v| > 0), computed by the caller */
+    default:
+        break;
+    }
+    ditto_rng_fill_normal(seed, stream, 0, f, (size_t)n);
+    float scale = 1, shift = 0;
+    switch (s->init) {
+    case INIT_WEIGHT: scale = 1.0f / sqrtf((float)fan_in); break;
+    case INIT_BIAS: scale = 0.1f; break;
+    case INIT_NORM_W: scale = 0.2f; shift = 1; break;
+    case INIT_GRN_G: scale = 0.5f; break;
+    default: break;
+    }
+    for (int64_t i = 0; i < n; i++)
+        f[i] = f[i] * scale + shift;
+    if (s->init == INIT_SN_V) {
+        double norm = 0;
+        for (int64_t i = 0; i < n; i++)
+            norm += (double)f[i] * f[i];
+        norm = sqrt(norm);
+        for (int64_t i = 0; i < n; i++)
+            f[i] = (float)(f[i] / norm);
+    }
+}
+
+int ditto_synthetic_catalog(DittoCatalog **out, DittoNetKind net, bool full_size, uint64_t seed, const DittoLogger *log)
+{
+    *out = NULL;
+    Emitter e = { 0 };
+    switch (net) {
+    case DITTO_NET_APPEARANCE: gen_appearance(&e, full_size); break;
+    case DITTO_NET_MOTION: gen_motion(&e, full_size); break;
+    case DITTO_NET_WARP: gen_warp(&e, full_size); break;
+    case DITTO_NET_DECODER: gen_decoder(&e, full_size); break;
+    case DITTO_NET_STITCH: gen_stitch(&e, full_size); break;
+    default: return ditto_fail(log, DITTO_ERR_INVAL, "synthetic weights: unknown network %d", (int)net);
+    }
+    if (e.err) {
+        ditto_free(e.specs);
+        return ditto_fail(log, e.err, "synthetic weights: out of memory");
+    }
+    /* one block for all tensors, each 64-byte aligned */
+    size_t total = 0;
+    for (size_t i = 0; i < e.n; i++) {
+        int64_t n = 1;
+        for (int d = 0; d < e.specs[i].ndim; d++)
+            n *= e.specs[i].shape[d];
+        total += ((size_t)n * (e.specs[i].init == INIT_COUNT ? 8 : 4) + 63) & ~(size_t)63;
+    }
+    uint8_t *block = ditto_malloc_aligned(total ? total : 64);
+    char name[64];
+    snprintf(name, sizeof name, "synthetic %s", net_files[net]);
+    DittoCatalog *c = NULL;
+    int rc = block ? ditto_catalog_create_heap(&c, name, block, total, log) : DITTO_ERR_NOMEM;
+    size_t off = 0;
+    for (size_t i = 0; rc >= 0 && i < e.n; i++) {
+        const Spec *s = &e.specs[i];
+        DittoCatalogEntry en;
+        memset(&en, 0, sizeof en);
+        en.name = (char *)s->name;
+        en.dtype = s->init == INIT_COUNT ? DITTO_I64 : DITTO_F32;
+        DittoTensor t = ditto_tensor(NULL, en.dtype, s->ndim, s->shape);
+        en.ndim = s->ndim;
+        for (int d = 0; d < s->ndim; d++) {
+            en.shape[d] = s->shape[d];
+            en.stride[d] = t.stride[d];
+        }
+        en.offset = off;
+        en.span = ditto_tensor_nbytes(&t);
+        en.data = block + off;
+        fill(s, i, seed, block + off);
+        if (s->init == INIT_SN_U && c->n >= 2) {
+            /* u = W v / |W v| from the two preceding entries, weight_orig (rows, cols) and weight_v (cols) */
+            const float *w = c->entries[c->n - 2].data, *v = c->entries[c->n - 1].data;
+            int64_t rows = s->shape[0], cols = ditto_catalog_entry_numel(&c->entries[c->n - 1]);
+            float *u = (float *)(block + off);
+            double norm = 0;
+            for (int64_t r = 0; r < rows; r++) {
+                double acc = 0;
+                for (int64_t k = 0; k < cols; k++)
+                    acc += (double)w[r * cols + k] * v[k];
+                u[r] = (float)acc;
+                norm += acc * acc;
+            }
+            norm = sqrt(norm) + 1e-12;
+            for (int64_t r = 0; r < rows; r++)
+                u[r] = (float)(u[r] / norm);
+        }
+        off += ((size_t)en.span + 63) & ~(size_t)63;
+        rc = ditto_catalog_add(c, &en);
+    }
+    if (rc >= 0)
+        rc = ditto_catalog_finish(c);
+    ditto_free(e.specs);
+    if (rc < 0) {
+        ditto_catalog_close(&c);
+        return ditto_fail(log, rc, "synthetic weights for %s: %s", net_files[net], ditto_strerror(rc));
+    }
+    *out = c;
+    return 0;
+}
