@@ -1,0 +1,76 @@
+/*
+ * CUDA backend internals shared by the .cu files (the only place that sees
+ * CUDA headers). Launchers are extern "C"-free C++ internally; the backend
+ * is exposed to C through ditto_backend_cuda_open() only.
+ */
+#ifndef DITTO_BACKEND_CUDA_H
+#define DITTO_BACKEND_CUDA_H
+
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+extern "C" {
+#include "backend/backend.h"
+#include "core/log.h"
+}
+
+typedef struct DittoCuda {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t cublas;
+    cudnnHandle_t cudnn;
+    void *workspace;          /* cuDNN / cuBLAS workspace, grown on demand (outside graph capture) */
+    size_t workspace_size;
+    size_t bytes_in_use, peak_bytes;
+} DittoCuda;
+
+static inline DittoCuda *ditto_cuda(DittoBackend *be)
+{
+    return (DittoCuda *)be->priv;
+}
+
+/* Log a CUDA error with the call site, set the sticky bad state, return DITTO_ERR_BACKEND. */
+int ditto_cuda_fail(DittoBackend *be, cudaError_t err, const char *what, const char *file, int line);
+int ditto_cublas_fail(DittoBackend *be, cublasStatus_t st, const char *what, const char *file, int line);
+int ditto_cudnn_fail(DittoBackend *be, cudnnStatus_t st, const char *what, const char *file, int line);
+
+#define DITTO_CUDA_CHECK(be, call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) return ditto_cuda_fail(be, e_, #call, __FILE__, __LINE__); } while (0)
+#define DITTO_CUBLAS_CHECK(be, call) do { cublasStatus_t s_ = (call); if (s_ != CUBLAS_STATUS_SUCCESS) return ditto_cublas_fail(be, s_, #call, __FILE__, __LINE__); } while (0)
+#define DITTO_CUDNN_CHECK(be, call) do { cudnnStatus_t s_ = (call); if (s_ != CUDNN_STATUS_SUCCESS) return ditto_cudnn_fail(be, s_, #call, __FILE__, __LINE__); } while (0)
+/* After a kernel launch. */
+#define DITTO_CUDA_LAUNCHED(be) DITTO_CUDA_CHECK(be, cudaGetLastError())
+
+/* Scratch workspace of at least n bytes (stream-ordered; valid until the next call). */
+int ditto_cuda_workspace(DittoBackend *be, size_t n, void **out);
+
+/* Element access helpers: float32 or float16 storage, fp32 math. */
+__device__ __forceinline__ float ditto_ld(const void *p, int64_t i, bool f16)
+{
+    return f16 ? __half2float(((const __half *)p)[i]) : ((const float *)p)[i];
+}
+__device__ __forceinline__ void ditto_st(void *p, int64_t i, float v, bool f16)
+{
+    if (f16)
+        ((__half *)p)[i] = __float2half_rn(v);
+    else
+        ((float *)p)[i] = v;
+}
+
+static inline int ditto_cuda_blocks(int64_t n, int threads)
+{
+    int64_t b = (n + threads - 1) / threads;
+    return (int)(b > 65535 * 32 ? 65535 * 32 : (b < 1 ? 1 : b));
+}
+
+/* Family init functions (one per .cu file). */
+void ditto_cuda_init_elementwise(DittoOps *ops);
+void ditto_cuda_init_gemm(DittoOps *ops);
+void ditto_cuda_init_conv(DittoOps *ops);
+void ditto_cuda_init_norm(DittoOps *ops);
+void ditto_cuda_init_sample(DittoOps *ops);
+void ditto_cuda_init_attention(DittoOps *ops);
+void ditto_cuda_init_image(DittoOps *ops);
+
+#endif
