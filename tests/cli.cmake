@@ -183,7 +183,9 @@ if(EXISTS ${DITTO_FIXTURES_DIR}/manifest.json)
     "keypoints=fn_bin66_to_degree,fn_rotation_matrix,fn_transform_keypoint"
     "conditions=cond_*"
     "motion_stitch=ms_*"
-    "smoothing=smooth_*")
+    "smoothing=smooth_*"
+    "lmdm=lmdm_*"
+    "audio2motion=a2m_*")
   foreach(group ${DITTO_VERIFY_GROUPS})
     string(REGEX REPLACE "=.*" "" name "${group}")
     string(REGEX REPLACE "^[^=]*=" "" patterns "${group}")

@@ -43,6 +43,7 @@ typedef struct DittoVerifyRunner {
  */
 extern const DittoVerifyRunner ditto_verify_runners_models[];   /* verify_models.c: renderer networks */
 extern const DittoVerifyRunner ditto_verify_runners_motion[];
+extern const DittoVerifyRunner ditto_verify_runners_lmdm[];
 
 extern const DittoVerifyRunner *const ditto_verify_tables[];   /* NULL-terminated */
 

@@ -6,5 +6,6 @@
 const DittoVerifyRunner *const ditto_verify_tables[] = {
     ditto_verify_runners_models,
     ditto_verify_runners_motion,
+    ditto_verify_runners_lmdm,
     NULL,
 };
