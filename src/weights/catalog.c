@@ -14,6 +14,10 @@ typedef struct CatalogImpl {
     void *heap;                        /* in-memory catalogs: data block freed at close */
     size_t cap;
     const DittoCatalogEntry **index;   /* sorted by name (after finish), NULL: search linearly */
+    void **blocks;                     /* extra heap blocks (decoded tensors), freed at close */
+    size_t n_blocks;
+    DittoMap *maps;                    /* extra mappings (external data files), unmapped at close */
+    size_t n_maps;
 } CatalogImpl;
 
 static CatalogImpl *impl(const DittoCatalog *c)
@@ -79,6 +83,33 @@ int ditto_catalog_add(DittoCatalog *c, const DittoCatalogEntry *e)
     return 0;
 }
 
+int ditto_catalog_adopt_block(DittoCatalog *c, void *block)
+{
+    CatalogImpl *ci = impl(c);
+    void **q = ditto_realloc(ci->blocks, (ci->n_blocks + 1) * sizeof *q);
+    if (!q) {
+        ditto_free_aligned(block);
+        return ditto_fail(&c->log, DITTO_ERR_NOMEM, "%s: out of memory", c->path);
+    }
+    ci->blocks = q;
+    ci->blocks[ci->n_blocks++] = block;
+    return 0;
+}
+
+int ditto_catalog_adopt_map(DittoCatalog *c, const DittoMap *m)
+{
+    CatalogImpl *ci = impl(c);
+    DittoMap *q = ditto_realloc(ci->maps, (ci->n_maps + 1) * sizeof *q);
+    if (!q) {
+        DittoMap tmp = *m;
+        ditto_map_close(&tmp);
+        return ditto_fail(&c->log, DITTO_ERR_NOMEM, "%s: out of memory", c->path);
+    }
+    ci->maps = q;
+    ci->maps[ci->n_maps++] = *m;
+    return 0;
+}
+
 static int cmp_name(const void *a, const void *b)
 {
     const DittoCatalogEntry *const *x = a, *const *y = b;
@@ -114,6 +145,12 @@ void ditto_catalog_close(DittoCatalog **cp)
     if (ci->owns_map)
         ditto_map_close(&c->map);
     ditto_free_aligned(ci->heap);
+    for (size_t i = 0; i < ci->n_blocks; i++)
+        ditto_free_aligned(ci->blocks[i]);
+    ditto_free(ci->blocks);
+    for (size_t i = 0; i < ci->n_maps; i++)
+        ditto_map_close(&ci->maps[i]);
+    ditto_free(ci->maps);
     ditto_free(c->path);
     ditto_free(ci);
     *cp = NULL;

@@ -73,6 +73,10 @@ int ditto_catalog_create(DittoCatalog **out, const char *path, const DittoMap *m
 int ditto_catalog_create_heap(DittoCatalog **out, const char *path, void *block, size_t size, const DittoLogger *log);
 /* Append a copy of *e (the name is copied); e->data must point into the map and be bounds-checked. */
 int ditto_catalog_add(DittoCatalog *c, const DittoCatalogEntry *e);
+/* Hand an extra heap block (ditto_malloc_aligned) to c, freed at close (also when this call fails); entries may point into it. */
+int ditto_catalog_adopt_block(DittoCatalog *c, void *block);
+/* Hand an extra read-only mapping (an ONNX external data file) to c, unmapped at close (also when this call fails). */
+int ditto_catalog_adopt_map(DittoCatalog *c, const DittoMap *m);
 /* After the last add: index names for lookup; a duplicate name is an error naming the file and the key. */
 int ditto_catalog_finish(DittoCatalog *c);
 
