@@ -77,6 +77,22 @@ static int check_contig(DittoBackend *be, DittoOp op, const char *name, const Di
     return 0;
 }
 
+/* The n named tensors are float tensors on this backend's device, then contiguous: checked in that order. */
+static int check_dense(DittoBackend *be, DittoOp op, int n, const char *const *names, const DittoTensor *const *ts)
+{
+    for (int i = 0; i < n; i++)
+        DITTO_TRY(check_float(be, op, names[i], ts[i]));
+    for (int i = 0; i < n; i++)
+        DITTO_TRY(check_contig(be, op, names[i], ts[i]));
+    return 0;
+}
+
+/* check_dense of x and y */
+static int check_xy(DittoBackend *be, DittoOp op, const DittoTensor *x, const DittoTensor *y)
+{
+    return check_dense(be, op, 2, (const char *const[]){ "x", "y" }, (const DittoTensor *const[]){ x, y });
+}
+
 static int check_vec(DittoBackend *be, DittoOp op, const char *name, const DittoTensor *t, int64_t n)
 {
     if (!t)
@@ -159,10 +175,7 @@ int ditto_op_binary(DittoBackend *be, DittoBinaryKind kind, const DittoTensor *a
 int ditto_op_softmax(DittoBackend *be, int axis, const DittoTensor *x, DittoTensor *y)
 {
     NEED(DITTO_OP_SOFTMAX, softmax);
-    DITTO_TRY(check_float(be, DITTO_OP_SOFTMAX, "x", x));
-    DITTO_TRY(check_float(be, DITTO_OP_SOFTMAX, "y", y));
-    DITTO_TRY(check_contig(be, DITTO_OP_SOFTMAX, "x", x));
-    DITTO_TRY(check_contig(be, DITTO_OP_SOFTMAX, "y", y));
+    DITTO_TRY(check_xy(be, DITTO_OP_SOFTMAX, x, y));
     axis = norm_axis(axis, x->ndim);
     if (axis < 0 || axis >= x->ndim)
         return bad_arg(be, DITTO_OP_SOFTMAX, "axis out of range");
@@ -175,10 +188,7 @@ int ditto_op_softmax(DittoBackend *be, int axis, const DittoTensor *x, DittoTens
 int ditto_op_reduce(DittoBackend *be, DittoReduceKind kind, int axis, const DittoTensor *x, DittoTensor *y)
 {
     NEED(DITTO_OP_REDUCE, reduce);
-    DITTO_TRY(check_float(be, DITTO_OP_REDUCE, "x", x));
-    DITTO_TRY(check_float(be, DITTO_OP_REDUCE, "y", y));
-    DITTO_TRY(check_contig(be, DITTO_OP_REDUCE, "x", x));
-    DITTO_TRY(check_contig(be, DITTO_OP_REDUCE, "y", y));
+    DITTO_TRY(check_xy(be, DITTO_OP_REDUCE, x, y));
     axis = norm_axis(axis, x->ndim);
     if (axis < 0 || axis >= x->ndim || (unsigned)kind >= DITTO_REDUCE_COUNT)
         return bad_arg(be, DITTO_OP_REDUCE, "axis or kind out of range");
@@ -194,12 +204,7 @@ int ditto_op_reduce(DittoBackend *be, DittoReduceKind kind, int axis, const Ditt
 int ditto_op_matmul(DittoBackend *be, const DittoMatmulParams *p, const DittoTensor *a, const DittoTensor *b, DittoTensor *c)
 {
     NEED(DITTO_OP_MATMUL, matmul);
-    DITTO_TRY(check_float(be, DITTO_OP_MATMUL, "a", a));
-    DITTO_TRY(check_float(be, DITTO_OP_MATMUL, "b", b));
-    DITTO_TRY(check_float(be, DITTO_OP_MATMUL, "c", c));
-    DITTO_TRY(check_contig(be, DITTO_OP_MATMUL, "a", a));
-    DITTO_TRY(check_contig(be, DITTO_OP_MATMUL, "b", b));
-    DITTO_TRY(check_contig(be, DITTO_OP_MATMUL, "c", c));
+    DITTO_TRY(check_dense(be, DITTO_OP_MATMUL, 3, (const char *const[]){ "a", "b", "c" }, (const DittoTensor *const[]){ a, b, c }));
     if (a->ndim < 2 || b->ndim < 2 || c->ndim < 2 || a->ndim != c->ndim || b->ndim != c->ndim)
         return bad_shape(be, DITTO_OP_MATMUL, "a, b and c need the same rank >= 2", a, b);
     int n = c->ndim;
@@ -221,12 +226,7 @@ int ditto_op_matmul(DittoBackend *be, const DittoMatmulParams *p, const DittoTen
 int ditto_op_linear(DittoBackend *be, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y)
 {
     NEED(DITTO_OP_LINEAR, linear);
-    DITTO_TRY(check_float(be, DITTO_OP_LINEAR, "x", x));
-    DITTO_TRY(check_float(be, DITTO_OP_LINEAR, "w", w));
-    DITTO_TRY(check_float(be, DITTO_OP_LINEAR, "y", y));
-    DITTO_TRY(check_contig(be, DITTO_OP_LINEAR, "x", x));
-    DITTO_TRY(check_contig(be, DITTO_OP_LINEAR, "w", w));
-    DITTO_TRY(check_contig(be, DITTO_OP_LINEAR, "y", y));
+    DITTO_TRY(check_dense(be, DITTO_OP_LINEAR, 3, (const char *const[]){ "x", "w", "y" }, (const DittoTensor *const[]){ x, w, y }));
     if (w->ndim != 2 || x->ndim < 1 || y->ndim != x->ndim)
         return bad_shape(be, DITTO_OP_LINEAR, "w must be (out, in) and y the rank of x", x, w);
     if (x->shape[x->ndim - 1] != w->shape[1])
@@ -274,12 +274,7 @@ int ditto_conv_out_shape(const DittoConvParams *p, const DittoTensor *x, const D
 int ditto_op_conv(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y)
 {
     NEED(DITTO_OP_CONV, conv);
-    DITTO_TRY(check_float(be, DITTO_OP_CONV, "x", x));
-    DITTO_TRY(check_float(be, DITTO_OP_CONV, "w", w));
-    DITTO_TRY(check_float(be, DITTO_OP_CONV, "y", y));
-    DITTO_TRY(check_contig(be, DITTO_OP_CONV, "x", x));
-    DITTO_TRY(check_contig(be, DITTO_OP_CONV, "w", w));
-    DITTO_TRY(check_contig(be, DITTO_OP_CONV, "y", y));
+    DITTO_TRY(check_dense(be, DITTO_OP_CONV, 3, (const char *const[]){ "x", "w", "y" }, (const DittoTensor *const[]){ x, w, y }));
     int64_t shape[DITTO_MAX_DIMS];
     int rc = ditto_conv_out_shape(p, x, w, shape);
     if (rc < 0)
@@ -294,10 +289,7 @@ int ditto_op_conv(DittoBackend *be, const DittoConvParams *p, const DittoTensor 
 
 static int check_norm_common(DittoBackend *be, DittoOp op, const DittoTensor *x, DittoTensor *y)
 {
-    DITTO_TRY(check_float(be, op, "x", x));
-    DITTO_TRY(check_float(be, op, "y", y));
-    DITTO_TRY(check_contig(be, op, "x", x));
-    DITTO_TRY(check_contig(be, op, "y", y));
+    DITTO_TRY(check_xy(be, op, x, y));
     if (!ditto_tensor_same_shape(x, y))
         return bad_shape(be, op, "x and y differ", x, y);
     return 0;
@@ -360,10 +352,7 @@ int ditto_op_group_norm(DittoBackend *be, int groups, float eps, const DittoTens
 int ditto_op_upsample_nearest(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
 {
     NEED(DITTO_OP_UPSAMPLE_NEAREST, upsample_nearest);
-    DITTO_TRY(check_float(be, DITTO_OP_UPSAMPLE_NEAREST, "x", x));
-    DITTO_TRY(check_float(be, DITTO_OP_UPSAMPLE_NEAREST, "y", y));
-    DITTO_TRY(check_contig(be, DITTO_OP_UPSAMPLE_NEAREST, "x", x));
-    DITTO_TRY(check_contig(be, DITTO_OP_UPSAMPLE_NEAREST, "y", y));
+    DITTO_TRY(check_xy(be, DITTO_OP_UPSAMPLE_NEAREST, x, y));
     if (x->ndim < 3 || x->ndim > 5 || y->ndim != x->ndim || x->shape[0] != y->shape[0] || x->shape[1] != y->shape[1])
         return bad_shape(be, DITTO_OP_UPSAMPLE_NEAREST, "x (N,C,*) and y (N,C,*) with 1-3 spatial dims", x, y);
     for (int i = 2; i < x->ndim; i++)
@@ -398,10 +387,7 @@ int ditto_pool_out_shape(const DittoPoolParams *p, const DittoTensor *x, int64_t
 int ditto_op_pool(DittoBackend *be, const DittoPoolParams *p, const DittoTensor *x, DittoTensor *y)
 {
     NEED(DITTO_OP_POOL, pool);
-    DITTO_TRY(check_float(be, DITTO_OP_POOL, "x", x));
-    DITTO_TRY(check_float(be, DITTO_OP_POOL, "y", y));
-    DITTO_TRY(check_contig(be, DITTO_OP_POOL, "x", x));
-    DITTO_TRY(check_contig(be, DITTO_OP_POOL, "y", y));
+    DITTO_TRY(check_xy(be, DITTO_OP_POOL, x, y));
     int64_t shape[DITTO_MAX_DIMS];
     if (ditto_pool_out_shape(p, x, shape) < 0)
         return bad_shape(be, DITTO_OP_POOL, "x does not fit the pooling window", x, NULL);
@@ -413,10 +399,7 @@ int ditto_op_pool(DittoBackend *be, const DittoPoolParams *p, const DittoTensor 
 int ditto_op_pixel_shuffle(DittoBackend *be, int r, const DittoTensor *x, DittoTensor *y)
 {
     NEED(DITTO_OP_PIXEL_SHUFFLE, pixel_shuffle);
-    DITTO_TRY(check_float(be, DITTO_OP_PIXEL_SHUFFLE, "x", x));
-    DITTO_TRY(check_float(be, DITTO_OP_PIXEL_SHUFFLE, "y", y));
-    DITTO_TRY(check_contig(be, DITTO_OP_PIXEL_SHUFFLE, "x", x));
-    DITTO_TRY(check_contig(be, DITTO_OP_PIXEL_SHUFFLE, "y", y));
+    DITTO_TRY(check_xy(be, DITTO_OP_PIXEL_SHUFFLE, x, y));
     if (r < 1 || x->ndim != 4 || y->ndim != 4 || x->shape[1] % ((int64_t)r * r) || y->shape[0] != x->shape[0] ||
         y->shape[1] != x->shape[1] / ((int64_t)r * r) || y->shape[2] != x->shape[2] * r || y->shape[3] != x->shape[3] * r)
         return bad_shape(be, DITTO_OP_PIXEL_SHUFFLE, "x (N, C r^2, H, W) -> y (N, C, H r, W r)", x, y);
@@ -502,10 +485,7 @@ int ditto_op_attention(DittoBackend *be, float scale, const DittoTensor *q, cons
 int ditto_op_rotary(DittoBackend *be, int64_t pos_offset, const DittoTensor *x, const DittoTensor *freqs, DittoTensor *y)
 {
     NEED(DITTO_OP_ROTARY, rotary);
-    DITTO_TRY(check_float(be, DITTO_OP_ROTARY, "x", x));
-    DITTO_TRY(check_float(be, DITTO_OP_ROTARY, "y", y));
-    DITTO_TRY(check_contig(be, DITTO_OP_ROTARY, "x", x));
-    DITTO_TRY(check_contig(be, DITTO_OP_ROTARY, "y", y));
+    DITTO_TRY(check_xy(be, DITTO_OP_ROTARY, x, y));
     if (x->ndim != 3 || !ditto_tensor_same_shape(x, y) || x->shape[2] % 2)
         return bad_shape(be, DITTO_OP_ROTARY, "x and y must be (B, L, C) with even C", x, y);
     if (!freqs || freqs->dtype != DITTO_F32 || ditto_tensor_numel(freqs) != x->shape[2] / 2)
@@ -552,4 +532,193 @@ int ditto_op_resize_bilinear(DittoBackend *be, const DittoTensor *x, DittoTensor
     NEED(DITTO_OP_RESIZE_BILINEAR, resize_bilinear);
     DITTO_TRY(check_image(be, DITTO_OP_RESIZE_BILINEAR, x, y));
     return be->ops.resize_bilinear(be, x, y);
+}
+
+/* ---- ONNX-style ops ---- */
+
+static int check_dev(DittoBackend *be, DittoOp op, const char *name, const DittoTensor *t)
+{
+    if (t->device != be->device)
+        return ditto_fail(&be->log, DITTO_ERR_INVAL, "op %s: %s is on the wrong device for the %s backend", ditto_op_name(op), name, be->name);
+    if (ditto_dtype_size(t->dtype) == 0)
+        return bad_arg(be, op, "invalid dtype");
+    return 0;
+}
+
+/* t broadcasts to y (NumPy, right-aligned). */
+static bool broadcasts_to(const DittoTensor *t, const DittoTensor *y)
+{
+    if (t->ndim > y->ndim)
+        return false;
+    for (int i = 0; i < t->ndim; i++) {
+        int64_t d = t->shape[i], f = y->shape[y->ndim - t->ndim + i];
+        if (d != f && d != 1)
+            return false;
+    }
+    return true;
+}
+
+int ditto_op_gather(DittoBackend *be, int axis, const DittoTensor *x, const DittoTensor *idx, DittoTensor *y)
+{
+    NEED(DITTO_OP_GATHER, gather);
+    DITTO_TRY(check_dev(be, DITTO_OP_GATHER, "x", x));
+    DITTO_TRY(check_dev(be, DITTO_OP_GATHER, "idx", idx));
+    DITTO_TRY(check_dev(be, DITTO_OP_GATHER, "y", y));
+    DITTO_TRY(check_contig(be, DITTO_OP_GATHER, "x", x));
+    DITTO_TRY(check_contig(be, DITTO_OP_GATHER, "idx", idx));
+    DITTO_TRY(check_contig(be, DITTO_OP_GATHER, "y", y));
+    if (idx->dtype != DITTO_I64 || x->dtype != y->dtype)
+        return bad_arg(be, DITTO_OP_GATHER, "idx must be int64 and y the dtype of x");
+    axis = norm_axis(axis, x->ndim);
+    if (axis < 0 || axis >= x->ndim)
+        return bad_arg(be, DITTO_OP_GATHER, "axis out of range");
+    if (y->ndim != x->ndim - 1 + idx->ndim)
+        return bad_shape(be, DITTO_OP_GATHER, "y rank != x rank - 1 + idx rank", x, y);
+    for (int i = 0; i < y->ndim; i++) {
+        int64_t want = i < axis ? x->shape[i] : i < axis + idx->ndim ? idx->shape[i - axis] : x->shape[i - idx->ndim + 1];
+        if (y->shape[i] != want)
+            return bad_shape(be, DITTO_OP_GATHER, "y shape", x, y);
+    }
+    if (x->shape[axis] == 0 && ditto_tensor_numel(idx) > 0)
+        return bad_shape(be, DITTO_OP_GATHER, "indices into an empty axis", x, idx);
+    return be->ops.gather(be, axis, x, idx, y);
+}
+
+int ditto_op_where(DittoBackend *be, const DittoTensor *cond, const DittoTensor *a, const DittoTensor *b, DittoTensor *y)
+{
+    NEED(DITTO_OP_WHERE, where);
+    DITTO_TRY(check_dev(be, DITTO_OP_WHERE, "cond", cond));
+    DITTO_TRY(check_dev(be, DITTO_OP_WHERE, "a", a));
+    DITTO_TRY(check_dev(be, DITTO_OP_WHERE, "b", b));
+    DITTO_TRY(check_dev(be, DITTO_OP_WHERE, "y", y));
+    DITTO_TRY(check_contig(be, DITTO_OP_WHERE, "y", y));
+    if ((cond->dtype != DITTO_BOOL && cond->dtype != DITTO_U8) || a->dtype != y->dtype || b->dtype != y->dtype)
+        return bad_arg(be, DITTO_OP_WHERE, "cond must be bool or uint8, a, b and y one dtype");
+    if (!broadcasts_to(cond, y) || !broadcasts_to(a, y) || !broadcasts_to(b, y))
+        return bad_shape(be, DITTO_OP_WHERE, "cond, a, b do not broadcast to y", a, y);
+    int nd = cond->ndim > a->ndim ? cond->ndim : a->ndim;
+    nd = b->ndim > nd ? b->ndim : nd;
+    if (nd != y->ndim)
+        return bad_shape(be, DITTO_OP_WHERE, "y rank differs from the broadcast rank", a, y);
+    for (int i = 0; i < y->ndim; i++) {
+        /* y must be the broadcast shape, not larger */
+        int64_t d = 1;
+        const DittoTensor *t3[3] = { cond, a, b };
+        for (int k = 0; k < 3; k++) {
+            int j = i - (y->ndim - t3[k]->ndim);
+            if (j >= 0 && t3[k]->shape[j] != 1)
+                d = t3[k]->shape[j];
+        }
+        if (y->shape[i] != d)
+            return bad_shape(be, DITTO_OP_WHERE, "y is not the broadcast shape", a, y);
+    }
+    return be->ops.where(be, cond, a, b, y);
+}
+
+int ditto_op_pad(DittoBackend *be, const DittoPadParams *p, const DittoTensor *x, DittoTensor *y)
+{
+    NEED(DITTO_OP_PAD, pad);
+    DITTO_TRY(check_dev(be, DITTO_OP_PAD, "x", x));
+    DITTO_TRY(check_dev(be, DITTO_OP_PAD, "y", y));
+    DITTO_TRY(check_contig(be, DITTO_OP_PAD, "x", x));
+    DITTO_TRY(check_contig(be, DITTO_OP_PAD, "y", y));
+    if (x->dtype != y->dtype || (unsigned)p->mode > DITTO_PAD_WRAP)
+        return bad_arg(be, DITTO_OP_PAD, "x and y differ in dtype, or unknown mode");
+    if (x->ndim != y->ndim)
+        return bad_shape(be, DITTO_OP_PAD, "x and y differ in rank", x, y);
+    for (int i = 0; i < x->ndim; i++) {
+        if (y->shape[i] != x->shape[i] + p->begin[i] + p->end[i] || y->shape[i] < 0)
+            return bad_shape(be, DITTO_OP_PAD, "y.shape != begin + x.shape + end", x, y);
+        if (p->mode != DITTO_PAD_CONSTANT && x->shape[i] == 0 && y->shape[i] > 0)
+            return bad_shape(be, DITTO_OP_PAD, "reflect/edge/wrap padding of an empty axis", x, y);
+    }
+    return be->ops.pad(be, p, x, y);
+}
+
+void ditto_resize_params_default(DittoResizeParams *p)
+{
+    memset(p, 0, sizeof *p);
+    p->mode = DITTO_RESIZE_NEAREST;
+    p->coord = DITTO_RESIZE_HALF_PIXEL;
+    p->nearest = DITTO_NEAREST_ROUND_PREFER_FLOOR;
+    p->cubic_a = -0.75f;
+    for (int i = 0; i < DITTO_MAX_DIMS; i++)
+        p->roi_end[i] = 1.0f;
+}
+
+int ditto_op_resize(DittoBackend *be, const DittoResizeParams *p, const DittoTensor *x, DittoTensor *y)
+{
+    NEED(DITTO_OP_RESIZE, resize);
+    DITTO_TRY(check_float(be, DITTO_OP_RESIZE, "x", x));
+    DITTO_TRY(check_float(be, DITTO_OP_RESIZE, "y", y));
+    DITTO_TRY(check_contig(be, DITTO_OP_RESIZE, "x", x));
+    DITTO_TRY(check_contig(be, DITTO_OP_RESIZE, "y", y));
+    if ((unsigned)p->mode > DITTO_RESIZE_CUBIC || (unsigned)p->coord > DITTO_RESIZE_TF_CROP_AND_RESIZE ||
+        (unsigned)p->nearest > DITTO_NEAREST_SIMPLE)
+        return bad_arg(be, DITTO_OP_RESIZE, "unknown mode, coordinate transform or nearest mode");
+    if (x->ndim < 1 || x->ndim != y->ndim)
+        return bad_shape(be, DITTO_OP_RESIZE, "x and y need the same rank >= 1", x, y);
+    for (int i = 0; i < x->ndim; i++)
+        if (x->shape[i] < 1 && y->shape[i] > 0)
+            return bad_shape(be, DITTO_OP_RESIZE, "resize from an empty axis", x, y);
+    return be->ops.resize(be, p, x, y);
+}
+
+int ditto_op_prelu(DittoBackend *be, const DittoTensor *x, const DittoTensor *slope, DittoTensor *y)
+{
+    NEED(DITTO_OP_PRELU, prelu);
+    DITTO_TRY(check_float(be, DITTO_OP_PRELU, "x", x));
+    DITTO_TRY(check_float(be, DITTO_OP_PRELU, "slope", slope));
+    DITTO_TRY(check_float(be, DITTO_OP_PRELU, "y", y));
+    DITTO_TRY(check_contig(be, DITTO_OP_PRELU, "x", x));
+    DITTO_TRY(check_contig(be, DITTO_OP_PRELU, "y", y));
+    if (!ditto_tensor_same_shape(x, y))
+        return bad_shape(be, DITTO_OP_PRELU, "x and y differ", x, y);
+    if (!broadcasts_to(slope, x))
+        return bad_shape(be, DITTO_OP_PRELU, "slope does not broadcast to x", slope, x);
+    return be->ops.prelu(be, x, slope, y);
+}
+
+int ditto_conv_transpose_out_shape(const DittoConvTransposeParams *p, const DittoTensor *x, const DittoTensor *w, int64_t *shape)
+{
+    int ns = x->ndim - 2;
+    if (ns < 1 || ns > 3 || w->ndim != x->ndim)
+        return DITTO_ERR_SHAPE;
+    int g = p->conv.groups ? p->conv.groups : 1;
+    if (g < 1 || x->shape[1] % g || w->shape[0] != x->shape[1])
+        return DITTO_ERR_SHAPE;
+    shape[0] = x->shape[0];
+    shape[1] = w->shape[1] * g;
+    for (int i = 0; i < ns; i++) {
+        int s, d;
+        conv_dims(&p->conv, i, &s, &d);
+        int op = p->output_padding[i];
+        if (s < 1 || d < 1 || op < 0 || (op >= s && op >= d) || p->conv.pad_begin[i] < 0 || p->conv.pad_end[i] < 0)
+            return DITTO_ERR_INVAL;
+        int64_t o = (x->shape[2 + i] - 1) * s - p->conv.pad_begin[i] - p->conv.pad_end[i] + (int64_t)d * (w->shape[2 + i] - 1) + op + 1;
+        if (x->shape[2 + i] < 1 || o < 1)
+            return DITTO_ERR_SHAPE;
+        shape[2 + i] = o;
+    }
+    return 0;
+}
+
+int ditto_op_conv_transpose(DittoBackend *be, const DittoConvTransposeParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y)
+{
+    NEED(DITTO_OP_CONV_TRANSPOSE, conv_transpose);
+    DITTO_TRY(check_float(be, DITTO_OP_CONV_TRANSPOSE, "x", x));
+    DITTO_TRY(check_float(be, DITTO_OP_CONV_TRANSPOSE, "w", w));
+    DITTO_TRY(check_float(be, DITTO_OP_CONV_TRANSPOSE, "y", y));
+    DITTO_TRY(check_contig(be, DITTO_OP_CONV_TRANSPOSE, "x", x));
+    DITTO_TRY(check_contig(be, DITTO_OP_CONV_TRANSPOSE, "w", w));
+    DITTO_TRY(check_contig(be, DITTO_OP_CONV_TRANSPOSE, "y", y));
+    int64_t shape[DITTO_MAX_DIMS];
+    if (ditto_conv_transpose_out_shape(p, x, w, shape) < 0)
+        return bad_shape(be, DITTO_OP_CONV_TRANSPOSE, "x and w (or params) do not form a transposed convolution", x, w);
+    if (y->ndim != x->ndim || memcmp(shape, y->shape, sizeof(int64_t) * (size_t)x->ndim)) {
+        DittoTensor want = ditto_tensor(NULL, y->dtype, x->ndim, shape);
+        return bad_shape(be, DITTO_OP_CONV_TRANSPOSE, "y shape (got, expected)", y, &want);
+    }
+    DITTO_TRY(check_vec(be, DITTO_OP_CONV_TRANSPOSE, "bias", bias, shape[1]));
+    return be->ops.conv_transpose(be, p, x, w, bias, y);
 }

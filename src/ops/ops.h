@@ -151,6 +151,62 @@ typedef struct DittoWarpAffineParams {
     float border_value;      /* constant border */
 } DittoWarpAffineParams;
 
+/* ---- ONNX-style ops: gather, where, pad, resize, prelu, conv_transpose ---- */
+
+typedef enum DittoPadMode {
+    DITTO_PAD_CONSTANT = 0,  /* value outside */
+    DITTO_PAD_REFLECT,       /* mirror without repeating the edge (numpy 'reflect') */
+    DITTO_PAD_EDGE,          /* repeat the edge */
+    DITTO_PAD_WRAP,          /* circular */
+} DittoPadMode;
+
+typedef struct DittoPadParams {
+    DittoPadMode mode;
+    int64_t begin[DITTO_MAX_DIMS];  /* per axis of x; negative crops */
+    int64_t end[DITTO_MAX_DIMS];
+    float value;                    /* constant mode */
+} DittoPadParams;
+
+typedef enum DittoResizeMode { DITTO_RESIZE_NEAREST = 0, DITTO_RESIZE_LINEAR, DITTO_RESIZE_CUBIC } DittoResizeMode;
+
+/* ONNX coordinate_transformation_mode: output coordinate -> input coordinate. */
+typedef enum DittoResizeCoord {
+    DITTO_RESIZE_HALF_PIXEL = 0,        /* (o + 0.5) / s - 0.5 */
+    DITTO_RESIZE_HALF_PIXEL_SYMMETRIC,  /* half_pixel re-centred when out != in * s */
+    DITTO_RESIZE_PYTORCH_HALF_PIXEL,    /* half_pixel, 0 when out == 1 */
+    DITTO_RESIZE_ALIGN_CORNERS,         /* o (in - 1) / (out - 1), 0 when out == 1 */
+    DITTO_RESIZE_ASYMMETRIC,            /* o / s */
+    DITTO_RESIZE_TF_HALF_PIXEL_FOR_NN,  /* (o + 0.5) / s */
+    DITTO_RESIZE_TF_CROP_AND_RESIZE,    /* roi-relative; outside -> extrapolation_value */
+} DittoResizeCoord;
+
+typedef enum DittoResizeNearest {
+    DITTO_NEAREST_ROUND_PREFER_FLOOR = 0,
+    DITTO_NEAREST_ROUND_PREFER_CEIL,
+    DITTO_NEAREST_FLOOR,
+    DITTO_NEAREST_CEIL,
+    DITTO_NEAREST_SIMPLE,    /* opset <= 10 Resize / Upsample: floor when upsampling an axis, ceil when downsampling */
+} DittoResizeNearest;
+
+/* ONNX Resize (opset 11-19 semantics, no antialias). Coordinates in float32 as ONNX Runtime computes them. */
+typedef struct DittoResizeParams {
+    DittoResizeMode mode;
+    DittoResizeCoord coord;
+    DittoResizeNearest nearest;
+    float scale[DITTO_MAX_DIMS];    /* per axis of x, out/in; <= 0: y.shape / x.shape in float */
+    float roi_start[DITTO_MAX_DIMS];/* tf_crop_and_resize: normalised roi per axis */
+    float roi_end[DITTO_MAX_DIMS];
+    float cubic_a;                  /* -0.75 in ONNX */
+    bool exclude_outside;           /* cubic: drop taps outside and renormalise */
+    float extrapolation_value;      /* tf_crop_and_resize */
+} DittoResizeParams;
+
+/* Transposed convolution: conv params plus output_padding per spatial dim. */
+typedef struct DittoConvTransposeParams {
+    DittoConvParams conv;
+    int output_padding[3];
+} DittoConvTransposeParams;
+
 /* Function table. Each entry is NULL when the backend lacks the op. */
 typedef struct DittoOps {
     int (*copy)(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);  /* strided, casts dtype */
@@ -176,6 +232,12 @@ typedef struct DittoOps {
     int (*warp_affine)(struct DittoBackend *be, const DittoWarpAffineParams *p, const DittoTensor *x, DittoTensor *y);
     int (*resize_area)(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
     int (*resize_bilinear)(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
+    int (*gather)(struct DittoBackend *be, int axis, const DittoTensor *x, const DittoTensor *idx, DittoTensor *y);
+    int (*where)(struct DittoBackend *be, const DittoTensor *cond, const DittoTensor *a, const DittoTensor *b, DittoTensor *y);
+    int (*pad)(struct DittoBackend *be, const DittoPadParams *p, const DittoTensor *x, DittoTensor *y);
+    int (*resize)(struct DittoBackend *be, const DittoResizeParams *p, const DittoTensor *x, DittoTensor *y);
+    int (*prelu)(struct DittoBackend *be, const DittoTensor *x, const DittoTensor *slope, DittoTensor *y);
+    int (*conv_transpose)(struct DittoBackend *be, const DittoConvTransposeParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
 } DittoOps;
 
 bool ditto_ops_has(const DittoOps *ops, DittoOp op);
@@ -237,5 +299,28 @@ int ditto_op_warp_affine(struct DittoBackend *be, const DittoWarpAffineParams *p
 /* cv2.resize INTER_AREA / INTER_LINEAR to y's spatial size; (H,W,C) or (N,H,W,C), u8 or f32. */
 int ditto_op_resize_area(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
 int ditto_op_resize_bilinear(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
+
+/*
+ * y = take(x, idx, axis): y.shape = x.shape[:axis] + idx.shape + x.shape[axis+1:].
+ * idx int64 on the device, values in [-n, n) (negative counts from the end;
+ * others fail with DITTO_ERR_RANGE); x, y any dtype, the same, contiguous.
+ */
+int ditto_op_gather(struct DittoBackend *be, int axis, const DittoTensor *x, const DittoTensor *idx, DittoTensor *y);
+/* y = cond ? a : b with NumPy broadcasting of all three to y; cond bool (or uint8), a, b, y one dtype; y contiguous. */
+int ditto_op_where(struct DittoBackend *be, const DittoTensor *cond, const DittoTensor *a, const DittoTensor *b, DittoTensor *y);
+/* y.shape[i] = begin[i] + x.shape[i] + end[i] on any axis; x, y contiguous, one dtype. */
+int ditto_op_pad(struct DittoBackend *be, const DittoPadParams *p, const DittoTensor *x, DittoTensor *y);
+/* ONNX Resize of any axes of x (rank 1-6) to y's shape (see DittoResizeParams). */
+int ditto_op_resize(struct DittoBackend *be, const DittoResizeParams *p, const DittoTensor *x, DittoTensor *y);
+void ditto_resize_params_default(DittoResizeParams *p);
+/* y = x >= 0 ? x : slope * x; slope broadcasts to x (right-aligned, e.g. (C,1,1) for (N,C,H,W)). y may be x. */
+int ditto_op_prelu(struct DittoBackend *be, const DittoTensor *x, const DittoTensor *slope, DittoTensor *y);
+/*
+ * Transposed convolution, 1-D/2-D/3-D: x (N, C, *in), w (C, O/groups, *k),
+ * bias (O) or NULL, y (N, O, *out) with out = (in - 1) s - pad_begin - pad_end
+ * + d (k - 1) + output_padding + 1.
+ */
+int ditto_op_conv_transpose(struct DittoBackend *be, const DittoConvTransposeParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
+int ditto_conv_transpose_out_shape(const DittoConvTransposeParams *p, const DittoTensor *x, const DittoTensor *w, int64_t *shape);
 
 #endif

@@ -22,6 +22,7 @@ int main(int argc, char **argv)
     test_ops_sample(&c);
     test_ops_attention(&c);
     test_ops_image(&c);
+    test_ops_onnx(&c);
     /* coverage: every op in the table must be implemented by the backend under test */
     for (int op = 0; op < DITTO_OP_COUNT; op++) {
         if (!ditto_ops_has(&c.be->ops, (DittoOp)op))

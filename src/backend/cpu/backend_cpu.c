@@ -49,6 +49,7 @@ int ditto_backend_cpu_open(DittoBackend **out, const DittoBackendParams *p)
     ditto_cpu_init_sample(&be->ops);
     ditto_cpu_init_attention(&be->ops);
     ditto_cpu_init_image(&be->ops);
+    ditto_cpu_init_onnx_ops(&be->ops);
     *out = be;
     return 0;
 }

@@ -11,6 +11,7 @@ void ditto_cpu_init_norm(DittoOps *ops);         /* batch/instance/layer/group n
 void ditto_cpu_init_sample(DittoOps *ops);       /* upsample_nearest, pool, pixel_shuffle, grid_sample */
 void ditto_cpu_init_attention(DittoOps *ops);    /* attention, rotary */
 void ditto_cpu_init_image(DittoOps *ops);        /* warp_affine, resize_area, resize_bilinear */
+void ditto_cpu_init_onnx_ops(DittoOps *ops);     /* gather, where, pad, resize, prelu, conv_transpose */
 
 /* Test hook: column-chunk limits of the im2col conv (0, 0 restores the defaults). */
 void ditto_cpu_conv_set_chunking(int64_t max_col_floats, int64_t min_chunk_cols);
