@@ -510,14 +510,10 @@ static void capture_log(void *cookie, DittoLogLevel level, const char *msg)
 
 static Row *add_row(State *s, RowType type, const char *name)
 {
-    if (s->nrows == s->caprows) {
-        int cap = s->caprows ? s->caprows * 2 : 16;
-        Row *r = ditto_realloc(s->rows, (size_t)cap * sizeof *r);
-        if (!r)
-            return NULL;
-        s->rows = r;
-        s->caprows = cap;
-    }
+    Row *rows = ditto_grow(s->rows, s->nrows, &s->caprows, 16, sizeof *rows);
+    if (!rows)
+        return NULL;
+    s->rows = rows;
     Row *r = &s->rows[s->nrows++];
     memset(r, 0, sizeof *r);
     r->type = type;
@@ -527,14 +523,10 @@ static Row *add_row(State *s, RowType type, const char *name)
 
 static int track_buffer(State *s, size_t bytes, DittoBuffer **out)
 {
-    if (s->nbufs == s->capbufs) {
-        int cap = s->capbufs ? s->capbufs * 2 : 16;
-        DittoBuffer *b = ditto_realloc(s->bufs, (size_t)cap * sizeof *b);
-        if (!b)
-            return DITTO_ERR_NOMEM;
-        s->bufs = b;
-        s->capbufs = cap;
-    }
+    DittoBuffer *bufs = ditto_grow(s->bufs, s->nbufs, &s->capbufs, 16, sizeof *bufs);
+    if (!bufs)
+        return DITTO_ERR_NOMEM;
+    s->bufs = bufs;
     DittoBuffer *b = &s->bufs[s->nbufs];
     int rc = ditto_buffer_alloc(b, &s->be->allocator, bytes ? bytes : 1);
     if (rc < 0)
@@ -638,8 +630,8 @@ static bool shape_equal(int na, const int64_t *a, int nb, const int64_t *b)
     return true;
 }
 
-/* Read io tensor `name` as float32 (all of it). */
-static int read_io(DittoVerifyRun *r, const char *name, const DittoCatalogEntry **entry, float **data)
+/* Read io tensor `name` as float32 (all of it): verify.h. */
+int ditto_verify_read_io(DittoVerifyRun *r, const char *name, const DittoCatalogEntry **entry, float **data)
 {
     *data = NULL;
     const DittoCatalogEntry *e = ditto_catalog_find(r->io, name);
@@ -666,7 +658,7 @@ int ditto_verify_input(DittoVerifyRun *r, const char *name, DittoTensor *t)
     State *s = r->priv;
     const DittoCatalogEntry *e;
     float *host;
-    int rc = read_io(r, name, &e, &host);
+    int rc = ditto_verify_read_io(r, name, &e, &host);
     if (rc == DITTO_ERR_NOENT)
         return ditto_fail(&r->log, rc, "%s: no input '%s' in the io file", r->name, name);
     if (rc < 0)
@@ -807,7 +799,7 @@ int ditto_verify_submit(DittoVerifyRun *r, const char *name, const DittoTensor *
 
     const DittoCatalogEntry *e;
     float *ref;
-    rc = read_io(r, name, &e, &ref);
+    rc = ditto_verify_read_io(r, name, &e, &ref);
     if (rc < 0) {
         snprintf(row->why, sizeof row->why, rc == DITTO_ERR_NOENT ? "no reference '%s' in the io file" : "cannot read reference '%s'", name);
         ditto_free(out);
@@ -873,7 +865,7 @@ static void tap_fn(void *ctx, const char *name, const DittoTensor *t)
         snprintf(row->why, sizeof row->why, "cannot read back: %s", ditto_strerror(rc));
     } else if (!shape_equal(t->ndim, t->shape, e->ndim, e->shape)) {
         shape_mismatch(row, "reference", t->ndim, t->shape, e->ndim, e->shape);
-    } else if (read_io(r, name, &e, &ref) < 0) {
+    } else if (ditto_verify_read_io(r, name, &e, &ref) < 0) {
         snprintf(row->why, sizeof row->why, "cannot read reference '%s'", name);
     } else {
         row->measured = true;
@@ -994,6 +986,17 @@ static const char *err_text(State *s, int rc, char *buf, size_t n, const char *w
     return buf;
 }
 
+/* Open a case's .pth; on failure msg = "<kind> <the error, naming the path>". */
+static int open_case_file(State *s, const DittoLogger *lg, const char *kind, const char *path, DittoCatalog **cat, char *msg, size_t n)
+{
+    int rc = ditto_catalog_open_pth(cat, path, lg);
+    if (rc < 0) {
+        char tmp[700];
+        snprintf(msg, n, "%s %s", kind, err_text(s, rc, tmp, sizeof tmp, path));
+    }
+    return rc;
+}
+
 static Verdict run_case(const Layout *l, State *s, const Manifest *mf, const Case *c, DittoTap *tap, DittoVerifyRun *r)
 {
     char msg[768];
@@ -1020,21 +1023,12 @@ static Verdict run_case(const Layout *l, State *s, const Manifest *mf, const Cas
         error = "the manifest gives no io_file";
         goto done;
     }
-    rc = ditto_catalog_open_pth(&io, io_path, &lg);
+    rc = open_case_file(s, &lg, "io file", io_path, &io, msg, sizeof msg);
+    if (rc == 0 && w_path)
+        rc = open_case_file(s, &lg, "weights", w_path, &weights, msg, sizeof msg);
     if (rc < 0) {
-        char tmp[700];
-        snprintf(msg, sizeof msg, "io file %s", err_text(s, rc, tmp, sizeof tmp, io_path));
         error = msg;
         goto done;
-    }
-    if (w_path) {
-        rc = ditto_catalog_open_pth(&weights, w_path, &lg);
-        if (rc < 0) {
-            char tmp[700];
-            snprintf(msg, sizeof msg, "weights %s", err_text(s, rc, tmp, sizeof tmp, w_path));
-            error = msg;
-            goto done;
-        }
     }
     rc = ditto_arena_init(&ws, &s->be->allocator, 0);
     if (rc < 0) {

@@ -28,27 +28,19 @@
 /* Host float32 copy of io tensor `name` (free with ditto_free); shape and numel optional. */
 static int io_read(DittoVerifyRun *r, const char *name, float **data, int *ndim, int64_t shape[DITTO_MAX_DIMS], int64_t *numel)
 {
-    *data = NULL;
-    const DittoCatalogEntry *e = ditto_catalog_find(r->io, name);
+    const DittoCatalogEntry *e = NULL;
+    int rc = ditto_verify_read_io(r, name, &e, data);
     if (!e)
         return ditto_fail(&r->log, DITTO_ERR_NOENT, "%s: no tensor '%s' in the io file", r->name, name);
-    int64_t n = ditto_catalog_entry_numel(e);
-    float *d = ditto_malloc((size_t)(n > 0 ? n : 1) * sizeof *d);
-    if (!d)
-        return DITTO_ERR_NOMEM;
-    int rc = ditto_catalog_read_f32(r->io, e, d);
-    if (rc < 0) {
-        ditto_free(d);
+    if (rc < 0)
         return ditto_fail(&r->log, rc, "%s: cannot read '%s' of the io file: %s", r->name, name, ditto_strerror(rc));
-    }
     if (ndim)
         *ndim = e->ndim;
     if (shape)
         for (int i = 0; i < e->ndim; i++)
             shape[i] = e->shape[i];
     if (numel)
-        *numel = n;
-    *data = d;
+        *numel = ditto_catalog_entry_numel(e);
     return 0;
 }
 
@@ -226,7 +218,7 @@ static int bin66_forward(DittoVerifyRun *r, void *model)
 {
     (void)model;
     float *pred;
-    int64_t n;
+    int64_t n = 0;
     DITTO_TRY(io_read_rows(r, "pred", DITTO_POSE_BINS, &pred, &n));
     float *deg = ditto_malloc((size_t)n * sizeof *deg);
     int rc = deg ? 0 : DITTO_ERR_NOMEM;

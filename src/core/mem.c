@@ -36,6 +36,17 @@ void *ditto_realloc(void *p, size_t n)
     return should_fail() ? NULL : realloc(p, n ? n : 1);
 }
 
+void *ditto_grow(void *p, int n, int *cap, int first, size_t size)
+{
+    if (n < *cap)
+        return p;
+    int c = *cap ? *cap * 2 : first;
+    void *q = ditto_realloc(p, (size_t)c * size);
+    if (q)
+        *cap = c;
+    return q;
+}
+
 void *ditto_malloc_aligned(size_t n)
 {
     if (should_fail())

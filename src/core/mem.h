@@ -12,6 +12,12 @@ void *ditto_malloc_aligned(size_t n);
 void ditto_free(void *p);
 void ditto_free_aligned(void *p);
 char *ditto_strdup(const char *s);
+/*
+ * Room for item n of an array p of *cap items of `size` bytes: p itself while
+ * n < *cap, else p reallocated to twice the capacity (`first` items when
+ * empty) with *cap updated; NULL when out of memory (p is then unchanged).
+ */
+void *ditto_grow(void *p, int n, int *cap, int first, size_t size);
 
 /* Make the n-th allocation from now fail (n >= 0), or never (n < 0). Tests only. */
 void ditto_mem_fail_after(long n);

@@ -18,18 +18,11 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "models/models.h"
+#include "nn/blocks.h"
 #include "nn/weights.h"
 
 #define APP_MAX_DOWN 8
 #define APP_MAX_RES 32
-#define APP_BN_EPS 1e-5f
-
-/* conv3x3 + BatchNorm of SameBlock2d / DownBlock2d */
-typedef struct AppConvBn {
-    DittoTensor conv_w;   /* <k>.conv.weight (Co,Ci,3,3) */
-    DittoTensor conv_b;   /* <k>.conv.bias (Co) */
-    DittoBatchNorm norm;  /* <k>.norm.{weight,bias,running_mean,running_var} (Co) */
-} AppConvBn;
 
 /* pre-activation ResBlock3d(C): x + conv2(relu(norm2(conv1(relu(norm1(x)))))) */
 typedef struct AppResBlock {
@@ -53,19 +46,12 @@ struct DittoAppearance {
     int64_t reshape_c, reshape_d;   /* C (32), D (16) */
     int n_res;                      /* num_resblocks (6) */
     /* parameters */
-    AppConvBn first;                /* first.conv.*, first.norm.* */
-    AppConvBn down[APP_MAX_DOWN];   /* down_blocks.{i}.conv.*, down_blocks.{i}.norm.* */
+    DittoConvBn first;              /* first.conv.*, first.norm.*: conv3x3 + BatchNorm of SameBlock2d (Co,Ci,3,3) */
+    DittoConvBn down[APP_MAX_DOWN]; /* down_blocks.{i}.conv.*, down_blocks.{i}.norm.*: of DownBlock2d */
     DittoTensor second_w;           /* second.weight (C*D, Cn, 1, 1) */
     DittoTensor second_b;           /* second.bias (C*D) */
     AppResBlock res[APP_MAX_RES];   /* resblocks_3d.3dr{i}.* */
 };
-
-static void load_conv_bn(DittoLoader *l, AppConvBn *p, int64_t ci, int64_t co, const char *k)
-{
-    ditto_loader_get(l, &p->conv_w, DITTO_SHAPE(co, ci, 3, 3), "%s.conv.weight", k);
-    ditto_loader_get(l, &p->conv_b, DITTO_SHAPE(co), "%s.conv.bias", k);
-    ditto_loader_get_bn(l, &p->norm, co, "%s.norm", k);
-}
 
 static void load_resblock(DittoLoader *l, AppResBlock *r, int64_t c, int i)
 {
@@ -118,12 +104,12 @@ int ditto_appearance_load(DittoAppearance **out, DittoBackend *be, DittoCatalog 
         m->reshape_d = m->c_second / m->reshape_c;
 
     /* parameters, in state_dict order */
-    load_conv_bn(&l, &m->first, m->c_in, m->c_first, "first");
+    ditto_nn_load_conv_bn(&l, &m->first, 2, m->c_first, m->c_in, "first");
     int64_t c = m->c_first;
     for (int i = 0; i < m->n_down; i++) {
         char k[32];
         snprintf(k, sizeof k, "down_blocks.%d", i);
-        load_conv_bn(&l, &m->down[i], c, m->c_down[i], k);
+        ditto_nn_load_conv_bn(&l, &m->down[i], 2, m->c_down[i], c, k);
         c = m->c_down[i];
     }
     ditto_loader_get(&l, &m->second_w, DITTO_SHAPE(m->c_second, c, 1, 1), "second.weight");
@@ -176,26 +162,14 @@ static const DittoConvParams conv3_pad1 = { .pad_begin = { 1, 1, 1 }, .pad_end =
 static const DittoConvParams conv1_pad0 = { 0 };
 static const DittoPoolParams avg_pool2 = { .kind = DITTO_POOL_AVG, .kernel = { 2, 2 } };
 
-static int bn(DittoBackend *be, const DittoBatchNorm *p, const DittoTensor *x, DittoTensor *y)
-{
-    return ditto_op_batch_norm(be, APP_BN_EPS, x, &p->mean, &p->var, &p->weight, &p->bias, y);
-}
-
 /* SameBlock2d: x (B,Ci,H,W) -> y (B,Co,H,W) = relu(norm(conv(x))) */
-static int same_block(DittoBackend *be, DittoArena *ws, const AppConvBn *p, const DittoTensor *x, DittoTensor *y)
+static int same_block(DittoBackend *be, DittoArena *ws, const DittoConvBn *p, const DittoTensor *x, DittoTensor *y)
 {
-    DittoArenaMark mark = ditto_arena_mark(ws);
-    DittoTensor t;
-    DITTO_TRY(ditto_arena_tensor(ws, y->dtype, 4, y->shape, &t));
-    DITTO_TRY(ditto_op_conv(be, &conv3_pad1, x, &p->conv_w, &p->conv_b, &t));  /* (B,Co,H,W) */
-    DITTO_TRY(bn(be, &p->norm, &t, y));                                         /* (B,Co,H,W) */
-    DITTO_TRY(ditto_op_act(be, DITTO_UNARY_RELU, 0, y, y));                     /* (B,Co,H,W) */
-    ditto_arena_release(ws, mark);
-    return 0;
+    return ditto_nn_conv_bn_act(be, ws, &conv3_pad1, p, DITTO_UNARY_RELU, 0, x, y);   /* (B,Co,H,W) */
 }
 
 /* DownBlock2d: x (B,Ci,H,W) -> y (B,Co,H/2,W/2) = avgpool2(relu(norm(conv(x)))) */
-static int down_block(DittoBackend *be, DittoArena *ws, const AppConvBn *p, const DittoTensor *x, DittoTensor *y)
+static int down_block(DittoBackend *be, DittoArena *ws, const DittoConvBn *p, const DittoTensor *x, DittoTensor *y)
 {
     DittoArenaMark mark = ditto_arena_mark(ws);
     DittoTensor t;
@@ -213,10 +187,10 @@ static int res_block(DittoBackend *be, DittoArena *ws, const AppResBlock *r, con
     DittoTensor a, b;
     DITTO_TRY(ditto_arena_tensor(ws, y->dtype, 5, x->shape, &a));
     DITTO_TRY(ditto_arena_tensor(ws, y->dtype, 5, x->shape, &b));
-    DITTO_TRY(bn(be, &r->norm1, x, &a));                                        /* (B,C,D,H,W) */
+    DITTO_TRY(ditto_nn_batch_norm(be, &r->norm1, x, &a));                       /* (B,C,D,H,W) */
     DITTO_TRY(ditto_op_act(be, DITTO_UNARY_RELU, 0, &a, &a));
     DITTO_TRY(ditto_op_conv(be, &conv3_pad1, &a, &r->conv1_w, &r->conv1_b, &b)); /* (B,C,D,H,W) */
-    DITTO_TRY(bn(be, &r->norm2, &b, &a));
+    DITTO_TRY(ditto_nn_batch_norm(be, &r->norm2, &b, &a));
     DITTO_TRY(ditto_op_act(be, DITTO_UNARY_RELU, 0, &a, &a));
     DITTO_TRY(ditto_op_conv(be, &conv3_pad1, &a, &r->conv2_w, &r->conv2_b, &b));
     DITTO_TRY(ditto_op_binary(be, DITTO_BINARY_ADD, &b, x, y));                 /* out += x */

@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "models/models.h"
+#include "nn/blocks.h"
 #include "nn/weights.h"
 
 #define DEC_MAX_MIDDLE 16
@@ -70,20 +71,6 @@ struct DittoDecoder {
 };
 
 #define TRY(expr) do { rc = (expr); if (rc < 0) goto done; } while (0)
-
-static int new_f32(DittoArena *ws, DittoTensor *t, int ndim, const int64_t *shape)
-{
-    return ditto_arena_tensor(ws, DITTO_F32, ndim, shape, t);
-}
-
-static DittoConvParams conv_pad(int pad)
-{
-    DittoConvParams p;
-    memset(&p, 0, sizeof p);
-    for (int i = 0; i < 3; i++)
-        p.pad_begin[i] = p.pad_end[i] = pad;
-    return p;
-}
 
 /* ---- load ---- */
 
@@ -218,14 +205,14 @@ int ditto_decoder_out_shape(const DittoDecoder *m, const DittoTensor *feature, i
 static int spade(DittoBackend *be, DittoArena *ws, const DecSpade *s, const DittoTensor *x, const DittoTensor *seg, DittoTensor *y)
 {
     const int64_t B = x->shape[0], C = s->c, H = x->shape[2], W = x->shape[3];
-    const DittoConvParams pad1 = conv_pad(1);
+    const DittoConvParams pad1 = ditto_nn_conv_pad(1);
     const DittoUnaryParams one_plus = { DITTO_UNARY_AFFINE, 1.0f, 1.0f };
     DittoArenaMark top = ditto_arena_mark(ws);
     DittoTensor actv, gamma, beta;
     int rc;
-    TRY(new_f32(ws, &actv, DITTO_SHAPE(B, s->shared_w.shape[0], H, W)));
-    TRY(new_f32(ws, &gamma, DITTO_SHAPE(B, C, H, W)));
-    TRY(new_f32(ws, &beta, DITTO_SHAPE(B, C, H, W)));
+    TRY(ditto_nn_new_f32(ws, &actv, DITTO_SHAPE(B, s->shared_w.shape[0], H, W)));
+    TRY(ditto_nn_new_f32(ws, &gamma, DITTO_SHAPE(B, C, H, W)));
+    TRY(ditto_nn_new_f32(ws, &beta, DITTO_SHAPE(B, C, H, W)));
     TRY(ditto_op_instance_norm(be, DEC_IN_EPS, x, NULL, NULL, y));                         /* normalized = param_free_norm(x) (B,C,H,W) */
     TRY(ditto_op_conv(be, &pad1, seg, &s->shared_w, &s->shared_b, &actv));                 /* mlp_shared (B,128,H,W) */
     TRY(ditto_op_act(be, DITTO_UNARY_RELU, 0.0f, &actv, &actv));
@@ -244,35 +231,35 @@ static int resblock(DittoDecoder *m, DittoArena *ws, const DecBlock *b, const Di
 {
     DittoBackend *be = m->be;
     const int64_t B = x->shape[0], H = x->shape[2], W = x->shape[3];
-    const DittoConvParams pad0 = conv_pad(0), pad1 = conv_pad(1);
+    const DittoConvParams pad0 = ditto_nn_conv_pad(0), pad1 = ditto_nn_conv_pad(1);
     DittoArenaMark top = ditto_arena_mark(ws), mk;
     DittoTensor seg = *feature, n_s, n_0, dx_0, n_1, dx_1;
     int rc;
     /* seg = F.interpolate(feature, size=x's (H,W), mode='nearest'), shared by the block's SPADEs */
     if (feature->shape[2] != H || feature->shape[3] != W) {
-        TRY(new_f32(ws, &seg, DITTO_SHAPE(B, m->c_in, H, W)));
+        TRY(ditto_nn_new_f32(ws, &seg, DITTO_SHAPE(B, m->c_in, H, W)));
         TRY(ditto_op_upsample_nearest(be, feature, &seg));                                 /* (B,256,H,W) */
     }
     /* x_s = conv_s(norm_s(x)) if fin != fout, else x */
     if (b->learned_shortcut) {
         mk = ditto_arena_mark(ws);
-        TRY(new_f32(ws, &n_s, DITTO_SHAPE(B, b->fin, H, W)));
+        TRY(ditto_nn_new_f32(ws, &n_s, DITTO_SHAPE(B, b->fin, H, W)));
         TRY(spade(be, ws, &b->norm_s, x, &seg, &n_s));                                     /* (B,fin,H,W) */
         TRY(ditto_op_conv(be, &pad0, &n_s, &b->conv_s_w, NULL, y));                        /* (B,fout,H,W) */
         ditto_arena_release(ws, mk);
     }
     /* dx = conv_0(lrelu(norm_0(x))) */
-    TRY(new_f32(ws, &dx_0, DITTO_SHAPE(B, b->fmid, H, W)));
+    TRY(ditto_nn_new_f32(ws, &dx_0, DITTO_SHAPE(B, b->fmid, H, W)));
     mk = ditto_arena_mark(ws);
-    TRY(new_f32(ws, &n_0, DITTO_SHAPE(B, b->fin, H, W)));
+    TRY(ditto_nn_new_f32(ws, &n_0, DITTO_SHAPE(B, b->fin, H, W)));
     TRY(spade(be, ws, &b->norm_0, x, &seg, &n_0));                                         /* (B,fin,H,W) */
     TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &n_0, &n_0));
     TRY(ditto_op_conv(be, &pad1, &n_0, &b->conv_0_w, &b->conv_0_b, &dx_0));                /* (B,fmid,H,W) */
     ditto_arena_release(ws, mk);
     /* dx = conv_1(lrelu(norm_1(dx))) */
-    TRY(new_f32(ws, &dx_1, DITTO_SHAPE(B, b->fout, H, W)));
+    TRY(ditto_nn_new_f32(ws, &dx_1, DITTO_SHAPE(B, b->fout, H, W)));
     mk = ditto_arena_mark(ws);
-    TRY(new_f32(ws, &n_1, DITTO_SHAPE(B, b->fmid, H, W)));
+    TRY(ditto_nn_new_f32(ws, &n_1, DITTO_SHAPE(B, b->fmid, H, W)));
     TRY(spade(be, ws, &b->norm_1, &dx_0, &seg, &n_1));                                     /* (B,fmid,H,W) */
     TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &n_1, &n_1));
     TRY(ditto_op_conv(be, &pad1, &n_1, &b->conv_1_w, &b->conv_1_b, &dx_1));                /* (B,fout,H,W) */
@@ -296,15 +283,15 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
     }
     const int64_t B = feature->shape[0];
     int64_t H = feature->shape[2], W = feature->shape[3];
-    const DittoConvParams pad1 = conv_pad(1);
+    const DittoConvParams pad1 = ditto_nn_conv_pad(1);
     DittoArenaMark top = ditto_arena_mark(ws);
     DittoTensor x, y, xu, c_img, logits;
     char name[32];
     int rc;
 
     /* x = fc(feature) */
-    TRY(new_f32(ws, &x, DITTO_SHAPE(B, m->c_fc, H, W)));
-    TRY(new_f32(ws, &y, DITTO_SHAPE(B, m->c_fc, H, W)));
+    TRY(ditto_nn_new_f32(ws, &x, DITTO_SHAPE(B, m->c_fc, H, W)));
+    TRY(ditto_nn_new_f32(ws, &y, DITTO_SHAPE(B, m->c_fc, H, W)));
     TRY(ditto_op_conv(be, &pad1, feature, &m->fc_w, &m->fc_b, &x));                          /* (B,512,64,64) */
     ditto_tap(tap, "fc_out", &x);
 
@@ -322,8 +309,8 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
     for (int i = 0; i < m->nup; i++) {
         H *= 2;
         W *= 2;
-        TRY(new_f32(ws, &xu, DITTO_SHAPE(B, m->up[i].fin, H, W)));
-        TRY(new_f32(ws, &y, DITTO_SHAPE(B, m->up[i].fout, H, W)));
+        TRY(ditto_nn_new_f32(ws, &xu, DITTO_SHAPE(B, m->up[i].fin, H, W)));
+        TRY(ditto_nn_new_f32(ws, &y, DITTO_SHAPE(B, m->up[i].fout, H, W)));
         TRY(ditto_op_upsample_nearest(be, &x, &xu));                                        /* (B,512,128,128) for up_0 */
         TRY(resblock(m, ws, &m->up[i], &xu, feature, &y));                                  /* (B,256,128,128) for up_0 */
         x = y;
@@ -334,11 +321,11 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
     /* x = conv_img(leaky_relu(x, 0.2)); conv_img = conv 3x3 -> PixelShuffle(2) */
     TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &x, &x));
     const int r = m->upscale;
-    TRY(new_f32(ws, &c_img, DITTO_SHAPE(B, 3 * r * r, H, W)));
+    TRY(ditto_nn_new_f32(ws, &c_img, DITTO_SHAPE(B, 3 * r * r, H, W)));
     TRY(ditto_op_conv(be, &pad1, &x, &m->img_w, &m->img_b, &c_img));                        /* (B,12,256,256) */
     logits = c_img;
     if (r > 1) {
-        TRY(new_f32(ws, &logits, DITTO_SHAPE(B, 3, H * r, W * r)));
+        TRY(ditto_nn_new_f32(ws, &logits, DITTO_SHAPE(B, 3, H * r, W * r)));
         TRY(ditto_op_pixel_shuffle(be, r, &c_img, &logits));                                /* (B,3,512,512) */
     }
     ditto_tap(tap, "logits", &logits);

@@ -33,6 +33,7 @@
 
 #include "core/log.h"
 #include "core/mem.h"
+#include "nn/blocks.h"
 #include "nn/weights.h"
 
 #define LMDM_LN_EPS 1e-5f
@@ -575,16 +576,7 @@ done:
 
 static int check_tensor(DittoLmdm *m, const char *name, const DittoTensor *t, int ndim, const int64_t *shape)
 {
-    bool ok = t && t->ndim == ndim && t->dtype == DITTO_F32 && t->device == m->be->device && ditto_tensor_is_contiguous(t);
-    for (int i = 0; ok && i < ndim; i++)
-        ok = t->shape[i] == shape[i];
-    if (ok)
-        return 0;
-    char want[DITTO_SHAPE_STR_MAX], have[DITTO_SHAPE_STR_MAX] = "(null)";
-    if (t)
-        ditto_shape_str(t->shape, t->ndim, have, sizeof have);
-    return ditto_fail(&m->be->log, DITTO_ERR_SHAPE, "lmdm: %s is %s, expected a contiguous float32 %s on the %s backend", name, have,
-                      ditto_shape_str(shape, ndim, want, sizeof want), m->be->name);
+    return ditto_nn_check_tensor(m->be, "lmdm", name, t, ndim, shape);
 }
 
 int ditto_lmdm_cond_init(DittoLmdm *m, DittoArena *ws, const DittoTensor *kp_cond, const DittoTensor *cond, DittoLmdmCond *st, const DittoTap *tap)

@@ -21,17 +21,10 @@
 #include "core/mem.h"
 #include "models/models.h"
 #include "models/warp_internal.h"
+#include "nn/blocks.h"
 #include "nn/weights.h"
 
 #define WARP_MAX_BLOCKS 8
-#define WARP_BN_EPS 1e-5f
-
-/* Conv + BatchNorm pair (DownBlock3d, UpBlock3d, the hourglass output, SameBlock2d). */
-typedef struct WarpConvNorm {
-    DittoTensor weight;     /* <block>.conv.weight (out, in, 3, 3[, 3]) */
-    DittoTensor bias;       /* <block>.conv.bias (out) */
-    DittoBatchNorm norm;    /* <block>.norm.{weight,bias,running_mean,running_var} (out) */
-} WarpConvNorm;
 
 struct DittoWarp {
     DittoBackend *be;
@@ -54,15 +47,15 @@ struct DittoWarp {
     DittoTensor compress_w;             /* compress.weight (4,32,1,1,1) */
     DittoTensor compress_b;             /* compress.bias (4) */
     DittoBatchNorm compress_norm;       /* norm.* (4) */
-    WarpConvNorm down[WARP_MAX_BLOCKS]; /* hourglass.encoder.down_blocks.{i}.{conv,norm}: (64,110,3,3,3) ... */
-    WarpConvNorm up[WARP_MAX_BLOCKS];   /* hourglass.decoder.up_blocks.{i}.{conv,norm}: (512,1024,3,3,3) ... */
-    WarpConvNorm hg_out;                /* hourglass.decoder.{conv,norm}: (142,142,3,3,3) */
+    DittoConvBn down[WARP_MAX_BLOCKS];  /* hourglass.encoder.down_blocks.{i}.{conv,norm}: (64,110,3,3,3) ... */
+    DittoConvBn up[WARP_MAX_BLOCKS];    /* hourglass.decoder.up_blocks.{i}.{conv,norm}: (512,1024,3,3,3) ... */
+    DittoConvBn hg_out;                 /* hourglass.decoder.{conv,norm}: (142,142,3,3,3) */
     DittoTensor mask_w;                 /* mask.weight (22,142,7,7,7) */
     DittoTensor mask_b;                 /* mask.bias (22) */
     DittoTensor occlusion_w;            /* occlusion.weight (1,2272,7,7) */
     DittoTensor occlusion_b;            /* occlusion.bias (1) */
     /* warping head */
-    WarpConvNorm third;                 /* third.{conv,norm}: (256,512,3,3) */
+    DittoConvBn third;                  /* third.{conv,norm}: (256,512,3,3) */
     DittoTensor fourth_w;               /* fourth.weight (256,256,1,1) */
     DittoTensor fourth_b;               /* fourth.bias (256) */
 
@@ -74,26 +67,6 @@ struct DittoWarp {
 /* ---- helpers ---- */
 
 #define TRY(expr) do { rc = (expr); if (rc < 0) goto done; } while (0)
-
-static int new_f32(DittoArena *ws, DittoTensor *t, int ndim, const int64_t *shape)
-{
-    return ditto_arena_tensor(ws, DITTO_F32, ndim, shape, t);
-}
-
-/* Stride 1, symmetric zero padding in every spatial dim. */
-static DittoConvParams conv_pad(int pad)
-{
-    DittoConvParams p;
-    memset(&p, 0, sizeof p);
-    for (int i = 0; i < 3; i++)
-        p.pad_begin[i] = p.pad_end[i] = pad;
-    return p;
-}
-
-static int batch_norm(DittoBackend *be, const DittoBatchNorm *bn, const DittoTensor *x, DittoTensor *y)
-{
-    return ditto_op_batch_norm(be, WARP_BN_EPS, x, &bn->mean, &bn->var, &bn->weight, &bn->bias, y);
-}
 
 /* ---- public pieces (warp_internal.h) ---- */
 
@@ -136,7 +109,7 @@ int ditto_warp_kp2gaussian(DittoBackend *be, DittoArena *ws, const DittoTensor *
     TRY(ditto_tensor_reshape(grid, DITTO_SHAPE(1, 1, D, H, W, 3), &grid6));
     TRY(ditto_tensor_reshape(kp, DITTO_SHAPE(B, K, 1, 1, 1, 3), &kp6));
     TRY(ditto_tensor_reshape(out, DITTO_SHAPE(B, K, D, H, W, 1), &out6));
-    TRY(new_f32(ws, &diff, DITTO_SHAPE(B, K, D, H, W, 3)));
+    TRY(ditto_nn_new_f32(ws, &diff, DITTO_SHAPE(B, K, D, H, W, 3)));
     TRY(ditto_op_binary(be, DITTO_BINARY_SUB, &grid6, &kp6, &diff));           /* G - mean (B,K,D,H,W,3) */
     TRY(gaussian(be, &diff, variance, &out6));                                 /* (B,K,D,H,W,1) */
 done:
@@ -150,17 +123,6 @@ int ditto_warp_grid_sample(DittoBackend *be, const DittoTensor *x, const DittoTe
 }
 
 /* ---- load ---- */
-
-/* <key>.conv.{weight,bias} (out, in, k x ns) and <key>.norm.* (out). */
-static void load_conv_norm(DittoLoader *l, WarpConvNorm *b, int ns, int64_t out, int64_t in, const char *key)
-{
-    if (ns == 3)
-        ditto_loader_get(l, &b->weight, DITTO_SHAPE(out, in, 3, 3, 3), "%s.conv.weight", key);
-    else
-        ditto_loader_get(l, &b->weight, DITTO_SHAPE(out, in, 3, 3), "%s.conv.weight", key);
-    ditto_loader_get(l, &b->bias, DITTO_SHAPE(out), "%s.conv.bias", key);
-    ditto_loader_get_bn(l, &b->norm, out, "%s.norm", key);
-}
 
 /* Read every size from the checkpoint shapes; the gets that follow check the rest. */
 static int read_config(DittoWarp *m, DittoLoader *l)
@@ -230,15 +192,15 @@ int ditto_warp_load(DittoWarp **out, DittoBackend *be, DittoCatalog *cat)
     ditto_loader_get_bn(&l, &m->compress_norm, c, "dense_motion_network.norm");
     for (int i = 0; i < n; i++) {
         snprintf(key, sizeof key, "dense_motion_network.hourglass.encoder.down_blocks.%d", i);
-        load_conv_norm(&l, &m->down[i], 3, m->c_enc[i], i ? m->c_enc[i - 1] : c_in, key);
+        ditto_nn_load_conv_bn(&l, &m->down[i], 3, m->c_enc[i], i ? m->c_enc[i - 1] : c_in, key);
     }
     for (int j = 0; j < n; j++) {
         /* input: the deepest encoder output, then [previous up block, skip] */
         int64_t in = j ? m->c_dec[j - 1] + m->c_enc[n - 1 - j] : m->c_enc[n - 1];
         snprintf(key, sizeof key, "dense_motion_network.hourglass.decoder.up_blocks.%d", j);
-        load_conv_norm(&l, &m->up[j], 3, m->c_dec[j], in, key);
+        ditto_nn_load_conv_bn(&l, &m->up[j], 3, m->c_dec[j], in, key);
     }
-    load_conv_norm(&l, &m->hg_out, 3, m->c_pred, m->c_pred, "dense_motion_network.hourglass.decoder");
+    ditto_nn_load_conv_bn(&l, &m->hg_out, 3, m->c_pred, m->c_pred, "dense_motion_network.hourglass.decoder");
     ditto_loader_get(&l, &m->mask_w, DITTO_SHAPE(K1, m->c_pred, 7, 7, 7), "dense_motion_network.mask.weight");
     ditto_loader_get(&l, &m->mask_b, DITTO_SHAPE(K1), "dense_motion_network.mask.bias");
     if (m->has_occlusion) {
@@ -246,7 +208,7 @@ int ditto_warp_load(DittoWarp **out, DittoBackend *be, DittoCatalog *cat)
         ditto_loader_get(&l, &m->occlusion_b, DITTO_SHAPE(1), "dense_motion_network.occlusion.bias");
     }
     /* warping head */
-    load_conv_norm(&l, &m->third, 2, m->c_third, m->c_feat * m->depth, "third");
+    ditto_nn_load_conv_bn(&l, &m->third, 2, m->c_third, m->c_feat * m->depth, "third");
     ditto_loader_get(&l, &m->fourth_w, DITTO_SHAPE(m->c_out, m->c_third, 1, 1), "fourth.weight");
     ditto_loader_get(&l, &m->fourth_b, DITTO_SHAPE(m->c_out), "fourth.bias");
     rc = ditto_loader_finish(&l);
@@ -326,22 +288,19 @@ static int hourglass(DittoWarp *m, DittoArena *ws, const DittoTensor *x, DittoTe
     DittoBackend *be = m->be;
     const int n = m->nblocks;
     const int64_t B = x->shape[0], D = x->shape[2];
-    const DittoConvParams pad1 = conv_pad(1);
+    const DittoConvParams pad1 = ditto_nn_conv_pad(1);
     const DittoPoolParams pool = { .kind = DITTO_POOL_AVG, .kernel = { 1, 2, 2 } };
     DittoArenaMark top = ditto_arena_mark(ws), mk;
-    DittoTensor enc[WARP_MAX_BLOCKS + 1], t, tn, u;
+    DittoTensor enc[WARP_MAX_BLOCKS + 1], tn, u;
     int rc = 0;
     /* encoder: outs = [x, down_0(x), down_1(...), ...]; DownBlock3d = conv, BN, ReLU, AvgPool (1,2,2) */
     enc[0] = *x;
     for (int i = 0; i < n; i++) {
         const int64_t h = enc[i].shape[3], w = enc[i].shape[4];
-        TRY(new_f32(ws, &enc[i + 1], DITTO_SHAPE(B, m->c_enc[i], D, h / 2, w / 2)));
+        TRY(ditto_nn_new_f32(ws, &enc[i + 1], DITTO_SHAPE(B, m->c_enc[i], D, h / 2, w / 2)));
         mk = ditto_arena_mark(ws);
-        TRY(new_f32(ws, &t, DITTO_SHAPE(B, m->c_enc[i], D, h, w)));
-        TRY(new_f32(ws, &tn, DITTO_SHAPE(B, m->c_enc[i], D, h, w)));
-        TRY(ditto_op_conv(be, &pad1, &enc[i], &m->down[i].weight, &m->down[i].bias, &t));   /* (B,64<<i,16,h,w) */
-        TRY(batch_norm(be, &m->down[i].norm, &t, &tn));
-        TRY(ditto_op_act(be, DITTO_UNARY_RELU, 0.0f, &tn, &tn));
+        TRY(ditto_nn_new_f32(ws, &tn, DITTO_SHAPE(B, m->c_enc[i], D, h, w)));
+        TRY(ditto_nn_conv_bn_act(be, ws, &pad1, &m->down[i], DITTO_UNARY_RELU, 0.0f, &enc[i], &tn)); /* (B,64<<i,16,h,w) */
         TRY(ditto_op_pool(be, &pool, &tn, &enc[i + 1]));                                    /* (B,64<<i,16,h/2,w/2) */
         ditto_arena_release(ws, mk);
     }
@@ -351,24 +310,18 @@ static int hourglass(DittoWarp *m, DittoArena *ws, const DittoTensor *x, DittoTe
         const DittoTensor *skip = &enc[n - 1 - j];
         const int64_t h = skip->shape[3], w = skip->shape[4];
         DittoTensor cat;
-        TRY(new_f32(ws, &cat, DITTO_SHAPE(B, m->c_dec[j] + skip->shape[1], D, h, w)));
+        TRY(ditto_nn_new_f32(ws, &cat, DITTO_SHAPE(B, m->c_dec[j] + skip->shape[1], D, h, w)));
         mk = ditto_arena_mark(ws);
-        TRY(new_f32(ws, &u, DITTO_SHAPE(B, cur.shape[1], D, h, w)));
-        TRY(new_f32(ws, &t, DITTO_SHAPE(B, m->c_dec[j], D, h, w)));
-        TRY(new_f32(ws, &tn, DITTO_SHAPE(B, m->c_dec[j], D, h, w)));
+        TRY(ditto_nn_new_f32(ws, &u, DITTO_SHAPE(B, cur.shape[1], D, h, w)));
+        TRY(ditto_nn_new_f32(ws, &tn, DITTO_SHAPE(B, m->c_dec[j], D, h, w)));
         TRY(ditto_op_upsample_nearest(be, &cur, &u));                                       /* (B,1024,16,4,4) for j=0 */
-        TRY(ditto_op_conv(be, &pad1, &u, &m->up[j].weight, &m->up[j].bias, &t));            /* (B,512,16,4,4) */
-        TRY(batch_norm(be, &m->up[j].norm, &t, &tn));
-        TRY(ditto_op_act(be, DITTO_UNARY_RELU, 0.0f, &tn, &tn));
+        TRY(ditto_nn_conv_bn_act(be, ws, &pad1, &m->up[j], DITTO_UNARY_RELU, 0.0f, &u, &tn)); /* (B,512,16,4,4) */
         TRY(ditto_op_concat(be, 1, 2, (const DittoTensor *const[]){ &tn, skip }, &cat));   /* (B,512+512,16,4,4) */
         ditto_arena_release(ws, mk);
         cur = cat;
     }
     /* out: conv 3x3x3, BN, ReLU */
-    TRY(new_f32(ws, &t, DITTO_SHAPE(B, m->c_pred, D, y->shape[3], y->shape[4])));
-    TRY(ditto_op_conv(be, &pad1, &cur, &m->hg_out.weight, &m->hg_out.bias, &t));            /* (B,142,16,64,64) */
-    TRY(batch_norm(be, &m->hg_out.norm, &t, y));
-    TRY(ditto_op_act(be, DITTO_UNARY_RELU, 0.0f, y, y));
+    TRY(ditto_nn_conv_bn_act(be, ws, &pad1, &m->hg_out, DITTO_UNARY_RELU, 0.0f, &cur, y));  /* (B,142,16,64,64) */
 done:
     ditto_arena_release(ws, top);
     return rc;
@@ -384,21 +337,21 @@ static int dense_motion(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, co
     DittoBackend *be = m->be;
     const int64_t B = f_s->shape[0], D = f_s->shape[2], H = f_s->shape[3], W = f_s->shape[4];
     const int64_t K = m->num_kp, K1 = K + 1, c = m->c_compress, P = m->c_pred;
-    const DittoConvParams pad0 = conv_pad(0), pad3 = conv_pad(3);
+    const DittoConvParams pad0 = ditto_nn_conv_pad(0), pad3 = ditto_nn_conv_pad(3);
     DittoArenaMark top = ditto_arena_mark(ws), mk;
     DittoTensor motion, hg_in, pred, mask;
     DittoTensor cmp, feat, zero, kpd, kps, kpd6, kps6, grid6, gd, gs, tmp, deformed, deformed6, deformed_p, heat6, hg_in6;
     DittoTensor motion_v, mask6, def6, pred2d;
     int rc;
-    TRY(new_f32(ws, &motion, DITTO_SHAPE(B, K1, D, H, W, 3)));
-    TRY(new_f32(ws, &hg_in, DITTO_SHAPE(B, K1 * (c + 1), D, H, W)));
+    TRY(ditto_nn_new_f32(ws, &motion, DITTO_SHAPE(B, K1, D, H, W, 3)));
+    TRY(ditto_nn_new_f32(ws, &hg_in, DITTO_SHAPE(B, K1 * (c + 1), D, H, W)));
     mk = ditto_arena_mark(ws);
 
     /* feature = relu(norm(compress(feature))) */
-    TRY(new_f32(ws, &cmp, DITTO_SHAPE(B, c, D, H, W)));
-    TRY(new_f32(ws, &feat, DITTO_SHAPE(B, c, D, H, W)));
+    TRY(ditto_nn_new_f32(ws, &cmp, DITTO_SHAPE(B, c, D, H, W)));
+    TRY(ditto_nn_new_f32(ws, &feat, DITTO_SHAPE(B, c, D, H, W)));
     TRY(ditto_op_conv(be, &pad0, f_s, &m->compress_w, &m->compress_b, &cmp));                 /* (B,4,16,64,64) */
-    TRY(batch_norm(be, &m->compress_norm, &cmp, &feat));
+    TRY(ditto_nn_batch_norm(be, &m->compress_norm, &cmp, &feat));
     ditto_tap(tap, "dm_compress_bn", &feat);
     TRY(ditto_op_act(be, DITTO_UNARY_RELU, 0.0f, &feat, &feat));
 
@@ -407,18 +360,18 @@ static int dense_motion(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, co
      * gives the identity motion S_0 = G - 0 + 0 = G and the all-zero heatmap
      * H_0 = g(G) - g(G) = 0 exactly, so both come out of one broadcast each.
      */
-    TRY(new_f32(ws, &zero, DITTO_SHAPE(B, 1, 3)));
-    TRY(new_f32(ws, &kpd, DITTO_SHAPE(B, K1, 3)));
-    TRY(new_f32(ws, &kps, DITTO_SHAPE(B, K1, 3)));
+    TRY(ditto_nn_new_f32(ws, &zero, DITTO_SHAPE(B, 1, 3)));
+    TRY(ditto_nn_new_f32(ws, &kpd, DITTO_SHAPE(B, K1, 3)));
+    TRY(ditto_nn_new_f32(ws, &kps, DITTO_SHAPE(B, K1, 3)));
     TRY(ditto_op_fill(be, 0.0f, &zero));
     TRY(ditto_op_concat(be, 1, 2, (const DittoTensor *const[]){ &zero, kp_driving }, &kpd));  /* (B,22,3) */
     TRY(ditto_op_concat(be, 1, 2, (const DittoTensor *const[]){ &zero, kp_source }, &kps));   /* (B,22,3) */
     TRY(ditto_tensor_reshape(&kpd, DITTO_SHAPE(B, K1, 1, 1, 1, 3), &kpd6));
     TRY(ditto_tensor_reshape(&kps, DITTO_SHAPE(B, K1, 1, 1, 1, 3), &kps6));
     TRY(ditto_tensor_reshape(&m->grid, DITTO_SHAPE(1, 1, D, H, W, 3), &grid6));
-    TRY(new_f32(ws, &gd, DITTO_SHAPE(B, K1, D, H, W, 1)));
-    TRY(new_f32(ws, &gs, DITTO_SHAPE(B, K1, D, H, W, 1)));
-    TRY(new_f32(ws, &tmp, DITTO_SHAPE(B, K1, D, H, W, 3)));
+    TRY(ditto_nn_new_f32(ws, &gd, DITTO_SHAPE(B, K1, D, H, W, 1)));
+    TRY(ditto_nn_new_f32(ws, &gs, DITTO_SHAPE(B, K1, D, H, W, 1)));
+    TRY(ditto_nn_new_f32(ws, &tmp, DITTO_SHAPE(B, K1, D, H, W, 3)));
     TRY(ditto_op_binary(be, DITTO_BINARY_SUB, &grid6, &kpd6, &motion));                       /* G - kp_driving (B,22,16,64,64,3) */
     TRY(gaussian(be, &motion, DITTO_WARP_KP_VARIANCE, &gd));                                   /* gaussian_driving (B,22,16,64,64,1) */
     TRY(ditto_op_binary(be, DITTO_BINARY_SUB, &grid6, &kps6, &tmp));                          /* G - kp_source */
@@ -432,7 +385,7 @@ static int dense_motion(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, co
      * out[:, :, m*D + d] = grid_sample(feat, S_m)[:, :, d].
      */
     TRY(ditto_tensor_reshape(&motion, DITTO_SHAPE(B, K1 * D, H, W, 3), &motion_v));
-    TRY(new_f32(ws, &deformed, DITTO_SHAPE(B, c, K1 * D, H, W)));
+    TRY(ditto_nn_new_f32(ws, &deformed, DITTO_SHAPE(B, c, K1 * D, H, W)));
     TRY(ditto_op_grid_sample(be, false, &feat, &motion_v, &deformed));                       /* (B,4,22*16,64,64) */
     TRY(ditto_tensor_reshape(&deformed, DITTO_SHAPE(B, c, K1, D, H, W), &deformed6));
     TRY(ditto_tensor_permute(&deformed6, (const int[]){ 0, 2, 1, 3, 4, 5 }, &deformed_p));     /* (B,22,4,16,64,64) view */
@@ -443,12 +396,12 @@ static int dense_motion(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, co
     ditto_tap(tap, "dm_hourglass_in", &hg_in);                                                /* (B,110,16,64,64) */
 
     /* prediction = hourglass(input) */
-    TRY(new_f32(ws, &pred, DITTO_SHAPE(B, P, D, H, W)));
+    TRY(ditto_nn_new_f32(ws, &pred, DITTO_SHAPE(B, P, D, H, W)));
     TRY(hourglass(m, ws, &hg_in, &pred));                                                     /* (B,142,16,64,64) */
     ditto_tap(tap, "dm_hourglass_out", &pred);
 
     /* mask = softmax(mask(prediction), dim=1) */
-    TRY(new_f32(ws, &mask, DITTO_SHAPE(B, K1, D, H, W)));
+    TRY(ditto_nn_new_f32(ws, &mask, DITTO_SHAPE(B, K1, D, H, W)));
     TRY(ditto_op_conv(be, &pad3, &pred, &m->mask_w, &m->mask_b, &mask));                      /* (B,22,16,64,64) */
     TRY(ditto_op_softmax(be, 1, &mask, &mask));
     ditto_tap(tap, "dm_mask", &mask);
@@ -498,26 +451,23 @@ int ditto_warp_forward(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, con
                           ditto_shape_str(out->shape, out->ndim, have, sizeof have), ditto_shape_str(oshape, 4, want, sizeof want));
     }
     DITTO_TRY(ensure_grid(m, D, H, W));
-    const DittoConvParams pad0 = conv_pad(0), pad1 = conv_pad(1);
+    const DittoConvParams pad0 = ditto_nn_conv_pad(0), pad1 = ditto_nn_conv_pad(1);
     DittoArenaMark top = ditto_arena_mark(ws);
-    DittoTensor deformation, occlusion, warped, warped2d, t3, t3n;
+    DittoTensor deformation, occlusion, warped, warped2d, t3n;
     int rc;
-    TRY(new_f32(ws, &deformation, DITTO_SHAPE(B, D, H, W, 3)));
-    TRY(new_f32(ws, &occlusion, DITTO_SHAPE(B, 1, H, W)));
+    TRY(ditto_nn_new_f32(ws, &deformation, DITTO_SHAPE(B, D, H, W, 3)));
+    TRY(ditto_nn_new_f32(ws, &occlusion, DITTO_SHAPE(B, 1, H, W)));
     TRY(dense_motion(m, ws, f_s, kp_source, kp_driving, &deformation, &occlusion, tap));
 
     /* out = deform_input(feature_3d, deformation).view(bs, c * d, h, w) */
-    TRY(new_f32(ws, &warped, DITTO_SHAPE(B, C, D, H, W)));
+    TRY(ditto_nn_new_f32(ws, &warped, DITTO_SHAPE(B, C, D, H, W)));
     TRY(ditto_op_grid_sample(be, false, f_s, &deformation, &warped));                       /* (B,32,16,64,64) */
     TRY(ditto_tensor_reshape(&warped, DITTO_SHAPE(B, C * D, H, W), &warped2d));             /* (B,512,64,64), channel 16c+d */
     ditto_tap(tap, "warped_feature", &warped2d);
 
     /* out = third(out): conv 3x3, BN, LeakyReLU(0.01) */
-    TRY(new_f32(ws, &t3, DITTO_SHAPE(B, m->c_third, H, W)));
-    TRY(new_f32(ws, &t3n, DITTO_SHAPE(B, m->c_third, H, W)));
-    TRY(ditto_op_conv(be, &pad1, &warped2d, &m->third.weight, &m->third.bias, &t3));        /* (B,256,64,64) */
-    TRY(batch_norm(be, &m->third.norm, &t3, &t3n));
-    TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, 0.01f, &t3n, &t3n));
+    TRY(ditto_nn_new_f32(ws, &t3n, DITTO_SHAPE(B, m->c_third, H, W)));
+    TRY(ditto_nn_conv_bn_act(be, ws, &pad1, &m->third, DITTO_UNARY_LEAKY_RELU, 0.01f, &warped2d, &t3n)); /* (B,256,64,64) */
 
     /* out = fourth(out): conv 1x1 */
     TRY(ditto_op_conv(be, &pad0, &t3n, &m->fourth_w, &m->fourth_b, out));                   /* (B,256,64,64) */

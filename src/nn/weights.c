@@ -152,14 +152,10 @@ static DittoCatalogEntry *expect(DittoLoader *l, const char *key, int ndim, cons
 static int store(DittoLoader *l, DittoBuffer *out, size_t bytes)
 {
     DittoWeights *w = l->dst;
-    if (w->n == w->cap) {
-        int cap = w->cap ? w->cap * 2 : 64;
-        DittoBuffer *nb = ditto_realloc(w->bufs, (size_t)cap * sizeof *nb);
-        if (!nb)
-            return DITTO_ERR_NOMEM;
-        w->bufs = nb;
-        w->cap = cap;
-    }
+    DittoBuffer *nb = ditto_grow(w->bufs, w->n, &w->cap, 64, sizeof *nb);
+    if (!nb)
+        return DITTO_ERR_NOMEM;
+    w->bufs = nb;
     int rc = ditto_buffer_alloc(&w->bufs[w->n], &l->be->allocator, bytes);
     if (rc < 0)
         return rc;

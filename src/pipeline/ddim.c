@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/rng.h"
+#include "nn/blocks.h"
 #include "nn/weights.h"   /* DITTO_SHAPE */
 
 #define DDIM_COS_S 0.008
@@ -118,16 +119,7 @@ int ditto_ddim_schedule_init(DittoDdimSchedule *s, int steps, DittoDdimCoef coef
 
 static int check_tensor(DittoBackend *be, const char *name, const DittoTensor *t, int ndim, const int64_t *shape)
 {
-    bool ok = t && t->ndim == ndim && t->dtype == DITTO_F32 && t->device == be->device && ditto_tensor_is_contiguous(t);
-    for (int i = 0; ok && i < ndim; i++)
-        ok = t->shape[i] == shape[i];
-    if (ok)
-        return 0;
-    char want[DITTO_SHAPE_STR_MAX], have[DITTO_SHAPE_STR_MAX] = "(null)";
-    if (t)
-        ditto_shape_str(t->shape, t->ndim, have, sizeof have);
-    return ditto_fail(&be->log, DITTO_ERR_SHAPE, "ddim: %s is %s, expected a contiguous float32 %s on the %s backend", name, have,
-                      ditto_shape_str(shape, ndim, want, sizeof want), be->name);
+    return ditto_nn_check_tensor(be, "ddim", name, t, ndim, shape);
 }
 
 static int mul_scalar(DittoBackend *be, float alpha, const DittoTensor *x, DittoTensor *y)

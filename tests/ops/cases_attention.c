@@ -18,64 +18,8 @@
 
 #include "ditto/ditto_error.h"
 #include "ops/ops.h"
+#include "op_util.h"
 #include "test_ops.h"
-
-typedef struct View {
-    DittoTensor h, d;
-} View;
-
-static View view_of(TT *t)
-{
-    View v = { t->host, t->dev };
-    return v;
-}
-
-static View view_permute(View v, const int *perm)
-{
-    View r;
-    ditto_tensor_permute(&v.h, perm, &r.h);
-    ditto_tensor_permute(&v.d, perm, &r.d);
-    return r;
-}
-
-static View view_slice(View v, int axis, int64_t start, int64_t end, int64_t step)
-{
-    View r;
-    ditto_tensor_slice(&v.h, axis, start, end, step, &r.h);
-    ditto_tensor_slice(&v.d, axis, start, end, step, &r.d);
-    return r;
-}
-
-static View view_select(View v, int axis, int64_t i)
-{
-    View r;
-    ditto_tensor_select(&v.h, axis, i, &r.h);
-    ditto_tensor_select(&v.d, axis, i, &r.d);
-    return r;
-}
-
-static View view_reshape(View v, int ndim, const int64_t *shape)
-{
-    View r;
-    ditto_tensor_reshape(&v.h, ndim, shape, &r.h);
-    ditto_tensor_reshape(&v.d, ndim, shape, &r.d);
-    return r;
-}
-
-static TT *new_normal(TestCtx *c, int ndim, const int64_t *shape)
-{
-    TT *t = tt_new(c, DITTO_F32, ndim, shape);
-    tt_fill_normal(t, 0, 1);
-    tt_to_dev(t);
-    return t;
-}
-
-static TT *new_out(TestCtx *c, int ndim, const int64_t *shape)
-{
-    TT *t = tt_new(c, DITTO_F32, ndim, shape);
-    tt_to_dev(t);
-    return t;
-}
 
 static double at4(const DittoTensor *t, int64_t a, int64_t b, int64_t i, int64_t j)
 {
@@ -99,7 +43,7 @@ static void attention_run(TestCtx *c, const char *name, float scale, View q, Vie
 {
     int64_t B = q.h.shape[0], H = q.h.shape[1], Lq = q.h.shape[2], D = q.h.shape[3];
     int64_t Lk = k.h.shape[2], Dv = v.h.shape[3];
-    TT *y = new_out(c, 4, (int64_t[]){ B, H, Lq, Dv });
+    TT *y = new_out(c, DITTO_F32, 4, (int64_t[]){ B, H, Lq, Dv });
     double *ref = malloc(sizeof(double) * (size_t)(B * H * Lq * Dv));
     double *p = malloc(sizeof(double) * (size_t)Lk);
     if (!ref || !p)
@@ -128,10 +72,7 @@ static void attention_run(TestCtx *c, const char *name, float scale, View q, Vie
                 }
             }
     int rc = ditto_op_attention(c->be, scale, &q.d, &k.d, &v.d, mask ? &mask->d : NULL, &y->dev);
-    if (rc < 0)
-        test_report(c, name, false, "rc %d", rc);
-    else
-        test_check(c, name, y, ref, 1e-5, 1e-5);
+    op_check(c, name, rc, y, ref, 1e-5, 1e-5);
     free(p);
     free(ref);
     tt_free(y);
@@ -228,17 +169,17 @@ static void test_attention(TestCtx *c)
     if (test_selected(c, "attention/err")) {
         TT *q = new_normal(c, 4, (int64_t[]){ 2, 2, 5, 4 }), *k = new_normal(c, 4, (int64_t[]){ 2, 2, 6, 4 });
         TT *k3 = new_normal(c, 4, (int64_t[]){ 2, 2, 6, 3 }), *v = new_normal(c, 4, (int64_t[]){ 2, 2, 6, 3 });
-        TT *y = new_out(c, 4, (int64_t[]){ 2, 2, 5, 3 }), *yb = new_out(c, 4, (int64_t[]){ 2, 2, 5, 4 });
+        TT *y = new_out(c, DITTO_F32, 4, (int64_t[]){ 2, 2, 5, 3 }), *yb = new_out(c, DITTO_F32, 4, (int64_t[]){ 2, 2, 5, 4 });
         TT *m = new_normal(c, 2, (int64_t[]){ 5, 5 });
         TT *q3 = new_normal(c, 3, (int64_t[]){ 2, 5, 4 });
         int rc = ditto_op_attention(c->be, 0, &q->dev, &k3->dev, &v->dev, NULL, &y->dev);
-        test_report(c, "attention/err_head_dim", rc == DITTO_ERR_SHAPE, "rc %d", rc);
+        expect_rc(c, "attention/err_head_dim", rc, DITTO_ERR_SHAPE);
         rc = ditto_op_attention(c->be, 0, &q->dev, &k->dev, &v->dev, NULL, &yb->dev);
-        test_report(c, "attention/err_y_shape", rc == DITTO_ERR_SHAPE, "rc %d", rc);
+        expect_rc(c, "attention/err_y_shape", rc, DITTO_ERR_SHAPE);
         rc = ditto_op_attention(c->be, 0, &q->dev, &k->dev, &v->dev, &m->dev, &y->dev);
-        test_report(c, "attention/err_mask", rc == DITTO_ERR_SHAPE, "rc %d", rc);
+        expect_rc(c, "attention/err_mask", rc, DITTO_ERR_SHAPE);
         rc = ditto_op_attention(c->be, 0, &q3->dev, &k->dev, &v->dev, NULL, &y->dev);
-        test_report(c, "attention/err_rank", rc == DITTO_ERR_SHAPE, "rc %d", rc);
+        expect_rc(c, "attention/err_rank", rc, DITTO_ERR_SHAPE);
         tt_free(q);
         tt_free(k);
         tt_free(k3);
@@ -258,7 +199,7 @@ static void rotary_case(TestCtx *c, const char *name, int64_t B, int64_t L, int6
         return;
     int64_t half = C / 2;
     TT *x = new_normal(c, 3, (int64_t[]){ B, L, C });
-    TT *y = inplace ? x : new_out(c, 3, (int64_t[]){ B, L, C });
+    TT *y = inplace ? x : new_out(c, DITTO_F32, 3, (int64_t[]){ B, L, C });
     /* the LMDM buffer: freq_k = 1 / 10000^(2k / C) in float32; strided variant: every other element of 2 C/2 */
     TT *f = tt_new(c, DITTO_F32, 1, (int64_t[]){ strided_freqs ? 2 * half : half });
     for (int64_t k = 0; k < half; k++) {
@@ -286,10 +227,7 @@ static void rotary_case(TestCtx *c, const char *name, int64_t B, int64_t L, int6
                 ref[e + 1] = x1 * cos(th) + x0 * sin(th);
             }
     int rc = ditto_op_rotary(c->be, pos, &x->dev, &fv.d, &y->dev);
-    if (rc < 0)
-        test_report(c, name, false, "rc %d", rc);
-    else
-        test_check(c, name, y, ref, 1e-6, 1e-6);
+    op_check(c, name, rc, y, ref, 1e-6, 1e-6);
     free(ref);
     tt_free(f);
     if (!inplace)
@@ -306,15 +244,15 @@ static void test_rotary(TestCtx *c)
     rotary_case(c, "rotary/inplace", 3, 5, 6, 80, true, false);
     rotary_case(c, "rotary/strided_freqs", 3, 5, 12, 3, false, true);
     if (test_selected(c, "rotary/err")) {
-        TT *x = new_normal(c, 3, (int64_t[]){ 2, 3, 5 }), *y = new_out(c, 3, (int64_t[]){ 2, 3, 5 });
-        TT *x2 = new_normal(c, 3, (int64_t[]){ 2, 3, 6 }), *y2 = new_out(c, 3, (int64_t[]){ 2, 3, 6 });
+        TT *x = new_normal(c, 3, (int64_t[]){ 2, 3, 5 }), *y = new_out(c, DITTO_F32, 3, (int64_t[]){ 2, 3, 5 });
+        TT *x2 = new_normal(c, 3, (int64_t[]){ 2, 3, 6 }), *y2 = new_out(c, DITTO_F32, 3, (int64_t[]){ 2, 3, 6 });
         TT *f2 = new_normal(c, 1, (int64_t[]){ 2 }), *f3 = new_normal(c, 1, (int64_t[]){ 3 });
         int rc = ditto_op_rotary(c->be, 0, &x->dev, &f2->dev, &y->dev);
-        test_report(c, "rotary/err_odd_c", rc == DITTO_ERR_SHAPE, "rc %d", rc);
+        expect_rc(c, "rotary/err_odd_c", rc, DITTO_ERR_SHAPE);
         rc = ditto_op_rotary(c->be, 0, &x2->dev, &f2->dev, &y2->dev);
-        test_report(c, "rotary/err_freqs", rc == DITTO_ERR_SHAPE, "rc %d", rc);
+        expect_rc(c, "rotary/err_freqs", rc, DITTO_ERR_SHAPE);
         rc = ditto_op_rotary(c->be, 0, &x2->dev, &f3->dev, &y->dev);
-        test_report(c, "rotary/err_y_shape", rc == DITTO_ERR_SHAPE, "rc %d", rc);
+        expect_rc(c, "rotary/err_y_shape", rc, DITTO_ERR_SHAPE);
         tt_free(x);
         tt_free(y);
         tt_free(x2);

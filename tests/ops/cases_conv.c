@@ -11,6 +11,7 @@
 #include "backend/cpu/cpu.h"
 #include "ditto/ditto_error.h"
 #include "ops/ops.h"
+#include "op_util.h"
 #include "test_ops.h"
 
 #define TOL_L2 2e-6
@@ -108,10 +109,7 @@ static void conv_case(TestCtx *c, const ConvCase *cc, bool bias, const char *suf
         p.dilation[i] = cc->d[i];
     }
     int rc = ditto_op_conv(c->be, &p, &x->dev, &w->dev, b ? &b->dev : NULL, &y->dev);
-    if (rc < 0)
-        test_report(c, name, false, "rc %d", rc);
-    else
-        test_check(c, name, y, ref, TOL_L2, TOL_MAX);
+    op_check(c, name, rc, y, ref, TOL_L2, TOL_MAX);
     free(ref);
     tt_free(x);
     tt_free(w);
@@ -181,11 +179,6 @@ static const ConvCase chunk_cases[] = {
  * the full-size networks (the 3x3x3 142->142 conv has the same structure).
  */
 static const ConvCase big_case = { "3x3x3 p1 default chunking", 3, 1, 32, 6, { 8, 40, 64 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 };
-
-static void expect_rc(TestCtx *c, const char *name, int rc, int want)
-{
-    test_report(c, name, rc == want, "rc %d (want %d)", rc, want);
-}
 
 static void conv_negative(TestCtx *c)
 {

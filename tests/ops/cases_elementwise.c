@@ -19,57 +19,8 @@
 
 #include "ditto/ditto_error.h"
 #include "ops/ops.h"
+#include "op_util.h"
 #include "test_ops.h"
-
-/* A host view and the matching view on the backend under test. */
-typedef struct View {
-    DittoTensor h, d;
-} View;
-
-static View view_of(TT *t)
-{
-    View v = { t->host, t->dev };
-    return v;
-}
-
-static View view_permute(View v, const int *perm)
-{
-    View r;
-    ditto_tensor_permute(&v.h, perm, &r.h);
-    ditto_tensor_permute(&v.d, perm, &r.d);
-    return r;
-}
-
-static View view_slice(View v, int axis, int64_t start, int64_t end, int64_t step)
-{
-    View r;
-    ditto_tensor_slice(&v.h, axis, start, end, step, &r.h);
-    ditto_tensor_slice(&v.d, axis, start, end, step, &r.d);
-    return r;
-}
-
-static View view_select(View v, int axis, int64_t i)
-{
-    View r;
-    ditto_tensor_select(&v.h, axis, i, &r.h);
-    ditto_tensor_select(&v.d, axis, i, &r.d);
-    return r;
-}
-
-static TT *new_rand(TestCtx *c, int ndim, const int64_t *shape, float lo, float hi)
-{
-    TT *t = tt_new(c, DITTO_F32, ndim, shape);
-    tt_fill_uniform(t, lo, hi);
-    tt_to_dev(t);
-    return t;
-}
-
-static TT *new_out(TestCtx *c, DittoDType dt, int ndim, const int64_t *shape)
-{
-    TT *t = tt_new(c, dt, ndim, shape);
-    tt_to_dev(t);   /* uploads the NaN / 0xA5 poison */
-    return t;
-}
 
 /* Row-major successor of idx; false after the last index. */
 static bool next_idx(int64_t *idx, const int64_t *shape, int ndim)
@@ -90,14 +41,6 @@ static double at(const DittoTensor *v, const int64_t *idx)
     return ((const float *)v->data)[off];
 }
 
-static double *ref_alloc(int64_t n)
-{
-    double *r = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
-    if (!r)
-        abort();
-    return r;
-}
-
 /* ref[i] = x at row-major index i of x's shape */
 static double *ref_gather(const DittoTensor *x)
 {
@@ -110,11 +53,6 @@ static double *ref_gather(const DittoTensor *x)
     return r;
 }
 
-static bool expect_rc(TestCtx *c, const char *name, int rc, int want)
-{
-    return test_report(c, name, rc == want, "rc %d (want %d)", rc, want);
-}
-
 /* ---------------- copy ---------------- */
 
 /* y (contiguous, y_shape) = copy of the view x; reference = x in row-major order. */
@@ -125,10 +63,7 @@ static void copy_case(TestCtx *c, const char *name, View x, int yndim, const int
     TT *y = new_out(c, DITTO_F32, yndim, yshape);
     double *ref = ref_gather(&x.h);
     int rc = ditto_op_copy(c->be, &x.d, &y->dev);
-    if (rc < 0)
-        test_report(c, name, false, "rc %d", rc);
-    else
-        test_check(c, name, y, ref, 0, 0);
+    op_check(c, name, rc, y, ref, 0, 0);
     free(ref);
     tt_free(y);
 }
@@ -182,10 +117,7 @@ static void test_copy(TestCtx *c)
             for (int j = 0; j < 3; j++)
                 for (int k = 0; k < 4; k++)
                     ref[(i * 3 + j) * 4 + k] = tt_f32(x)[(j * 5 + i) * 4 + k];
-        if (rc < 0)
-            test_report(c, "copy/into_strided", false, "rc %d", rc);
-        else
-            test_check(c, "copy/into_strided", y, ref, 0, 0);
+        op_check(c, "copy/into_strided", rc, y, ref, 0, 0);
         free(ref);
         tt_free(x);
         tt_free(y);
@@ -202,10 +134,7 @@ static void test_copy(TestCtx *c)
         for (int i = 0; i < 3; i++)
             for (int j = 0; j < 10; j++)
                 ref[i * 10 + j] = (j % 2 ? tt_f32(b) : tt_f32(a))[i * 5 + j / 2];
-        if (rc < 0)
-            test_report(c, "copy/into_slices", false, "rc %d", rc);
-        else
-            test_check(c, "copy/into_slices", y, ref, 0, 0);
+        op_check(c, "copy/into_slices", rc, y, ref, 0, 0);
         tt_free(a);
         tt_free(b);
         tt_free(y);
@@ -321,10 +250,7 @@ static void fill_f32_case(TestCtx *c, const char *name, int ndim, const int64_t 
     for (int64_t i = 0; i < n; i++)
         ref[i] = value;
     int rc = ditto_op_fill(c->be, value, &y->dev);
-    if (rc < 0)
-        test_report(c, name, false, "rc %d", rc);
-    else
-        test_check(c, name, y, ref, 0, 0);
+    op_check(c, name, rc, y, ref, 0, 0);
     free(ref);
     tt_free(y);
 }
@@ -347,10 +273,7 @@ static void test_fill(TestCtx *c)
         double ref[24];
         for (int i = 0; i < 24; i++)
             ref[i] = i % 2 ? 2.0 : 1.0;
-        if (rc < 0)
-            test_report(c, "fill/strided", false, "rc %d", rc);
-        else
-            test_check(c, "fill/strided", y, ref, 0, 0);
+        op_check(c, "fill/strided", rc, y, ref, 0, 0);
         tt_free(y);
     }
 }
@@ -431,10 +354,7 @@ static void unary_case(TestCtx *c, const char *name, const DittoUnaryParams *p, 
     } while (x.h.ndim > 0 && next_idx(idx, x.h.shape, x.h.ndim));
     int rc = ditto_op_unary(c->be, p, &x.d, &y.d);
     double tol = unary_exact(p->kind) ? 0 : 2e-6;
-    if (rc < 0)
-        test_report(c, name, false, "rc %d", rc);
-    else
-        test_check(c, name, ytt, ref, tol, tol);
+    op_check(c, name, rc, ytt, ref, tol, tol);
     free(ref);
 }
 
@@ -480,10 +400,7 @@ static void test_unary(TestCtx *c)
         for (int i = 0; i < 105; i++)
             ref[i] = tanh(tt_f32(x)[i]);
         int rc = ditto_op_unary(c->be, &tnh, &x->dev, &x->dev);
-        if (rc < 0)
-            test_report(c, "unary/inplace", false, "rc %d", rc);
-        else
-            test_check(c, "unary/inplace", x, ref, 2e-6, 2e-6);
+        op_check(c, "unary/inplace", rc, x, ref, 2e-6, 2e-6);
         tt_free(x);
     }
     if (test_selected(c, "unary/inplace_slice")) {
@@ -494,10 +411,7 @@ static void test_unary(TestCtx *c)
             ref[i] = i % 2 ? tt_f32(x)[i] : -2.0 * tt_f32(x)[i] + 0.5;
         View ev = view_slice(view_of(x), 1, 0, 10, 2);
         int rc = ditto_op_unary(c->be, &aff, &ev.d, &ev.d);
-        if (rc < 0)
-            test_report(c, "unary/inplace_slice", false, "rc %d", rc);
-        else
-            test_check(c, "unary/inplace_slice", x, ref, 1e-6, 1e-6);
+        op_check(c, "unary/inplace_slice", rc, x, ref, 1e-6, 1e-6);
         tt_free(x);
     }
     if (test_selected(c, "unary/large_strided")) {
@@ -566,10 +480,7 @@ static void binary_run(TestCtx *c, const char *name, DittoBinaryKind k, View a, 
     }
     int rc = ditto_op_binary(c->be, k, &a.d, &b.d, &y->dev);
     double tol = k == DITTO_BINARY_POW ? 2e-6 : (k == DITTO_BINARY_MAX || k == DITTO_BINARY_MIN) ? 0 : 1e-6;
-    if (rc < 0)
-        test_report(c, name, false, "rc %d", rc);
-    else
-        test_check(c, name, y, ref, tol, tol);
+    op_check(c, name, rc, y, ref, tol, tol);
     free(ref);
     tt_free(y);
 }
@@ -640,10 +551,7 @@ static void test_binary(TestCtx *c)
             ref[i] = (double)tt_f32(a)[i] - tt_f32(b)[i];
         TT *y = side ? b : a;
         int rc = ditto_op_binary(c->be, DITTO_BINARY_SUB, &a->dev, &b->dev, &y->dev);
-        if (rc < 0)
-            test_report(c, nm, false, "rc %d", rc);
-        else
-            test_check(c, nm, y, ref, 1e-6, 1e-6);
+        op_check(c, nm, rc, y, ref, 1e-6, 1e-6);
         tt_free(a);
         tt_free(b);
     }
@@ -694,10 +602,7 @@ static void softmax_case(TestCtx *c, const char *name, int ndim, const int64_t *
         }
     }
     int rc = ditto_op_softmax(c->be, axis, &x->dev, &y->dev);
-    if (rc < 0)
-        test_report(c, name, false, "rc %d", rc);
-    else
-        test_check(c, name, y, ref, 1e-6, 1e-6);
+    op_check(c, name, rc, y, ref, 1e-6, 1e-6);
     free(ref);
     if (!inplace)
         tt_free(y);
@@ -761,10 +666,7 @@ static void reduce_case(TestCtx *c, const char *name, DittoReduceKind k, int ndi
     }
     int rc = ditto_op_reduce(c->be, k, axis, &x->dev, &y->dev);
     double tol = (k == DITTO_REDUCE_MAX || k == DITTO_REDUCE_MIN) ? 0 : 1e-6;
-    if (rc < 0)
-        test_report(c, name, false, "rc %d", rc);
-    else
-        test_check(c, name, y, ref, tol, tol);
+    op_check(c, name, rc, y, ref, tol, tol);
     free(ref);
     tt_free(x);
     tt_free(y);
@@ -826,10 +728,7 @@ static void concat_case(TestCtx *c, const char *name, int axis, View *xs, int n,
     for (int i = 0; i < n; i++)
         dv[i] = &xs[i].d;
     int rc = ditto_op_concat(c->be, axis, n, dv, &y->dev);
-    if (rc < 0)
-        test_report(c, name, false, "rc %d", rc);
-    else
-        test_check(c, name, y, ref, 0, 0);
+    op_check(c, name, rc, y, ref, 0, 0);
     free(ref);
     tt_free(y);
 }

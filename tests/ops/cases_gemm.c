@@ -10,6 +10,7 @@
 
 #include "ditto/ditto_error.h"
 #include "ops/ops.h"
+#include "op_util.h"
 #include "test_ops.h"
 
 #define TOL_L2 1e-6
@@ -82,10 +83,7 @@ static void matmul_case(TestCtx *c, int nd, const int64_t *ash, const int64_t *b
     ref_matmul(nd, ash, bsh, csh, ta, tb, alpha, tt_f32(a), tt_f32(b), ref);
     DittoMatmulParams p = { ta, tb, alpha };
     int rc = ditto_op_matmul(c->be, &p, &a->dev, &b->dev, &y->dev);
-    if (rc < 0)
-        test_report(c, name, false, "rc %d", rc);
-    else
-        test_check(c, name, y, ref, TOL_L2, TOL_MAX);
+    op_check(c, name, rc, y, ref, TOL_L2, TOL_MAX);
     free(ref);
     tt_free(a);
     tt_free(b);
@@ -106,11 +104,6 @@ static void matmul_mkn(TestCtx *c, int nd, const int64_t *abatch, const int64_t 
     bsh[nd - 2] = tb ? N : K;
     bsh[nd - 1] = tb ? K : N;
     matmul_case(c, nd, ash, bsh, ta, tb, alpha);
-}
-
-static void expect_rc(TestCtx *c, const char *name, int rc, int want)
-{
-    test_report(c, name, rc == want, "rc %d (want %d)", rc, want);
 }
 
 static void matmul_negative(TestCtx *c)
@@ -204,10 +197,7 @@ static void linear_case(TestCtx *c, int nd, const int64_t *xsh, int64_t out, boo
     double *ref = malloc(sizeof(double) * (size_t)(rows * out));
     ref_linear(rows, in, out, tt_f32(x), tt_f32(w), b ? tt_f32(b) : NULL, ref);
     int rc = ditto_op_linear(c->be, &x->dev, &w->dev, b ? &b->dev : NULL, &y->dev);
-    if (rc < 0)
-        test_report(c, name, false, "rc %d", rc);
-    else
-        test_check(c, name, y, ref, TOL_L2, TOL_MAX);
+    op_check(c, name, rc, y, ref, TOL_L2, TOL_MAX);
     free(ref);
     tt_free(x);
     tt_free(w);

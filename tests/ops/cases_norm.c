@@ -11,6 +11,7 @@
 
 #include "ditto/ditto_error.h"
 #include "ops/ops.h"
+#include "op_util.h"
 #include "test_ops.h"
 
 #define TOL_L2 1e-6
@@ -130,10 +131,7 @@ static void norm_case(TestCtx *c, NormKind kind, int nd, const int64_t *sh, int 
     case NK_LAYER_CF: rc = ditto_op_layer_norm(c->be, eps, true, &x->dev, wd, bd, &y->dev); break;
     case NK_GROUP: rc = ditto_op_group_norm(c->be, groups, eps, &x->dev, wd, bd, &y->dev); break;
     }
-    if (rc < 0)
-        test_report(c, name, false, "rc %d", rc);
-    else
-        test_check(c, name, y, ref, TOL_L2, TOL_MAX);
+    op_check(c, name, rc, y, ref, TOL_L2, TOL_MAX);
     free(ref);
     tt_free(x);
     tt_free(y);
@@ -141,11 +139,6 @@ static void norm_case(TestCtx *c, NormKind kind, int nd, const int64_t *sh, int 
     tt_free(b);
     tt_free(mean);
     tt_free(var);
-}
-
-static void expect_rc(TestCtx *c, const char *name, int rc, int want)
-{
-    test_report(c, name, rc == want, "rc %d (want %d)", rc, want);
 }
 
 static void norm_negative(TestCtx *c)

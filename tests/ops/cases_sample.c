@@ -19,16 +19,8 @@
 
 #include "ditto/ditto_error.h"
 #include "ops/ops.h"
+#include "op_util.h"
 #include "test_ops.h"
-
-static double *ref_new(const TT *t)
-{
-    size_t n = (size_t)ditto_tensor_numel(&t->host);
-    double *r = malloc((n ? n : 1) * sizeof *r);
-    if (!r)
-        abort();
-    return r;
-}
 
 /* Row-major index i of shape -> multi-index idx. */
 static void unravel(int64_t i, int ndim, const int64_t *shape, int64_t *idx)
@@ -45,13 +37,6 @@ static int64_t ravel(int ndim, const int64_t *shape, const int64_t *idx)
     for (int d = 0; d < ndim; d++)
         o = o * shape[d] + idx[d];
     return o;
-}
-
-static bool op_ok(TestCtx *c, const char *name, int rc)
-{
-    if (rc < 0)
-        return test_report(c, name, false, "op returned %d (%s)", rc, ditto_strerror(rc));
-    return true;
 }
 
 /* ---- upsample_nearest ---- */
@@ -298,11 +283,6 @@ static void case_grid(TestCtx *c, const char *name, bool ac, GridFill fill, int 
 }
 
 /* ---- negative cases: the front end must reject these ---- */
-
-static void expect_rc(TestCtx *c, const char *name, int rc, int want)
-{
-    test_report(c, name, rc == want, "rc %d (%s), expected %d (%s)", rc, ditto_strerror(rc), want, ditto_strerror(want));
-}
 
 static void case_negative(TestCtx *c)
 {

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "fixtures.h"
 #include "models/lmdm.h"
 #include "pipeline/audio2motion.h"
 #include "pipeline/conditions.h"
@@ -348,6 +349,16 @@ static void sink_init(Sink *s, int64_t cap)
         s->motion[i] = NAN;
 }
 
+/* Open a driver that emits into sk, a new sink of cap rows. */
+static int sink_open(Sink *sk, int64_t cap, DittoA2m **a, const DittoA2mParams *p, const float *s_kp, DittoA2mSampler smp)
+{
+    sink_init(sk, cap);
+    *a = NULL;
+    int rc = ditto_a2m_open(a, p, s_kp, smp, (DittoA2mEmit){ sink_emit, sk }, NULL);
+    sk->a = *a;
+    return rc;
+}
+
 /* Push rows in chunks (chunk <= 0: all at once) and finish. */
 static int drive(DittoA2m *a, const float *cond, int64_t rows, int64_t chunk)
 {
@@ -404,10 +415,8 @@ static void test_offline_sizes(TestCtx *c)
                 Fake f;
                 fake_init(&f, FAKE_MIXED, p.seq_frames);
                 Sink sk;
-                sink_init(&sk, N);
-                DittoA2m *a = NULL;
-                int rc = ditto_a2m_open(&a, &p, s_kp, fake_sampler(&f), (DittoA2mEmit){ sink_emit, &sk }, NULL);
-                sk.a = a;
+                DittoA2m *a;
+                int rc = sink_open(&sk, N, &a, &p, s_kp, fake_sampler(&f));
                 if (rc == 0)
                     rc = drive(a, cond, N, chunks[ci]);
                 DittoA2mStatus st = { 0 };
@@ -614,10 +623,8 @@ static void test_online(TestCtx *c)
             Fake f;
             fake_init(&f, FAKE_MIXED, S);
             Sink sk;
-            sink_init(&sk, n);
-            DittoA2m *a = NULL;
-            int rc = ditto_a2m_open(&a, &p, s_kp, fake_sampler(&f), (DittoA2mEmit){ sink_emit, &sk }, NULL);
-            sk.a = a;
+            DittoA2m *a;
+            int rc = sink_open(&sk, n, &a, &p, s_kp, fake_sampler(&f));
             if (rc == 0)
                 rc = drive(a, cond, rows, 5);
             DittoA2mStatus st = { 0 };
@@ -679,10 +686,8 @@ static void test_online(TestCtx *c)
     Fake f;
     fake_init(&f, FAKE_MIXED, 80);
     Sink sk;
-    sink_init(&sk, n);
-    DittoA2m *a = NULL;
-    int rc = ditto_a2m_open(&a, &p, s_kp, fake_sampler(&f), (DittoA2mEmit){ sink_emit, &sk }, NULL);
-    sk.a = a;
+    DittoA2m *a;
+    int rc = sink_open(&sk, n, &a, &p, s_kp, fake_sampler(&f));
     bool ok = rc == 0;
     if (ok)
         ok = ditto_a2m_push(a, cond, 75) == 0 && f.calls == 0 && ditto_a2m_d0(a) == NULL;   /* warm-up rows alone: no window */
@@ -730,10 +735,8 @@ static void test_sweep(TestCtx *c)
                     Fake f;
                     fake_init(&f, FAKE_MIXED, p.seq_frames);
                     Sink sk;
-                    sink_init(&sk, n);
-                    DittoA2m *a = NULL;
-                    int rc = ditto_a2m_open(&a, &p, s_kp, fake_sampler(&f), (DittoA2mEmit){ sink_emit, &sk }, NULL);
-                    sk.a = a;
+                    DittoA2m *a;
+                    int rc = sink_open(&sk, n, &a, &p, s_kp, fake_sampler(&f));
                     if (rc == 0)
                         rc = drive(a, cond, rows, 1 + (int64_t)(oi * 5 + si) % 9);
                     int64_t fd = rc == 0 ? first_diff(sk.motion, want, n * MD) : -2;
@@ -806,126 +809,6 @@ static void test_errors(TestCtx *c)
 }
 
 /* ---- fixtures ---- */
-
-typedef struct Fixtures {
-    char dir[4096];
-    cJSON *manifest;
-    DittoLogger log;
-} Fixtures;
-
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *s = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (s = malloc((size_t)n + 1))) {
-            if (fread(s, 1, (size_t)n, f) == (size_t)n) {
-                s[n] = 0;
-            } else {
-                free(s);
-                s = NULL;
-            }
-        }
-    }
-    fclose(f);
-    return s;
-}
-
-static const cJSON *find_case(const Fixtures *fx, const char *name)
-{
-    const cJSON *cs;
-    cJSON_ArrayForEach(cs, cJSON_GetObjectItemCaseSensitive(fx->manifest, "cases"))
-    {
-        const cJSON *n = cJSON_GetObjectItemCaseSensitive(cs, "name");
-        if (cJSON_IsString(n) && !strcmp(n->valuestring, name))
-            return cs;
-    }
-    return NULL;
-}
-
-static const cJSON *path_get(const cJSON *o, const char *const *keys, int n)
-{
-    for (int i = 0; i < n && o; i++)
-        o = cJSON_GetObjectItemCaseSensitive(o, keys[i]);
-    return o;
-}
-
-static void case_tol(const cJSON *cs, const char *out, double *rel, double *mx)
-{
-    *rel = 1e-4;
-    *mx = 1e-3;
-    const char *const k[3] = { "tolerance", out, "fp32" };
-    const cJSON *t = path_get(cs, k, 3);
-    const cJSON *r = cJSON_GetObjectItemCaseSensitive(t, "rel_l2");
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(t, "max_abs_over_max_ref");
-    if (cJSON_IsNumber(r))
-        *rel = r->valuedouble;
-    if (cJSON_IsNumber(m))
-        *mx = m->valuedouble;
-}
-
-static DittoCatalog *open_pth(TestCtx *c, const Fixtures *fx, const char *file)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", fx->dir, file);
-    DittoCatalog *cat = NULL;
-    int rc = ditto_catalog_open_pth(&cat, path, &fx->log);
-    if (rc < 0) {
-        test_report(c, file, false, "cannot open %s: %s", path, ditto_strerror(rc));
-        return NULL;
-    }
-    return cat;
-}
-
-static float *io_read(DittoCatalog *io, const char *name, size_t *n)
-{
-    const DittoCatalogEntry *e = ditto_catalog_find(io, name);
-    if (!e)
-        return NULL;
-    *n = (size_t)ditto_catalog_entry_numel(e);
-    float *h = xmalloc(*n * sizeof *h + 1);
-    if (ditto_catalog_read_f32(io, e, h) < 0) {
-        free(h);
-        h = NULL;
-    }
-    return h;
-}
-
-static TT *io_input(TestCtx *c, DittoCatalog *io, const char *name)
-{
-    const DittoCatalogEntry *e = ditto_catalog_find(io, name);
-    if (!e)
-        return NULL;
-    TT *t = tt_new(c, DITTO_F32, e->ndim, e->shape);
-    if (ditto_catalog_read_f32(io, e, tt_f32(t)) < 0 || tt_to_dev(t) < 0) {
-        tt_free(t);
-        return NULL;
-    }
-    return t;
-}
-
-static bool check_ref(TestCtx *c, const char *label, const float *out, size_t n, DittoCatalog *io, const char *ref, double tol, double tol_max)
-{
-    size_t nr = 0;
-    float *rf = io_read(io, ref, &nr);
-    if (!rf || nr != n) {
-        free(rf);
-        return test_report(c, label, false, "reference '%s' missing or of %zu elements, expected %zu", ref, nr, n);
-    }
-    double *rd = xmalloc(n * sizeof *rd);
-    for (size_t i = 0; i < n; i++)
-        rd[i] = rf[i];
-    TestErr e = test_compare(out, rd, n);
-    double rmax = e.max_ref > 0 ? e.max_abs / e.max_ref : e.max_abs;
-    bool ok = e.nonfinite == 0 && e.rel_l2 <= tol && rmax <= tol_max;
-    test_report(c, label, ok, "rel_l2 %.3g (tol %.2g) max_abs/max_ref %.3g (tol %.2g)%s", e.rel_l2, tol, rmax, tol_max, e.nonfinite ? " NON-FINITE" : "");
-    free(rf);
-    free(rd);
-    return ok;
-}
 
 /* A sampler wrapper that records what every window got and gave. */
 typedef struct Rec {
@@ -1017,20 +900,8 @@ static void a2m_inputs_free(A2mInputs *in)
 static DittoLmdm *load_a2m_model(TestCtx *c, const Fixtures *fx)
 {
     const char *const k[6] = { "weights", "lmdm_a2m.pth", "submodule_overrides", "model", "kwargs", "num_heads" };
-    const cJSON *h = path_get(fx->manifest, k, 6);
-    DittoCatalog *cat = open_pth(c, fx, "lmdm_a2m.pth");
-    if (!cat)
-        return NULL;
-    DittoLmdmParams lp;
-    ditto_lmdm_params_default(&lp);
-    if (cJSON_IsNumber(h))
-        lp.num_heads = h->valueint;
-    DittoLmdm *m = NULL;
-    int rc = ditto_lmdm_load(&m, c->be, cat, &lp);
-    ditto_catalog_close(&cat);
-    if (rc < 0)
-        test_report(c, "lmdm_a2m.pth", false, "load failed: %s", ditto_strerror(rc));
-    return m;
+    const cJSON *h = json_path(fx->manifest, k, 6);
+    return fixture_load_lmdm(c, fx, "lmdm_a2m.pth", cJSON_IsNumber(h) ? h->valueint : 0);
 }
 
 static DittoA2mParams case_params(const cJSON *cs)
@@ -1056,14 +927,14 @@ static DittoA2mParams case_params(const cJSON *cs)
 static void test_a2m_case(TestCtx *c, const Fixtures *fx, DittoLmdm *m)
 {
     const char *name = "a2m_offline_n150";
-    const cJSON *cs = find_case(fx, name);
+    const cJSON *cs = fixture_case(fx, name);
     const cJSON *iof = cJSON_GetObjectItemCaseSensitive(cs, "io_file");
     const cJSON *sj = cJSON_GetObjectItemCaseSensitive(cs, "sampling_timesteps");
     if (!cs || !cJSON_IsString(iof) || !cJSON_IsNumber(sj)) {
         test_report(c, name, false, "case missing from the manifest");
         return;
     }
-    DittoCatalog *io = open_pth(c, fx, iof->valuestring);
+    DittoCatalog *io = fixture_open(c, fx, iof->valuestring);
     if (!io)
         return;
     A2mInputs in;
@@ -1076,7 +947,7 @@ static void test_a2m_case(TestCtx *c, const Fixtures *fx, DittoLmdm *m)
     }
     const int64_t N = in.N, S = p.seq_frames;
     double tol, tmax;
-    case_tol(cs, "res_kp_seq", &tol, &tmax);
+    fixture_tol(cs, "res_kp_seq", &tol, &tmax);
     check_ref(c, "a2m_offline_n150.s_kp_cond", in.s_kp, MD, io, "s_kp_cond", 1e-6, 1e-5);
 
     DittoA2mLmdmParams lp;
@@ -1110,7 +981,7 @@ static void test_a2m_case(TestCtx *c, const Fixtures *fx, DittoLmdm *m)
             }
             char label[96];
             snprintf(label, sizeof label, "a2m_offline_n150.%s", outs[k]);
-            case_tol(cs, outs[k], &tol, &tmax);
+            fixture_tol(cs, outs[k], &tol, &tmax);
             check_ref(c, label, o, (size_t)(N * dims[k]), io, outs[k], tol, tmax);
             free(o);
         }
@@ -1130,11 +1001,11 @@ out:
 /* Seeded noise: same seed twice bit-identical, another seed different; pushing in chunks changes nothing. */
 static void test_seeded(TestCtx *c, const Fixtures *fx, DittoLmdm *m)
 {
-    const cJSON *cs = find_case(fx, "a2m_offline_n150");
+    const cJSON *cs = fixture_case(fx, "a2m_offline_n150");
     const cJSON *iof = cJSON_GetObjectItemCaseSensitive(cs, "io_file");
     if (!cs || !cJSON_IsString(iof))
         return;
-    DittoCatalog *io = open_pth(c, fx, iof->valuestring);
+    DittoCatalog *io = fixture_open(c, fx, iof->valuestring);
     if (!io)
         return;
     A2mInputs in;
@@ -1163,10 +1034,8 @@ static void test_seeded(TestCtx *c, const Fixtures *fx, DittoLmdm *m)
         } else if (rcs[k] == 0) {
             /* incremental, 13 rows at a time */
             Sink sk;
-            sink_init(&sk, N);
-            DittoA2m *a = NULL;
-            rcs[k] = ditto_a2m_open(&a, &p, in.s_kp, ditto_a2m_lmdm_sampler(smp), (DittoA2mEmit){ sink_emit, &sk }, NULL);
-            sk.a = a;
+            DittoA2m *a;
+            rcs[k] = sink_open(&sk, N, &a, &p, in.s_kp, ditto_a2m_lmdm_sampler(smp));
             for (int64_t g = 0; rcs[k] == 0 && g < N; g += 13)
                 rcs[k] = ditto_a2m_push(a, in.cond + g * DITTO_COND_DIM, N - g < 13 ? N - g : 13);
             if (rcs[k] == 0)
@@ -1211,17 +1080,8 @@ int main(int argc, char **argv)
     if (test_selected(&c, "a2m.errors"))
         test_errors(&c);
 
-    const char *shared = test_shared_dir();
-    Fixtures fx = { .log = ditto_logger_stderr(DITTO_LOG_WARN) };
-    char *text = NULL;
-    if (shared) {
-        snprintf(fx.dir, sizeof fx.dir, "%s/fixtures/ditto", shared);
-        char path[4200];
-        snprintf(path, sizeof path, "%s/manifest.json", fx.dir);
-        text = read_text(path);
-        fx.manifest = text ? cJSON_Parse(text) : NULL;
-    }
-    if (!fx.manifest) {
+    Fixtures fx;
+    if (!fixtures_load(&fx, ditto_logger_stderr(DITTO_LOG_WARN))) {
         printf("SKIP audio2motion fixture tests: no shared/fixtures/ditto/manifest.json\n");
         c.skipped++;
     } else if (test_selected(&c, "a2m_offline_n150") || test_selected(&c, "a2m.seeded")) {
@@ -1234,8 +1094,7 @@ int main(int argc, char **argv)
             ditto_lmdm_free(&m);
         }
     }
-    cJSON_Delete(fx.manifest);
-    free(text);
+    fixtures_free(&fx);
     rc = test_summary(&c);
     test_close(&c);
     return rc;

@@ -20,6 +20,7 @@
 
 #include "core/buffer.h"
 #include "core/log.h"
+#include "fixtures.h"
 #include "models/lmdm.h"
 #include "pipeline/ddim.h"
 #include "test_util.h"
@@ -28,12 +29,6 @@
 /* pure functions (fixture README): schedule and coefficient intermediates */
 #define FN_TOL_REL_L2 1e-6
 #define FN_TOL_MAX 1e-5
-
-typedef struct Fixtures {
-    char dir[4096];
-    cJSON *manifest;
-    DittoLogger log;
-} Fixtures;
 
 /* ---- schedule (no fixtures) ---- */
 
@@ -136,128 +131,6 @@ static void test_schedule_all_counts(TestCtx *c)
     free(s);
 }
 
-/* ---- fixture access ---- */
-
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *s = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (s = malloc((size_t)n + 1))) {
-            if (fread(s, 1, (size_t)n, f) == (size_t)n) {
-                s[n] = 0;
-            } else {
-                free(s);
-                s = NULL;
-            }
-        }
-    }
-    fclose(f);
-    return s;
-}
-
-static const cJSON *find_case(const Fixtures *fx, const char *name)
-{
-    const cJSON *cs;
-    cJSON_ArrayForEach(cs, cJSON_GetObjectItemCaseSensitive(fx->manifest, "cases"))
-    {
-        const cJSON *n = cJSON_GetObjectItemCaseSensitive(cs, "name");
-        if (cJSON_IsString(n) && !strcmp(n->valuestring, name))
-            return cs;
-    }
-    return NULL;
-}
-
-/* tolerance.<out>.fp32 of a case (the README's fixed network values when absent) */
-static void case_tol(const cJSON *cs, const char *out, double *rel, double *mx)
-{
-    *rel = 1e-4;
-    *mx = 1e-3;
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cs, "tolerance"), out), "fp32");
-    const cJSON *r = cJSON_GetObjectItemCaseSensitive(t, "rel_l2");
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(t, "max_abs_over_max_ref");
-    if (cJSON_IsNumber(r))
-        *rel = r->valuedouble;
-    if (cJSON_IsNumber(m))
-        *mx = m->valuedouble;
-}
-
-static DittoCatalog *open_pth(TestCtx *c, const Fixtures *fx, const char *file)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", fx->dir, file);
-    DittoCatalog *cat = NULL;
-    int rc = ditto_catalog_open_pth(&cat, path, &fx->log);
-    if (rc < 0) {
-        test_report(c, file, false, "cannot open %s: %s", path, ditto_strerror(rc));
-        return NULL;
-    }
-    return cat;
-}
-
-/* Host copy of an io tensor (float32), with its numel. */
-static float *io_read(DittoCatalog *io, const char *name, size_t *n)
-{
-    const DittoCatalogEntry *e = ditto_catalog_find(io, name);
-    if (!e)
-        return NULL;
-    *n = (size_t)ditto_catalog_entry_numel(e);
-    float *h = malloc(*n * sizeof *h + 1);
-    if (h && ditto_catalog_read_f32(io, e, h) < 0) {
-        free(h);
-        h = NULL;
-    }
-    return h;
-}
-
-/* io tensor as a test tensor on the backend */
-static TT *io_input(TestCtx *c, DittoCatalog *io, const char *name)
-{
-    const DittoCatalogEntry *e = ditto_catalog_find(io, name);
-    if (!e) {
-        test_report(c, name, false, "input missing from the io file");
-        return NULL;
-    }
-    TT *t = tt_new(c, DITTO_F32, e->ndim, e->shape);
-    if (ditto_catalog_read_f32(io, e, tt_f32(t)) < 0 || tt_to_dev(t) < 0) {
-        tt_free(t);
-        return NULL;
-    }
-    return t;
-}
-
-/* Compare n host floats with the first n elements of the io reference `ref` (all of it unless prefix). */
-static bool check_ref_part(TestCtx *c, const char *label, const float *out, size_t n, DittoCatalog *io, const char *ref, bool prefix, double tol,
-                           double tol_max)
-{
-    size_t nr = 0;
-    float *rf = io_read(io, ref, &nr);
-    if (!rf || nr < n || (!prefix && nr != n)) {
-        free(rf);
-        return test_report(c, label, false, "reference '%s' missing or of %zu elements, expected %zu", ref, nr, n);
-    }
-    double *rd = malloc(n * sizeof *rd + 1);
-    if (!rd)
-        abort();
-    for (size_t i = 0; i < n; i++)
-        rd[i] = rf[i];
-    TestErr e = test_compare(out, rd, n);
-    double rmax = e.max_ref > 0 ? e.max_abs / e.max_ref : e.max_abs;
-    bool ok = e.nonfinite == 0 && e.rel_l2 <= tol && rmax <= tol_max;
-    test_report(c, label, ok, "rel_l2 %.3g (tol %.2g) max_abs/max_ref %.3g (tol %.2g)%s", e.rel_l2, tol, rmax, tol_max, e.nonfinite ? " NON-FINITE" : "");
-    free(rf);
-    free(rd);
-    return ok;
-}
-
-static bool check_ref(TestCtx *c, const char *label, const float *out, size_t n, DittoCatalog *io, const char *ref, double tol, double tol_max)
-{
-    return check_ref_part(c, label, out, n, io, ref, false, tol, tol_max);
-}
-
 /* ---- taps: copy named intermediates to host, appended per call ---- */
 
 typedef struct Capture {
@@ -304,44 +177,27 @@ static void capture_init(Capture *cp, const char *name, size_t cap)
 
 /* ---- models ---- */
 
-static DittoLmdm *load_lmdm(TestCtx *c, const Fixtures *fx, const char *file, int heads)
-{
-    DittoCatalog *cat = open_pth(c, fx, file);
-    if (!cat)
-        return NULL;
-    DittoLmdmParams p;
-    ditto_lmdm_params_default(&p);
-    p.num_heads = heads;
-    DittoLmdm *m = NULL;
-    int rc = ditto_lmdm_load(&m, c->be, cat, &p);
-    ditto_catalog_close(&cat);
-    if (rc < 0)
-        test_report(c, file, false, "load failed: %s", ditto_strerror(rc));
-    return m;
-}
-
 /* num_heads of a case's MotionDecoder (submodule_overrides.model.kwargs.num_heads) */
 static int case_heads(const cJSON *cs)
 {
-    const cJSON *k = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cs, "submodule_overrides"), "model"), "kwargs"),
-        "num_heads");
-    return cJSON_IsNumber(k) ? k->valueint : 8;
+    const char *const k[4] = { "submodule_overrides", "model", "kwargs", "num_heads" };
+    const cJSON *h = json_path(cs, k, 4);
+    return cJSON_IsNumber(h) ? h->valueint : 8;
 }
 
 /* lmdm_step_b1 / _b3: one guided step, per-sample time steps */
 static void test_step_case(TestCtx *c, const Fixtures *fx, DittoLmdm *m, const DittoDdimSchedule *s, const char *name)
 {
-    const cJSON *cs = find_case(fx, name);
+    const cJSON *cs = fixture_case(fx, name);
     const cJSON *iof = cJSON_GetObjectItemCaseSensitive(cs, "io_file");
     if (!cs || !cJSON_IsString(iof)) {
         test_report(c, name, false, "case missing from the manifest");
         return;
     }
-    DittoCatalog *io = open_pth(c, fx, iof->valuestring);
+    DittoCatalog *io = fixture_open(c, fx, iof->valuestring);
     if (!io)
         return;
-    TT *x = io_input(c, io, "x"), *kp = io_input(c, io, "cond_frame"), *cond = io_input(c, io, "cond");
+    TT *x = io_input_required(c, io, "x"), *kp = io_input_required(c, io, "cond_frame"), *cond = io_input_required(c, io, "cond");
     size_t nt = 0;
     float *tf = io_read(io, "time_cond", &nt);
     if (!x || !kp || !cond || !tf) {
@@ -369,10 +225,10 @@ static void test_step_case(TestCtx *c, const Fixtures *fx, DittoLmdm *m, const D
         double tol, tmax;
         tt_to_host(pred);
         tt_to_host(xs);
-        case_tol(cs, "pred_noise", &tol, &tmax);
+        fixture_tol(cs, "pred_noise", &tol, &tmax);
         snprintf(label, sizeof label, "%s.pred_noise", name);
         check_ref(c, label, tt_f32(pred), n, io, "pred_noise", tol, tmax);
-        case_tol(cs, "x_start", &tol, &tmax);
+        fixture_tol(cs, "x_start", &tol, &tmax);
         snprintf(label, sizeof label, "%s.x_start", name);
         check_ref(c, label, tt_f32(xs), n, io, "x_start", tol, tmax);
         snprintf(label, sizeof label, "%s.x_start_uncond", name);
@@ -419,7 +275,7 @@ static void check_sched(TestCtx *c, const char *label, const float *v, size_t n,
 /* lmdm_ddim_s6: the sampler with injected noise */
 static void test_ddim_case(TestCtx *c, const Fixtures *fx, DittoLmdm *m)
 {
-    const cJSON *cs = find_case(fx, "lmdm_ddim_s6");
+    const cJSON *cs = fixture_case(fx, "lmdm_ddim_s6");
     const cJSON *iof = cJSON_GetObjectItemCaseSensitive(cs, "io_file");
     const cJSON *sj = cJSON_GetObjectItemCaseSensitive(cs, "sampling_timesteps");
     if (!cs || !cJSON_IsString(iof) || !cJSON_IsNumber(sj)) {
@@ -427,13 +283,14 @@ static void test_ddim_case(TestCtx *c, const Fixtures *fx, DittoLmdm *m)
         return;
     }
     const int S = sj->valueint;
-    DittoCatalog *io = open_pth(c, fx, iof->valuestring);
+    DittoCatalog *io = fixture_open(c, fx, iof->valuestring);
     if (!io)
         return;
     DittoDdimSchedule *s = malloc(sizeof *s);
     if (!s)
         abort();
-    TT *kp = io_input(c, io, "kp_cond"), *cond = io_input(c, io, "aud_cond"), *xT = io_input(c, io, "x_T"), *z = io_input(c, io, "noise");
+    TT *kp = io_input_required(c, io, "kp_cond"), *cond = io_input_required(c, io, "aud_cond");
+    TT *xT = io_input_required(c, io, "x_T"), *z = io_input_required(c, io, "noise");
     TT *out = NULL;
     Capture cp[3] = { 0 };
     if (!kp || !cond || !xT || !z || S < 1 || S > 64)
@@ -465,7 +322,7 @@ static void test_ddim_case(TestCtx *c, const Fixtures *fx, DittoLmdm *m)
     out = tt_new(c, DITTO_F32, 3, xT->host.shape);
     size_t n = (size_t)ditto_tensor_numel(&xT->host);
     double tol, tmax;
-    case_tol(cs, "out", &tol, &tmax);
+    fixture_tol(cs, "out", &tol, &tmax);
     for (int mode = 0; mode < 2; mode++) {
         DittoDdimCoef coef = mode ? DITTO_DDIM_COEF_STOCK_F32 : DITTO_DDIM_COEF_EXACT;
         const char *mn = mode ? "stock_f32" : "exact";
@@ -495,7 +352,7 @@ static void test_ddim_case(TestCtx *c, const Fixtures *fx, DittoLmdm *m)
             check_ref(c, "lmdm_ddim_s6.steps_x_t", cp[0].buf, n * (size_t)S, io, "steps_x_t", tol, tmax);
             check_ref(c, "lmdm_ddim_s6.steps_x_start", cp[1].buf, n * (size_t)S, io, "steps_x_start", tol, tmax);
             /* the reference also has the last step's (unused) pred_noise */
-            check_ref_part(c, "lmdm_ddim_s6.steps_pred_noise", cp[2].buf, n * (size_t)(S - 1), io, "steps_pred_noise", true, tol, tmax);
+            check_ref_prefix(c, "lmdm_ddim_s6.steps_pred_noise", cp[2].buf, n * (size_t)(S - 1), io, "steps_pred_noise", tol, tmax);
         }
     }
 done:
@@ -672,7 +529,7 @@ static void test_strict(TestCtx *c, const Fixtures *fx)
     DittoLogger quiet = { 0 };
     DittoLogger keep = c->be->log;
     c->be->log = quiet;
-    DittoCatalog *cat = open_pth(c, fx, "stitching.pth");
+    DittoCatalog *cat = fixture_open(c, fx, "stitching.pth");
     if (cat) {
         DittoLmdm *m = NULL;
         int rc = ditto_lmdm_load(&m, c->be, cat, NULL);
@@ -680,7 +537,7 @@ static void test_strict(TestCtx *c, const Fixtures *fx)
         ditto_lmdm_free(&m);
         ditto_catalog_close(&cat);
     }
-    cat = open_pth(c, fx, "lmdm.pth");
+    cat = fixture_open(c, fx, "lmdm.pth");
     if (cat) {
         DittoLmdmParams p;
         ditto_lmdm_params_default(&p);
@@ -697,7 +554,7 @@ static void test_strict(TestCtx *c, const Fixtures *fx)
 /* The audio2motion configuration (80 frames, 1103-d conditions): loads, samples, finite. */
 static void test_a2m_model(TestCtx *c, const Fixtures *fx)
 {
-    DittoLmdm *m = load_lmdm(c, fx, "lmdm_a2m.pth", 4);
+    DittoLmdm *m = fixture_load_lmdm(c, fx, "lmdm_a2m.pth", 4);
     if (!m)
         return;
     const DittoLmdmDims *d = ditto_lmdm_dims(m);
@@ -730,22 +587,13 @@ int main(int argc, char **argv)
         test_schedule_all_counts(&c);
     }
 
-    const char *shared = test_shared_dir();
-    Fixtures fx = { .log = ditto_logger_stderr(DITTO_LOG_WARN) };
-    char *text = NULL;
-    if (shared) {
-        snprintf(fx.dir, sizeof fx.dir, "%s/fixtures/ditto", shared);
-        char path[4200];
-        snprintf(path, sizeof path, "%s/manifest.json", fx.dir);
-        text = read_text(path);
-        fx.manifest = text ? cJSON_Parse(text) : NULL;
-    }
-    if (!fx.manifest) {
+    Fixtures fx;
+    if (!fixtures_load(&fx, ditto_logger_stderr(DITTO_LOG_WARN))) {
         printf("SKIP lmdm fixture tests: no shared/fixtures/ditto/manifest.json\n");
         c.skipped++;
     } else {
-        const cJSON *cs = find_case(&fx, "lmdm_step_b1");
-        DittoLmdm *m = load_lmdm(&c, &fx, "lmdm.pth", case_heads(cs));
+        const cJSON *cs = fixture_case(&fx, "lmdm_step_b1");
+        DittoLmdm *m = fixture_load_lmdm(&c, &fx, "lmdm.pth", case_heads(cs));
         if (m) {
             DittoDdimSchedule *s = malloc(sizeof *s);
             if (!s)
@@ -767,8 +615,7 @@ int main(int argc, char **argv)
         if (test_selected(&c, "lmdm_a2m"))
             test_a2m_model(&c, &fx);
     }
-    cJSON_Delete(fx.manifest);
-    free(text);
+    fixtures_free(&fx);
     rc = test_summary(&c);
     test_close(&c);
     return rc;

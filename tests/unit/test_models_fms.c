@@ -14,150 +14,29 @@
 
 #include "core/buffer.h"
 #include "core/log.h"
+#include "fixtures.h"
 #include "models/models.h"
 #include "test_util.h"
 #include "weights/catalog.h"
 
-/* fixed values of the fixture README for networks (intermediates carry no tolerance of their own) */
-#define NET_TOL_REL_L2 1e-4
-#define NET_TOL_MAX 1e-3
-
-typedef struct Fixtures {
-    char dir[4096];
-    cJSON *manifest;
-    DittoLogger log;
-} Fixtures;
-
-/* ---- fixture access ---- */
-
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s)
-        s[n] = 0;
-    fclose(f);
-    return s;
-}
-
-static const cJSON *find_case(const Fixtures *fx, const char *name)
-{
-    const cJSON *cases = cJSON_GetObjectItemCaseSensitive(fx->manifest, "cases");
-    const cJSON *cs;
-    cJSON_ArrayForEach(cs, cases)
-    {
-        const cJSON *n = cJSON_GetObjectItemCaseSensitive(cs, "name");
-        if (cJSON_IsString(n) && !strcmp(n->valuestring, name))
-            return cs;
-    }
-    return NULL;
-}
-
-/* tolerance.<out>.fp32 of a case, or the fixed network values for intermediates */
-static void case_tol(const cJSON *cs, const char *out, double *rel, double *mx)
-{
-    *rel = NET_TOL_REL_L2;
-    *mx = NET_TOL_MAX;
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cs, "tolerance"), out), "fp32");
-    const cJSON *r = cJSON_GetObjectItemCaseSensitive(t, "rel_l2");
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(t, "max_abs_over_max_ref");
-    if (cJSON_IsNumber(r))
-        *rel = r->valuedouble;
-    if (cJSON_IsNumber(m))
-        *mx = m->valuedouble;
-}
-
-static DittoCatalog *open_fixture(TestCtx *c, const Fixtures *fx, const char *file)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", fx->dir, file);
-    DittoCatalog *cat = NULL;
-    int rc = ditto_catalog_open_pth(&cat, path, &fx->log);
-    if (rc < 0) {
-        test_report(c, file, false, "cannot open %s: %s", path, ditto_strerror(rc));
-        return NULL;
-    }
-    return cat;
-}
-
-/* Input tensor `name` of an io file, on the backend. */
-static TT *io_input(TestCtx *c, DittoCatalog *io, const char *name)
-{
-    const DittoCatalogEntry *e = ditto_catalog_find(io, name);
-    if (!e)
-        return NULL;
-    TT *t = tt_new(c, DITTO_F32, e->ndim, e->shape);
-    if (ditto_catalog_read_f32(io, e, tt_f32(t)) < 0 || tt_to_dev(t) < 0) {
-        tt_free(t);
-        return NULL;
-    }
-    return t;
-}
-
-/* Item i of a batched host tensor as a new B=1 tensor on the backend. */
-static TT *tt_item(TestCtx *c, TT *src, int64_t i)
-{
-    int64_t shape[DITTO_MAX_DIMS];
-    memcpy(shape, src->host.shape, sizeof shape);
-    shape[0] = 1;
-    TT *t = tt_new(c, DITTO_F32, src->host.ndim, shape);
-    size_t n = (size_t)ditto_tensor_numel(&t->host);
-    memcpy(tt_f32(t), tt_f32(src) + (size_t)i * n, n * sizeof(float));
-    tt_to_dev(t);
-    return t;
-}
-
-/* Compare host floats with the io reference `ref_name` (shape must match). */
-static bool check_ref(TestCtx *c, const char *label, const float *out, int ndim, const int64_t *shape, DittoCatalog *io, const char *ref_name,
-                      double tol, double tol_max)
-{
-    const DittoCatalogEntry *e = ditto_catalog_find(io, ref_name);
-    if (!e)
-        return test_report(c, label, false, "reference '%s' missing from the io file", ref_name);
-    char have[DITTO_SHAPE_STR_MAX], want[DITTO_SHAPE_STR_MAX];
-    if (e->ndim != ndim || memcmp(e->shape, shape, (size_t)ndim * sizeof(int64_t)))
-        return test_report(c, label, false, "shape %s, reference %s", ditto_shape_str(shape, ndim, have, sizeof have),
-                           ditto_shape_str(e->shape, e->ndim, want, sizeof want));
-    size_t n = (size_t)ditto_catalog_entry_numel(e);
-    float *rf = malloc(n * sizeof *rf);
-    double *rd = malloc(n * sizeof *rd);
-    bool ok = rf && rd && ditto_catalog_read_f32(io, e, rf) == 0;
-    if (ok) {
-        for (size_t i = 0; i < n; i++)
-            rd[i] = rf[i];
-        TestErr err = test_compare(out, rd, n);
-        double rmax = err.max_ref > 0 ? err.max_abs / err.max_ref : err.max_abs;
-        ok = err.nonfinite == 0 && err.rel_l2 <= tol && rmax <= tol_max;
-        test_report(c, label, ok, "rel_l2 %.3g (tol %.1g) max_abs/max_ref %.3g (tol %.1g)%s", err.rel_l2, tol, rmax, tol_max,
-                    err.nonfinite ? " NON-FINITE" : "");
-    } else {
-        test_report(c, label, false, "cannot read reference '%s'", ref_name);
-    }
-    free(rf);
-    free(rd);
-    return ok;
-}
-
-static bool check_out(TestCtx *c, const cJSON *cs, const char *case_name, const char *out_name, TT *t, DittoCatalog *io)
+/* Output `out_name` of a case, labelled "<case_name>.<out_name>", at the case's tolerance. */
+static bool check_case_out(TestCtx *c, const cJSON *cs, const char *case_name, const char *out_name, TT *t, DittoCatalog *io)
 {
     char label[128];
     snprintf(label, sizeof label, "%s.%s", case_name, out_name);
-    double tol, tol_max;
-    case_tol(cs, out_name, &tol, &tol_max);
-    if (tt_to_host(t) < 0)
-        return test_report(c, label, false, "download failed");
-    if (!tt_guards_ok(t))
-        return test_report(c, label, false, "guard bytes overwritten");
-    return check_ref(c, label, tt_f32(t), t->host.ndim, t->host.shape, io, out_name, tol, tol_max);
+    return check_out(c, label, t, io, cs, out_name);
+}
+
+/* Manifest case `name` and its io file "<name>.io.pth"; NULL after reporting FAIL `label` when either is missing. */
+static DittoCatalog *open_case(TestCtx *c, const Fixtures *fx, const char *name, const char *label, const cJSON **cs)
+{
+    *cs = fixture_case(fx, name);
+    char io_name[64];
+    snprintf(io_name, sizeof io_name, "%s.io.pth", name);
+    DittoCatalog *io = *cs ? fixture_open(c, fx, io_name) : NULL;
+    if (!io)
+        test_report(c, label, false, "case or io file missing");
+    return io;
 }
 
 /* ---- tap: host copies of the intermediates ---- */
@@ -227,26 +106,9 @@ static void check_intermediates(TestCtx *c, const cJSON *cs, const char *case_na
             continue;
         }
         double tol, tol_max;
-        case_tol(cs, it->string, &tol, &tol_max);
-        check_ref(c, label, got->data, got->ndim, got->shape, io, it->string, tol, tol_max);
+        fixture_tol(cs, it->string, &tol, &tol_max);
+        check_ref_shape(c, label, got->data, got->ndim, got->shape, io, it->string, tol, tol_max);
     }
-}
-
-/* Bitwise comparison of item i of a batched result with a B=1 result. */
-static bool same_item(const float *batched, int64_t i, const float *single, size_t n, double *max_diff)
-{
-    bool same = true;
-    *max_diff = 0;
-    for (size_t k = 0; k < n; k++) {
-        float a = batched[(size_t)i * n + k], b = single[k];
-        if (memcmp(&a, &b, sizeof a)) {
-            same = false;
-            double d = fabs((double)a - (double)b);
-            if (!(d <= *max_diff))
-                *max_diff = d;
-        }
-    }
-    return same;
 }
 
 static bool arena_check(TestCtx *c, const char *label, const DittoArena *ws, size_t live_before)
@@ -283,7 +145,7 @@ static TT *run_appearance(TestCtx *c, const char *label, DittoAppearance *net, D
 
 static void test_appearance(TestCtx *c, const Fixtures *fx, DittoArena *ws)
 {
-    DittoCatalog *wcat = open_fixture(c, fx, "appearance.pth");
+    DittoCatalog *wcat = fixture_open(c, fx, "appearance.pth");
     if (!wcat)
         return;
     DittoAppearance *net = NULL;
@@ -295,19 +157,15 @@ static void test_appearance(TestCtx *c, const Fixtures *fx, DittoArena *ws)
     }
     const char *cases[2] = { "appearance_b1", "appearance_b3" };
     for (int k = 0; k < 2; k++) {
-        const cJSON *cs = find_case(fx, cases[k]);
-        char io_name[64];
-        snprintf(io_name, sizeof io_name, "%s.io.pth", cases[k]);
-        DittoCatalog *io = cs ? open_fixture(c, fx, io_name) : NULL;
-        if (!io) {
-            test_report(c, cases[k], false, "case or io file missing");
+        const cJSON *cs;
+        DittoCatalog *io = open_case(c, fx, cases[k], cases[k], &cs);
+        if (!io)
             continue;
-        }
         TT *image = io_input(c, io, "image");
         Capture cap = { .be = c->be };
         TT *f_s = image ? run_appearance(c, cases[k], net, ws, image, &cap) : NULL;
         if (f_s) {
-            check_out(c, cs, cases[k], "f_s", f_s, io);
+            check_case_out(c, cs, cases[k], "f_s", f_s, io);
             check_intermediates(c, cs, cases[k], &cap, io);
         } else if (!image) {
             test_report(c, cases[k], false, "input 'image' missing");
@@ -320,9 +178,7 @@ static void test_appearance(TestCtx *c, const Fixtures *fx, DittoArena *ws)
             for (int64_t i = 0; i < image->host.shape[0]; i++) {
                 TT *one = tt_item(c, image, i);
                 TT *out1 = run_appearance(c, "appearance.batch_item", net, ws, one, NULL);
-                double d = 0;
-                all &= out1 && same_item(tt_f32(f_s), i, tt_f32(out1), n, &d);
-                worst = d > worst ? d : worst;
+                all &= out1 && item_diff(tt_f32(f_s), i, tt_f32(out1), n, &worst) == 0;
                 tt_free(out1);
                 tt_free(one);
             }
@@ -376,7 +232,7 @@ static bool run_motion(TestCtx *c, const char *label, DittoMotionExtractor *net,
 
 static void test_motion(TestCtx *c, const Fixtures *fx, DittoArena *ws)
 {
-    DittoCatalog *wcat = open_fixture(c, fx, "motion.pth");
+    DittoCatalog *wcat = fixture_open(c, fx, "motion.pth");
     if (!wcat)
         return;
     DittoMotionExtractor *net = NULL;
@@ -393,21 +249,17 @@ static void test_motion(TestCtx *c, const Fixtures *fx, DittoArena *ws)
                 (long long)dims[4], (long long)dims[5], (long long)dims[6]);
     const char *cases[2] = { "motion_b1", "motion_b3" };
     for (int k = 0; k < 2; k++) {
-        const cJSON *cs = find_case(fx, cases[k]);
-        char io_name[64];
-        snprintf(io_name, sizeof io_name, "%s.io.pth", cases[k]);
-        DittoCatalog *io = cs ? open_fixture(c, fx, io_name) : NULL;
-        if (!io) {
-            test_report(c, cases[k], false, "case or io file missing");
+        const cJSON *cs;
+        DittoCatalog *io = open_case(c, fx, cases[k], cases[k], &cs);
+        if (!io)
             continue;
-        }
         TT *image = io_input(c, io, "image");
         Capture cap = { .be = c->be };
         MotionOut o = { { 0 } };
         bool ran = image && run_motion(c, cases[k], net, ws, image, &cap, &o);
         if (ran) {
             for (int j = 0; j < 7; j++)
-                check_out(c, cs, cases[k], motion_names[j], o.t[j], io);
+                check_case_out(c, cs, cases[k], motion_names[j], o.t[j], io);
             check_intermediates(c, cs, cases[k], &cap, io);
         } else if (!image) {
             test_report(c, cases[k], false, "input 'image' missing");
@@ -420,11 +272,8 @@ static void test_motion(TestCtx *c, const Fixtures *fx, DittoArena *ws)
                 MotionOut o1 = { { 0 } };
                 bool ok1 = run_motion(c, "motion.batch_item", net, ws, one, NULL, &o1);
                 all &= ok1;
-                for (int j = 0; ok1 && j < 7; j++) {
-                    double d = 0;
-                    all &= same_item(tt_f32(o.t[j]), i, tt_f32(o1.t[j]), (size_t)dims[j], &d);
-                    worst = d > worst ? d : worst;
-                }
+                for (int j = 0; ok1 && j < 7; j++)
+                    all &= item_diff(tt_f32(o.t[j]), i, tt_f32(o1.t[j]), (size_t)dims[j], &worst) == 0;
                 motion_out_free(&o1);
                 tt_free(one);
             }
@@ -463,20 +312,16 @@ static void test_stitch_cases(TestCtx *c, const Fixtures *fx, DittoArena *ws, Di
     for (int k = 0; k < 2; k++) {
         char label[96];
         snprintf(label, sizeof label, "%s%s", cases[k], tag);
-        const cJSON *cs = find_case(fx, cases[k]);
-        char io_name[64];
-        snprintf(io_name, sizeof io_name, "%s.io.pth", cases[k]);
-        DittoCatalog *io = cs ? open_fixture(c, fx, io_name) : NULL;
-        if (!io) {
-            test_report(c, label, false, "case or io file missing");
+        const cJSON *cs;
+        DittoCatalog *io = open_case(c, fx, cases[k], label, &cs);
+        if (!io)
             continue;
-        }
         TT *kp_s = io_input(c, io, "kp_source");
         TT *kp_d = io_input(c, io, "kp_driving");
         Capture cap = { .be = c->be };
         TT *out = kp_s && kp_d ? run_stitch(c, label, net, ws, kp_s, kp_d, &cap) : NULL;
         if (out) {
-            check_out(c, cs, label, "kp_driving_new", out, io);
+            check_case_out(c, cs, label, "kp_driving_new", out, io);
             check_intermediates(c, cs, label, &cap, io);
         } else if (!kp_s || !kp_d) {
             test_report(c, label, false, "inputs missing");
@@ -487,9 +332,7 @@ static void test_stitch_cases(TestCtx *c, const Fixtures *fx, DittoArena *ws, Di
             for (int64_t i = 0; i < kp_s->host.shape[0]; i++) {
                 TT *s1 = tt_item(c, kp_s, i), *d1 = tt_item(c, kp_d, i);
                 TT *o1 = run_stitch(c, "stitching.batch_item", net, ws, s1, d1, NULL);
-                double d = 0;
-                all &= o1 && same_item(tt_f32(out), i, tt_f32(o1), 63, &d);
-                worst = d > worst ? d : worst;
+                all &= o1 && item_diff(tt_f32(out), i, tt_f32(o1), 63, &worst) == 0;
                 tt_free(o1);
                 tt_free(s1);
                 tt_free(d1);
@@ -507,7 +350,7 @@ static void test_stitch_cases(TestCtx *c, const Fixtures *fx, DittoArena *ws, Di
 
 static void test_stitch(TestCtx *c, const Fixtures *fx, DittoArena *ws)
 {
-    DittoCatalog *wcat = open_fixture(c, fx, "stitching.pth");
+    DittoCatalog *wcat = fixture_open(c, fx, "stitching.pth");
     if (!wcat)
         return;
     DittoStitch *net = NULL;
@@ -565,7 +408,7 @@ static void test_wrong_checkpoint(TestCtx *c, const Fixtures *fx, const char *ne
 {
     char label[96];
     snprintf(label, sizeof label, "%s.rejects_%s", net_name, file);
-    DittoCatalog *cat = open_fixture(c, fx, file);
+    DittoCatalog *cat = fixture_open(c, fx, file);
     if (!cat)
         return;
     LogBuf buf = { { 0 } };
@@ -603,17 +446,9 @@ int main(int argc, char **argv)
     int rc = test_init(&c, argc, argv);
     if (rc)
         return rc;
-    const char *shared = test_shared_dir();
-    Fixtures fx = { .log = ditto_logger_stderr(DITTO_LOG_WARN) };
-    char *text = NULL;
-    if (shared) {
-        snprintf(fx.dir, sizeof fx.dir, "%s/fixtures/ditto", shared);
-        char path[4200];
-        snprintf(path, sizeof path, "%s/manifest.json", fx.dir);
-        text = read_text(path);
-        fx.manifest = text ? cJSON_Parse(text) : NULL;
-    }
-    if (!fx.manifest) {
+    Fixtures fx;
+    if (!fixtures_load(&fx, ditto_logger_stderr(DITTO_LOG_WARN))) {
+        const char *shared = test_shared_dir();
         printf("SKIP fixtures not found (shared dir %s)\n", shared ? shared : "absent");
         c.skipped++;
     } else {
@@ -637,8 +472,7 @@ int main(int argc, char **argv)
         }
         ditto_arena_free(&ws);
     }
-    cJSON_Delete(fx.manifest);
-    free(text);
+    fixtures_free(&fx);
     rc = test_summary(&c);
     test_close(&c);
     return rc;

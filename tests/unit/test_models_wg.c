@@ -17,6 +17,7 @@
 #include "core/buffer.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "fixtures.h"
 #include "models/models.h"
 #include "models/warp_internal.h"
 #include "weights/synthetic.h"
@@ -24,140 +25,7 @@
 #include "test_util.h"
 #include "weights/catalog.h"
 
-#define NET_TOL 1e-4       /* fixed network tolerances (fixtures README), used for intermediates */
-#define NET_TOL_MAX 1e-3
-
-static char g_dir[4096];
-static cJSON *g_manifest;
-
-static const char *fixture_dir(void)
-{
-    const char *s = test_shared_dir();
-    if (!s)
-        return NULL;
-    snprintf(g_dir, sizeof g_dir, "%s/fixtures/ditto", s);
-    return g_dir;
-}
-
-static char *fixture_path(const char *file)
-{
-    static char buf[4200];
-    snprintf(buf, sizeof buf, "%s/%s", g_dir, file);
-    return buf;
-}
-
-static void load_manifest(void)
-{
-    FILE *f = fopen(fixture_path("manifest.json"), "rb");
-    if (!f)
-        return;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) == (size_t)n) {
-        s[n] = 0;
-        g_manifest = cJSON_Parse(s);
-    }
-    free(s);
-    fclose(f);
-}
-
-static const cJSON *manifest_case(const char *name)
-{
-    const cJSON *cases = cJSON_GetObjectItemCaseSensitive(g_manifest, "cases"), *c;
-    cJSON_ArrayForEach(c, cases) {
-        const cJSON *n = cJSON_GetObjectItemCaseSensitive(c, "name");
-        if (cJSON_IsString(n) && !strcmp(n->valuestring, name))
-            return c;
-    }
-    return NULL;
-}
-
-/* tolerance.<out>.fp32 of a case; the fixed network values when absent. */
-static void case_tol(const char *cname, const char *out, double *tol, double *tol_max)
-{
-    *tol = NET_TOL;
-    *tol_max = NET_TOL_MAX;
-    const cJSON *c = manifest_case(cname);
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "tolerance"), out);
-    t = cJSON_GetObjectItemCaseSensitive(t, "fp32");
-    const cJSON *r = cJSON_GetObjectItemCaseSensitive(t, "rel_l2"), *m = cJSON_GetObjectItemCaseSensitive(t, "max_abs_over_max_ref");
-    if (cJSON_IsNumber(r))
-        *tol = r->valuedouble;
-    if (cJSON_IsNumber(m))
-        *tol_max = m->valuedouble;
-}
-
-/* ---- io files ---- */
-
-static DittoCatalog *open_cat(TestCtx *c, const char *file)
-{
-    DittoCatalog *cat = NULL;
-    if (ditto_catalog_open_pth(&cat, fixture_path(file), &c->be->log) < 0)
-        return NULL;
-    return cat;
-}
-
-static double *io_ref(DittoCatalog *io, const char *name, const DittoTensor *want)
-{
-    const DittoCatalogEntry *e = ditto_catalog_find(io, name);
-    if (!e || e->ndim != want->ndim)
-        return NULL;
-    for (int i = 0; i < e->ndim; i++)
-        if (e->shape[i] != want->shape[i])
-            return NULL;
-    size_t n = (size_t)ditto_catalog_entry_numel(e);
-    float *f = malloc(n * sizeof *f);
-    double *d = malloc(n * sizeof *d);
-    if (!f || !d || ditto_catalog_read_f32(io, e, f) < 0) {
-        free(f);
-        free(d);
-        return NULL;
-    }
-    for (size_t i = 0; i < n; i++)
-        d[i] = f[i];
-    free(f);
-    return d;
-}
-
-static TT *io_input(TestCtx *c, DittoCatalog *io, const char *name)
-{
-    const DittoCatalogEntry *e = ditto_catalog_find(io, name);
-    if (!e)
-        return NULL;
-    TT *t = tt_new(c, DITTO_F32, e->ndim, e->shape);
-    if (ditto_catalog_read_f32(io, e, tt_f32(t)) < 0 || tt_to_dev(t) < 0) {
-        tt_free(t);
-        return NULL;
-    }
-    return t;
-}
-
-/* Item i of a host tensor as a new (1, ...) TT on the device. */
-static TT *tt_item(TestCtx *c, TT *src, int64_t i)
-{
-    int64_t shape[DITTO_MAX_DIMS];
-    memcpy(shape, src->host.shape, sizeof shape);
-    shape[0] = 1;
-    TT *t = tt_new(c, DITTO_F32, src->host.ndim, shape);
-    size_t n = (size_t)ditto_tensor_numel(&t->host);
-    memcpy(tt_f32(t), tt_f32(src) + (size_t)i * n, n * sizeof(float));
-    tt_to_dev(t);
-    return t;
-}
-
-static bool check_out(TestCtx *c, const char *label, TT *t, DittoCatalog *io, const char *cname, const char *name)
-{
-    double tol, tol_max;
-    case_tol(cname, name, &tol, &tol_max);
-    double *ref = io_ref(io, name, &t->host);
-    if (!ref)
-        return test_report(c, label, false, "reference '%s' missing or of another shape", name);
-    bool ok = test_check(c, label, t, ref, tol, tol_max);
-    free(ref);
-    return ok;
-}
+static Fixtures g_fx;   /* dir "" without a shared folder; manifest NULL when absent */
 
 /* ---- tap: compare every reported intermediate the io file holds ---- */
 
@@ -189,11 +57,7 @@ static void tap_compare(void *ctx, const char *name, const DittoTensor *t)
     size_t n = (size_t)ditto_tensor_numel(t);
     float *h = malloc(n * sizeof *h);
     tc->c->be->download(tc->c->be, h, t->data, n * sizeof *h);
-    TestErr e = test_compare(h, ref, n);
-    double rmax = e.max_ref > 0 ? e.max_abs / e.max_ref : e.max_abs;
-    test_report(tc->c, label, e.nonfinite == 0 && e.rel_l2 <= NET_TOL && rmax <= NET_TOL_MAX,
-                "rel_l2 %.3g (tol %.1g) max_abs/max_ref %.3g (tol %.1g)%s", e.rel_l2, NET_TOL, rmax, NET_TOL_MAX,
-                e.nonfinite ? " NON-FINITE" : "");
+    check_values(tc->c, label, h, ref, n, FIXTURE_NET_TOL_REL_L2, FIXTURE_NET_TOL_MAX);
     free(h);
     free(ref);
 }
@@ -201,30 +65,47 @@ static void tap_compare(void *ctx, const char *name, const DittoTensor *t)
 /* Number of manifest intermediates of a case the io file holds. */
 static int expected_taps(const char *cname, DittoCatalog *io)
 {
-    const cJSON *im = cJSON_GetObjectItemCaseSensitive(manifest_case(cname), "intermediates"), *it;
+    const cJSON *im = cJSON_GetObjectItemCaseSensitive(fixture_case(&g_fx, cname), "intermediates"), *it;
     int n = 0;
     cJSON_ArrayForEach(it, im)
         n += ditto_catalog_find(io, it->string) != NULL;
     return n;
 }
 
-/* Items of out (B, ...) vs the outputs of B single-item runs (bitwise). */
-static void check_items(TestCtx *c, const char *label, TT *batch, TT **single, int64_t B)
+/* "<cname>.<out_name>" against the io file and "<cname>.taps" after a forward that returned rc in `seconds`; false when rc failed. */
+static bool report_forward(TestCtx *c, const char *cname, const char *out_name, TT *out, DittoCatalog *io, const TapCmp *tc, int rc,
+                           double seconds)
 {
-    size_t n = (size_t)(ditto_tensor_numel(&batch->host) / B);
-    long long diff = 0;
-    double max_d = 0;
-    for (int64_t b = 0; b < B; b++) {
-        tt_to_host(single[b]);
-        const float *x = tt_f32(batch) + (size_t)b * n, *y = tt_f32(single[b]);
-        for (size_t i = 0; i < n; i++)
-            if (memcmp(&x[i], &y[i], sizeof(float))) {
-                diff++;
-                double d = fabs((double)x[i] - y[i]);
-                max_d = d > max_d || d != d ? d : max_d;
-            }
+    char label[96];
+    snprintf(label, sizeof label, "%s.%s", cname, out_name);
+    if (rc < 0)
+        return test_report(c, label, false, "forward rc %d", rc);
+    check_out(c, label, out, io, fixture_case(&g_fx, cname), out_name);
+    snprintf(label, sizeof label, "%s.taps", cname);
+    int want = expected_taps(cname, io);
+    test_report(c, label, tc->compared == want, "%d of %d stored intermediates reported (forward %.3f s)", tc->compared, want, seconds);
+    return true;
+}
+
+/* "<cname>.batch_items": items of batch (B, ...) vs the outputs of B single-item runs (bitwise; rc: theirs); frees those. */
+static void report_items(TestCtx *c, const char *cname, TT *batch, TT **single, int64_t B, int rc)
+{
+    char label[96];
+    snprintf(label, sizeof label, "%s.batch_items", cname);
+    if (rc < 0) {
+        test_report(c, label, false, "single-item forward failed");
+    } else {
+        size_t n = (size_t)(ditto_tensor_numel(&batch->host) / B);
+        long long diff = 0;
+        double max_d = 0;
+        for (int64_t b = 0; b < B; b++) {
+            tt_to_host(single[b]);
+            diff += (long long)item_diff(tt_f32(batch), b, tt_f32(single[b]), n, &max_d);
+        }
+        test_report(c, label, diff == 0, "%lld of %zu values differ from the single-item runs (max |diff| %.3g)", diff, n * (size_t)B, max_d);
     }
-    test_report(c, label, diff == 0, "%lld of %zu values differ from the single-item runs (max |diff| %.3g)", diff, n * (size_t)B, max_d);
+    for (int64_t b = 0; b < B && b < 8; b++)
+        tt_free(single[b]);
 }
 
 /* ---- pure functions ---- */
@@ -234,18 +115,18 @@ static void test_fn_grid(TestCtx *c)
     const char *cname = "fn_make_coordinate_grid";
     if (!test_selected(c, cname))
         return;
-    DittoCatalog *io = open_cat(c, "fn_make_coordinate_grid.io.pth");
+    DittoCatalog *io = fixture_try_open(&g_fx, "fn_make_coordinate_grid.io.pth");
     if (!io) {
         test_report(c, cname, false, "cannot open the io file");
         return;
     }
     TT *t = tt_new(c, DITTO_F32, 4, (int64_t[]){ 5, 6, 7, 3 });
     int rc = ditto_warp_coordinate_grid(tt_f32(t), 5, 6, 7);
-    tt_to_dev(t);   /* test_check downloads; keep host and device in step */
+    tt_to_dev(t);   /* check_out downloads; keep host and device in step */
     if (rc < 0)
         test_report(c, cname, false, "rc %d", rc);
     else
-        check_out(c, cname, t, io, cname, "out");
+        check_out(c, cname, t, io, fixture_case(&g_fx, cname), "out");
     tt_free(t);
     ditto_catalog_close(&io);
 }
@@ -255,7 +136,7 @@ static void test_fn_kp2gaussian(TestCtx *c, DittoArena *ws)
     const char *cname = "fn_kp2gaussian";
     if (!test_selected(c, cname))
         return;
-    DittoCatalog *io = open_cat(c, "fn_kp2gaussian.io.pth");
+    DittoCatalog *io = fixture_try_open(&g_fx, "fn_kp2gaussian.io.pth");
     TT *kp = io ? io_input(c, io, "kp") : NULL;
     if (!kp) {
         test_report(c, cname, false, "cannot read the io file");
@@ -271,7 +152,7 @@ static void test_fn_kp2gaussian(TestCtx *c, DittoArena *ws)
     if (rc < 0)
         test_report(c, cname, false, "rc %d", rc);
     else
-        check_out(c, cname, out, io, cname, "out");
+        check_out(c, cname, out, io, fixture_case(&g_fx, cname), "out");
     tt_free(out);
     tt_free(grid);
     tt_free(kp);
@@ -283,7 +164,7 @@ static void test_fn_grid_sample(TestCtx *c)
     const char *cname = "fn_grid_sample_3d";
     if (!test_selected(c, cname))
         return;
-    DittoCatalog *io = open_cat(c, "fn_grid_sample_3d.io.pth");
+    DittoCatalog *io = fixture_try_open(&g_fx, "fn_grid_sample_3d.io.pth");
     TT *x = io ? io_input(c, io, "input") : NULL, *g = io ? io_input(c, io, "grid") : NULL;
     if (!x || !g) {
         test_report(c, cname, false, "cannot read the io file");
@@ -293,7 +174,7 @@ static void test_fn_grid_sample(TestCtx *c)
         if (rc < 0)
             test_report(c, cname, false, "rc %d", rc);
         else
-            check_out(c, cname, y, io, cname, "out");
+            check_out(c, cname, y, io, fixture_case(&g_fx, cname), "out");
         tt_free(y);
     }
     tt_free(x);
@@ -316,7 +197,7 @@ static void test_warp_case(TestCtx *c, DittoArena *ws, DittoWarp *w, const char 
         return;
     char file[64];
     snprintf(file, sizeof file, "%s.io.pth", cname);
-    DittoCatalog *io = open_cat(c, file);
+    DittoCatalog *io = fixture_try_open(&g_fx, file);
     TT *f_s = io ? io_input(c, io, "feature_3d") : NULL;
     TT *kp_s = io ? io_input(c, io, "kp_source") : NULL, *kp_d = io ? io_input(c, io, "kp_driving") : NULL;
     if (!f_s || !kp_s || !kp_d) {
@@ -335,34 +216,18 @@ static void test_warp_case(TestCtx *c, DittoArena *ws, DittoWarp *w, const char 
     double t0 = now_s();
     int rc = ditto_warp_forward(w, ws, &f_s->dev, &kp_s->dev, &kp_d->dev, &out->dev, &tap);
     double t1 = now_s();
-    char label[96];
-    snprintf(label, sizeof label, "%s.out", cname);
-    if (rc < 0) {
-        test_report(c, label, false, "forward rc %d", rc);
-    } else {
-        check_out(c, label, out, io, cname, "out");
-        snprintf(label, sizeof label, "%s.taps", cname);
-        int want = expected_taps(cname, io);
-        test_report(c, label, tc.compared == want, "%d of %d stored intermediates reported (forward %.3f s)", tc.compared, want, t1 - t0);
-        if (B > 1) {
-            TT *single[8] = { 0 };
-            for (int64_t b = 0; b < B && b < 8; b++) {
-                TT *fb = tt_item(c, f_s, b), *sb = tt_item(c, kp_s, b), *db = tt_item(c, kp_d, b);
-                int64_t s1[4] = { 1, shape[1], shape[2], shape[3] };
-                single[b] = tt_new(c, DITTO_F32, 4, s1);
-                rc |= ditto_warp_forward(w, ws, &fb->dev, &sb->dev, &db->dev, &single[b]->dev, NULL);
-                tt_free(fb);
-                tt_free(sb);
-                tt_free(db);
-            }
-            snprintf(label, sizeof label, "%s.batch_items", cname);
-            if (rc < 0)
-                test_report(c, label, false, "single-item forward failed");
-            else
-                check_items(c, label, out, single, B);
-            for (int64_t b = 0; b < B && b < 8; b++)
-                tt_free(single[b]);
+    if (report_forward(c, cname, "out", out, io, &tc, rc, t1 - t0) && B > 1) {
+        TT *single[8] = { 0 };
+        for (int64_t b = 0; b < B && b < 8; b++) {
+            TT *fb = tt_item(c, f_s, b), *sb = tt_item(c, kp_s, b), *db = tt_item(c, kp_d, b);
+            int64_t s1[4] = { 1, shape[1], shape[2], shape[3] };
+            single[b] = tt_new(c, DITTO_F32, 4, s1);
+            rc |= ditto_warp_forward(w, ws, &fb->dev, &sb->dev, &db->dev, &single[b]->dev, NULL);
+            tt_free(fb);
+            tt_free(sb);
+            tt_free(db);
         }
+        report_items(c, cname, out, single, B, rc);
     }
     tt_free(out);
 done:
@@ -378,7 +243,7 @@ static void test_decoder_case(TestCtx *c, DittoArena *ws, DittoDecoder *g, const
         return;
     char file[64];
     snprintf(file, sizeof file, "%s.io.pth", cname);
-    DittoCatalog *io = open_cat(c, file);
+    DittoCatalog *io = fixture_try_open(&g_fx, file);
     TT *feat = io ? io_input(c, io, "feature") : NULL;
     if (!feat) {
         test_report(c, cname, false, "cannot read the io file");
@@ -399,32 +264,16 @@ static void test_decoder_case(TestCtx *c, DittoArena *ws, DittoDecoder *g, const
     double t0 = now_s();
     int rc = ditto_decoder_forward(g, ws, &feat->dev, &img->dev, &tap);
     double t1 = now_s();
-    char label[96];
-    snprintf(label, sizeof label, "%s.img", cname);
-    if (rc < 0) {
-        test_report(c, label, false, "forward rc %d", rc);
-    } else {
-        check_out(c, label, img, io, cname, "img");
-        snprintf(label, sizeof label, "%s.taps", cname);
-        int want = expected_taps(cname, io);
-        test_report(c, label, tc.compared == want, "%d of %d stored intermediates reported (forward %.3f s)", tc.compared, want, t1 - t0);
-        if (B > 1) {
-            TT *single[8] = { 0 };
-            for (int64_t b = 0; b < B && b < 8; b++) {
-                TT *fb = tt_item(c, feat, b);
-                int64_t s1[4] = { 1, shape[1], shape[2], shape[3] };
-                single[b] = tt_new(c, DITTO_F32, 4, s1);
-                rc |= ditto_decoder_forward(g, ws, &fb->dev, &single[b]->dev, NULL);
-                tt_free(fb);
-            }
-            snprintf(label, sizeof label, "%s.batch_items", cname);
-            if (rc < 0)
-                test_report(c, label, false, "single-item forward failed");
-            else
-                check_items(c, label, img, single, B);
-            for (int64_t b = 0; b < B && b < 8; b++)
-                tt_free(single[b]);
+    if (report_forward(c, cname, "img", img, io, &tc, rc, t1 - t0) && B > 1) {
+        TT *single[8] = { 0 };
+        for (int64_t b = 0; b < B && b < 8; b++) {
+            TT *fb = tt_item(c, feat, b);
+            int64_t s1[4] = { 1, shape[1], shape[2], shape[3] };
+            single[b] = tt_new(c, DITTO_F32, 4, s1);
+            rc |= ditto_decoder_forward(g, ws, &fb->dev, &single[b]->dev, NULL);
+            tt_free(fb);
         }
+        report_items(c, cname, img, single, B, rc);
     }
     tt_free(img);
     tt_free(feat);
@@ -619,7 +468,7 @@ static void test_strict(TestCtx *c, const char *label, const char *file, LoadFn 
 {
     if (!test_selected(c, label))
         return;
-    DittoCatalog *real = open_cat(c, file);
+    DittoCatalog *real = fixture_try_open(&g_fx, file);
     if (!real) {
         test_report(c, label, false, "cannot open %s", file);
         return;
@@ -662,7 +511,7 @@ static void test_wrong_checkpoint(TestCtx *c)
 {
     if (!test_selected(c, "strict.wrong_checkpoint"))
         return;
-    DittoCatalog *wcat = open_cat(c, "warp.pth"), *dcat = open_cat(c, "decoder.pth");
+    DittoCatalog *wcat = fixture_try_open(&g_fx, "warp.pth"), *dcat = fixture_try_open(&g_fx, "decoder.pth");
     int rw = dcat ? load_warp(c, dcat) : -9998;       /* decoder.pth as the warp network */
     int rd = wcat ? load_decoder(c, wcat) : -9998;    /* warp.pth as the decoder */
     test_report(c, "strict.wrong_checkpoint", rw == DITTO_ERR_KEY && rd == DITTO_ERR_KEY, "warp(decoder.pth) %d, decoder(warp.pth) %d", rw, rd);
@@ -771,16 +620,16 @@ int main(int argc, char **argv)
     DittoArena ws;
     if (ditto_arena_init(&ws, &c.be->allocator, 0) < 0)
         return 1;
-    if (!fixture_dir()) {
+    fixtures_load(&g_fx, c.be->log);
+    if (!g_fx.dir[0]) {
         printf("SKIP fixture cases (no shared/fixtures/ditto)\n");
         c.skipped++;
     } else {
-        load_manifest();
         test_fn_grid(&c);
         test_fn_kp2gaussian(&c, &ws);
         test_fn_grid_sample(&c);
 
-        DittoCatalog *cat = open_cat(&c, "warp.pth");
+        DittoCatalog *cat = fixture_try_open(&g_fx, "warp.pth");
         DittoWarp *w = NULL;
         if (!cat || ditto_warp_load(&w, c.be, cat) < 0) {
             test_report(&c, "warp.load", false, "cannot load warp.pth");
@@ -791,7 +640,7 @@ int main(int argc, char **argv)
         ditto_warp_free(&w);
         ditto_catalog_close(&cat);
 
-        cat = open_cat(&c, "decoder.pth");
+        cat = fixture_try_open(&g_fx, "decoder.pth");
         DittoDecoder *g = NULL;
         if (!cat || ditto_decoder_load(&g, c.be, cat) < 0) {
             test_report(&c, "decoder.load", false, "cannot load decoder.pth");
@@ -805,7 +654,7 @@ int main(int argc, char **argv)
         test_wrong_checkpoint(&c);
         test_strict(&c, "strict.warp", "warp.pth", load_warp);
         test_strict(&c, "strict.decoder", "decoder.pth", load_decoder);
-        cJSON_Delete(g_manifest);
+        fixtures_free(&g_fx);
     }
     test_full_size(&c);
     ditto_arena_free(&ws);

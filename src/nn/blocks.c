@@ -1,0 +1,64 @@
+#include "nn/blocks.h"
+
+#include <string.h>
+
+#include "core/log.h"
+
+int ditto_nn_new_f32(DittoArena *ws, DittoTensor *t, int ndim, const int64_t *shape)
+{
+    return ditto_arena_tensor(ws, DITTO_F32, ndim, shape, t);
+}
+
+DittoConvParams ditto_nn_conv_pad(int pad)
+{
+    DittoConvParams p;
+    memset(&p, 0, sizeof p);
+    for (int i = 0; i < 3; i++)
+        p.pad_begin[i] = p.pad_end[i] = pad;
+    return p;
+}
+
+int ditto_nn_batch_norm(DittoBackend *be, const DittoBatchNorm *bn, const DittoTensor *x, DittoTensor *y)
+{
+    return ditto_op_batch_norm(be, DITTO_BN_EPS, x, &bn->mean, &bn->var, &bn->weight, &bn->bias, y);
+}
+
+void ditto_nn_load_conv_bn(DittoLoader *l, DittoConvBn *b, int ns, int64_t out, int64_t in, const char *key)
+{
+    if (ns == 3)
+        ditto_loader_get(l, &b->weight, DITTO_SHAPE(out, in, 3, 3, 3), "%s.conv.weight", key);
+    else
+        ditto_loader_get(l, &b->weight, DITTO_SHAPE(out, in, 3, 3), "%s.conv.weight", key);
+    ditto_loader_get(l, &b->bias, DITTO_SHAPE(out), "%s.conv.bias", key);
+    ditto_loader_get_bn(l, &b->norm, out, "%s.norm", key);
+}
+
+int ditto_nn_conv_bn_act(DittoBackend *be, DittoArena *ws, const DittoConvParams *p, const DittoConvBn *b, DittoUnaryKind act, float alpha,
+                         const DittoTensor *x, DittoTensor *y)
+{
+    DittoArenaMark mark = ditto_arena_mark(ws);
+    DittoTensor t;
+    int rc = ditto_arena_tensor(ws, y->dtype, y->ndim, y->shape, &t);
+    if (rc == 0)
+        rc = ditto_op_conv(be, p, x, &b->weight, &b->bias, &t);
+    if (rc == 0)
+        rc = ditto_nn_batch_norm(be, &b->norm, &t, y);
+    if (rc == 0)
+        rc = ditto_op_act(be, act, alpha, y, y);
+    ditto_arena_release(ws, mark);
+    return rc;
+}
+
+int ditto_nn_check_tensor(DittoBackend *be, const char *what, const char *name, const DittoTensor *t, int ndim, const int64_t *shape)
+{
+    bool ok = t && t->ndim == ndim && t->dtype == DITTO_F32 && t->device == be->device && ditto_tensor_is_contiguous(t);
+    for (int i = 0; ok && i < ndim; i++)
+        ok = t->shape[i] == shape[i];
+    if (ok)
+        return 0;
+    char want[DITTO_SHAPE_STR_MAX], have[DITTO_SHAPE_STR_MAX] = "(null)";
+    if (t)
+        ditto_shape_str(t->shape, t->ndim, have, sizeof have);
+    return ditto_fail(&be->log, DITTO_ERR_SHAPE, "%s: %s is %s, expected a contiguous float32 %s on the %s backend", what, name, have,
+                      ditto_shape_str(shape, ndim, want, sizeof want), be->name);
+}

@@ -1,0 +1,48 @@
+/*
+ * Pieces shared by the networks of src/models: activations from the forward
+ * arena, stride-1 convolution padding, eval-mode BatchNorm, the conv +
+ * BatchNorm (+ activation) block (SameBlock2d, DownBlock2d/3d, UpBlock3d, the
+ * hourglass output, the warping head's third), and the check of a forward's
+ * input tensors.
+ */
+#ifndef DITTO_NN_BLOCKS_H
+#define DITTO_NN_BLOCKS_H
+
+#include "core/buffer.h"
+#include "nn/weights.h"
+#include "ops/ops.h"
+
+/* eps of every torch.nn.BatchNorm in the networks (PyTorch's default) */
+#define DITTO_BN_EPS 1e-5f
+
+/* A float32 activation of (ndim, shape) from the arena. */
+int ditto_nn_new_f32(DittoArena *ws, DittoTensor *t, int ndim, const int64_t *shape);
+/* Stride 1, symmetric zero padding `pad` in every spatial dim. */
+DittoConvParams ditto_nn_conv_pad(int pad);
+/* y = BatchNorm(x) with the running statistics, eps DITTO_BN_EPS. */
+int ditto_nn_batch_norm(DittoBackend *be, const DittoBatchNorm *bn, const DittoTensor *x, DittoTensor *y);
+
+/* Conv + BatchNorm pair: <key>.conv.{weight,bias} and <key>.norm.* */
+typedef struct DittoConvBn {
+    DittoTensor weight;     /* <key>.conv.weight (out, in, 3, 3[, 3]) */
+    DittoTensor bias;       /* <key>.conv.bias (out) */
+    DittoBatchNorm norm;    /* <key>.norm.{weight,bias,running_mean,running_var} (out) */
+} DittoConvBn;
+
+/* Bind <key>.conv.weight (out, in, 3 in each of ns = 2 or 3 spatial dims), <key>.conv.bias and <key>.norm.* (out). */
+void ditto_nn_load_conv_bn(DittoLoader *l, DittoConvBn *b, int ns, int64_t out, int64_t in, const char *key);
+/*
+ * y = act(BatchNorm(conv(x))), act = ditto_op_act(act, alpha); the conv output
+ * is a scratch tensor of y's shape and dtype from ws, released before return.
+ */
+int ditto_nn_conv_bn_act(DittoBackend *be, DittoArena *ws, const DittoConvParams *p, const DittoConvBn *b, DittoUnaryKind act, float alpha,
+                         const DittoTensor *x, DittoTensor *y);
+
+/*
+ * 0 when t is a contiguous float32 tensor of exactly (ndim, shape) on be's
+ * device; else DITTO_ERR_SHAPE, logged as "<what>: <name> is <shape>,
+ * expected a contiguous float32 <shape> on the <backend> backend".
+ */
+int ditto_nn_check_tensor(DittoBackend *be, const char *what, const char *name, const DittoTensor *t, int ndim, const int64_t *shape);
+
+#endif
