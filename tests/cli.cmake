@@ -159,6 +159,10 @@ endif()
 
 # ---- configure mode: register the tests -----------------------------------------
 
+# The HuBERT-architecture ONNX case made by scripts/make_hubert_onnx.py (committed; no ../shared needed).
+add_test(NAME verify_hubert_onnx COMMAND ditto verify --fixtures ${CMAKE_SOURCE_DIR}/tests/data/hubert)
+set_tests_properties(verify_hubert_onnx PROPERTIES LABELS cli TIMEOUT 300)
+
 set(DITTO_CLI_CHECKS missing_dir no_manifest bad_json no_cases missing_io bad_io unsupported list no_match usage info_errors)
 if(NOT DITTO_HAVE_CUDA)
   list(APPEND DITTO_CLI_CHECKS no_cuda)
@@ -192,6 +196,11 @@ if(EXISTS ${DITTO_FIXTURES_DIR}/manifest.json)
     add_test(NAME verify_${name} COMMAND ditto verify --fixtures ${DITTO_FIXTURES_DIR} --case ${patterns})
     set_tests_properties(verify_${name} PROPERTIES LABELS "fixtures;cli" TIMEOUT 900)
   endforeach()
+  get_filename_component(DITTO_ONNX_FIXTURES_DIR ${CMAKE_SOURCE_DIR}/../shared/fixtures/onnx ABSOLUTE)
+  if(EXISTS ${DITTO_ONNX_FIXTURES_DIR}/manifest.json)
+    add_test(NAME verify_onnx_models COMMAND ditto verify --fixtures ${DITTO_ONNX_FIXTURES_DIR})
+    set_tests_properties(verify_onnx_models PROPERTIES LABELS "fixtures;cli" TIMEOUT 900)
+  endif()
   add_test(NAME cli_info_fixture
     COMMAND ${CMAKE_COMMAND} -DDITTO_EXE=$<TARGET_FILE:ditto> -DCHECK=info_fixture -DFIXTURES=${DITTO_FIXTURES_DIR}
             -DWORK=${CMAKE_CURRENT_BINARY_DIR}/cli_info_fixture -P ${CMAKE_CURRENT_LIST_FILE})
