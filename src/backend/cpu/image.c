@@ -263,7 +263,13 @@ static void linear_task(void *arg, int t)
                 for (int64_t ch = 0; ch < C; ch++) {
                     int32_t h0 = one ? s0[c0 + ch] * 2048 : s0[c0 + ch] * a0 + s0[c1 + ch] * a1;
                     int32_t h1 = one ? s1[c0 + ch] * 2048 : s1[c0 + ch] * a0 + s1[c1 + ch] * a1;
-                    d[ch] = sat_u8((h0 * b0 + h1 * b1 + (1 << 21)) >> 22);
+                    /*
+                     * The vertical pass as OpenCV's SIMD kernel computes it
+                     * (16-bit multiply-high of h >> 4 by the weight, then
+                     * (a + b + 2) >> 2), which is what cv2 returns for all but a
+                     * few tail pixels: not the plain (h0 b0 + h1 b1 + 2^21) >> 22.
+                     */
+                    d[ch] = sat_u8(((((h0 >> 4) * b0) >> 16) + (((h1 >> 4) * b1) >> 16) + 2) >> 2);
                 }
             } else {
                 const float *s0 = (const float *)r->x + o0, *s1 = (const float *)r->x + o1;

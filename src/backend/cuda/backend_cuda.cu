@@ -97,6 +97,7 @@ static void cuda_destroy(DittoBackend *be)
             cudaStreamSynchronize(cu->stream);
         if (cu->workspace)
             cudaFree(cu->workspace);
+        ditto_cuda_conv_cache_free(cu);
         if (cu->cudnn)
             cudnnDestroy(cu->cudnn);
         if (cu->cublas)
@@ -154,8 +155,8 @@ extern "C" int ditto_backend_cuda_open(DittoBackend **out, const DittoBackendPar
         cuda_destroy(be);
         return rc;
     }
-    /* fp32 math stays fp32 (no TF32) so fp32 results match the CPU oracle */
-    cublasSetMathMode(cu->cublas, CUBLAS_DEFAULT_MATH);
+    /* fp32 math stays fp32 (no TF32) so fp32 results match the CPU oracle; f16 GEMM reductions accumulate in fp32 */
+    cublasSetMathMode(cu->cublas, (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
     ditto_cuda_init_elementwise(&be->ops);
     ditto_cuda_init_gemm(&be->ops);
     ditto_cuda_init_conv(&be->ops);

@@ -24,6 +24,7 @@ typedef struct DittoCuda {
     void *workspace;          /* cuDNN / cuBLAS workspace, grown on demand (outside graph capture) */
     size_t workspace_size;
     size_t bytes_in_use, peak_bytes;
+    struct DittoCudaConvCache *conv_cache;  /* cuDNN plans per conv shape (conv.cu), created on first use */
 } DittoCuda;
 
 static inline DittoCuda *ditto_cuda(DittoBackend *be)
@@ -72,5 +73,8 @@ void ditto_cuda_init_norm(DittoOps *ops);
 void ditto_cuda_init_sample(DittoOps *ops);
 void ditto_cuda_init_attention(DittoOps *ops);
 void ditto_cuda_init_image(DittoOps *ops);
+
+/* Destroy the conv plan cache (descriptors and host memory); called by cuda_destroy. */
+void ditto_cuda_conv_cache_free(DittoCuda *cu);
 
 #endif

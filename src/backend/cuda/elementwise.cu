@@ -1,6 +1,691 @@
+/*
+ * CUDA element-wise family: copy (strided, casting), fill, unary, binary with
+ * broadcasting, softmax, reduce, concat. Float ops take float32 or float16
+ * storage per operand with fp32 math; copy, fill and concat take any dtype.
+ *
+ * Strided work goes through one iterator, as on the CPU: the operands share
+ * a logical shape; size-1 dims are dropped and adjacent dims merged where
+ * every operand is linear across them (a contiguous tensor becomes one row).
+ * Kernels walk the flat index with a grid-stride loop and split it into
+ * per-operand element offsets (32-bit division when the count allows).
+ *
+ * Numerics follow src/backend/cpu/elementwise.c: casts reproduce
+ * core/dtype.c bit for bit (f16/bf16 round to nearest even through the same
+ * bit routines, integers truncate after clamping); softmax takes float exp
+ * and a double sum; reduce accumulates in double. Unfused _rn intrinsics
+ * keep a*x+b from contracting into an FMA where the CPU rounds twice.
+ */
+#include <math.h>
+#include <string.h>
+
 #include "backend/cuda/cuda_backend.h"
+
+#define EW_MAX_OPS 3
+#define EW_THREADS 256
+
+typedef struct EwDims {
+    int ndim;
+    bool small;              /* numel and every extent fit in 32 bits */
+    int64_t numel;
+    int64_t shape[DITTO_MAX_DIMS];
+    int64_t stride[EW_MAX_OPS][DITTO_MAX_DIMS];   /* elements */
+} EwDims;
+
+/* Every t[k] has t[0]'s shape (broadcast operands carry stride 0). */
+static void ew_init(EwDims *it, int nop, const DittoTensor *const *t)
+{
+    const DittoTensor *t0 = t[0];
+    memset(it, 0, sizeof *it);
+    it->numel = ditto_tensor_numel(t0);
+    int nd = 0;
+    for (int d = 0; d < t0->ndim; d++) {
+        int64_t n = t0->shape[d];
+        if (n == 1)
+            continue;
+        bool merge = nd > 0;
+        for (int k = 0; k < nop && merge; k++)
+            merge = it->stride[k][nd - 1] == t[k]->stride[d] * n;
+        if (merge) {
+            it->shape[nd - 1] *= n;
+        } else {
+            it->shape[nd] = n;
+            nd++;
+        }
+        for (int k = 0; k < nop; k++)
+            it->stride[k][nd - 1] = t[k]->stride[d];
+    }
+    if (nd == 0) {
+        it->shape[0] = 1;
+        nd = 1;
+    }
+    it->ndim = nd;
+    it->small = it->numel <= INT32_MAX;
+}
+
+/* Element offsets of flat index i for the first nop operands. */
+static __device__ __forceinline__ void ew_offsets(const EwDims *d, int nop, int64_t i, int64_t *off)
+{
+    for (int k = 0; k < nop; k++)
+        off[k] = 0;
+    if (d->small) {
+        uint32_t r = (uint32_t)i;
+#pragma unroll
+        for (int dim = DITTO_MAX_DIMS - 1; dim >= 0; dim--) {
+            if (dim < d->ndim) {
+                uint32_t n = (uint32_t)d->shape[dim];
+                uint32_t q = dim > 0 ? r / n : 0;
+                int64_t c = (int64_t)(r - q * n);
+                for (int k = 0; k < nop; k++)
+                    off[k] += c * d->stride[k][dim];
+                r = q;
+            }
+        }
+    } else {
+        int64_t r = i;
+#pragma unroll
+        for (int dim = DITTO_MAX_DIMS - 1; dim >= 0; dim--) {
+            if (dim < d->ndim) {
+                int64_t n = d->shape[dim];
+                int64_t q = dim > 0 ? r / n : 0;
+                int64_t c = r - q * n;
+                for (int k = 0; k < nop; k++)
+                    off[k] += c * d->stride[k][dim];
+                r = q;
+            }
+        }
+    }
+}
+
+#define EW_LOOP(i, n) \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+static int ew_blocks(int64_t n)
+{
+    return ditto_cuda_blocks(n, EW_THREADS);
+}
+
+/* float32 / float16 storage of a float operand */
+static int float_dtype(DittoBackend *be, const char *op, const DittoTensor *t, bool *f16)
+{
+    if (t->dtype == DITTO_F32 || t->dtype == DITTO_F16) {
+        *f16 = t->dtype == DITTO_F16;
+        return 0;
+    }
+    return ditto_fail(&be->log, DITTO_ERR_UNSUPPORTED, "op %s: dtype %s is not supported by the cuda backend (float32, float16)",
+                      op, ditto_dtype_name(t->dtype));
+}
+
+static int on_device(DittoBackend *be, const char *op, const DittoTensor *t)
+{
+    if (t->device != DITTO_DEVICE_CUDA)
+        return ditto_fail(&be->log, DITTO_ERR_INVAL, "op %s: tensor is not on the cuda device", op);
+    size_t es = ditto_dtype_size(t->dtype);
+    if (es != 1 && es != 2 && es != 4 && es != 8)
+        return ditto_fail(&be->log, DITTO_ERR_INVAL, "op %s: dtype %s", op, ditto_dtype_name(t->dtype));
+    return 0;
+}
+
+/* ---- dtype conversion, bit-identical to core/dtype.c ---- */
+
+static __device__ uint16_t cv_f32_to_f16(float f)
+{
+    uint32_t x = __float_as_uint(f);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t exp = (x >> 23) & 0xffu;
+    uint32_t man = x & 0x7fffffu;
+    if (exp == 0xff)
+        return (uint16_t)(sign | 0x7c00u | (man ? 0x200u | (man >> 13) : 0));
+    int e = (int)exp - 127 + 15;
+    if (e >= 31)
+        return (uint16_t)(sign | 0x7c00u);
+    if (e <= 0) {
+        if (e < -10)
+            return (uint16_t)sign;
+        man |= 0x800000u;
+        uint32_t shift = (uint32_t)(14 - e);
+        uint32_t half = man >> shift;
+        uint32_t rem = man & ((1u << shift) - 1);
+        uint32_t mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1)))
+            half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t h = sign | ((uint32_t)e << 10) | (man >> 13);
+    uint32_t rem = man & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1)))
+        h++;
+    return (uint16_t)h;
+}
+
+static __device__ float cv_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    if (exp == 0) {
+        if (man == 0)
+            return __uint_as_float(sign);
+        float v = (float)man * (1.0f / 16777216.0f);
+        return sign ? -v : v;
+    }
+    if (exp == 31)
+        return __uint_as_float(sign | 0x7f800000u | (man << 13));
+    return __uint_as_float(sign | ((exp - 15 + 127) << 23) | (man << 13));
+}
+
+static __device__ uint16_t cv_f32_to_bf16(float f)
+{
+    uint32_t x = __float_as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+static __device__ double cv_load(const void *p, int t, int64_t i)
+{
+    switch (t) {
+    case DITTO_F32: return ((const float *)p)[i];
+    case DITTO_F16: return cv_f16_to_f32(((const uint16_t *)p)[i]);
+    case DITTO_BF16: return __uint_as_float((uint32_t)((const uint16_t *)p)[i] << 16);
+    case DITTO_F64: return ((const double *)p)[i];
+    case DITTO_I64: return (double)((const int64_t *)p)[i];
+    case DITTO_I32: return ((const int32_t *)p)[i];
+    case DITTO_U8: return ((const uint8_t *)p)[i];
+    case DITTO_I8: return ((const int8_t *)p)[i];
+    case DITTO_BOOL: return ((const uint8_t *)p)[i] != 0;
+    default: return 0;
+    }
+}
+
+static __device__ double cv_clamp(double v, double lo, double hi)
+{
+    return v != v ? 0 : v < lo ? lo : v > hi ? hi : v;
+}
+
+static __device__ void cv_store(void *p, int t, int64_t i, double v)
+{
+    switch (t) {
+    case DITTO_F32: ((float *)p)[i] = (float)v; break;
+    case DITTO_F16: ((uint16_t *)p)[i] = cv_f32_to_f16((float)v); break;
+    case DITTO_BF16: ((uint16_t *)p)[i] = cv_f32_to_bf16((float)v); break;
+    case DITTO_F64: ((double *)p)[i] = v; break;
+    case DITTO_I64: ((int64_t *)p)[i] = (int64_t)cv_clamp(v, -9.2233720368547748e18, 9.2233720368547748e18 - 1024); break;
+    case DITTO_I32: ((int32_t *)p)[i] = (int32_t)cv_clamp(v, -2147483648.0, 2147483647.0); break;
+    case DITTO_U8: ((uint8_t *)p)[i] = (uint8_t)(int)cv_clamp(v, 0, 255); break;
+    case DITTO_I8: ((int8_t *)p)[i] = (int8_t)(int)cv_clamp(v, -128, 127); break;
+    case DITTO_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+    default: break;
+    }
+}
+
+static __device__ __forceinline__ void copy_bytes(void *y, int64_t oy, const void *x, int64_t ox, int size)
+{
+    switch (size) {
+    case 1: ((uint8_t *)y)[oy] = ((const uint8_t *)x)[ox]; break;
+    case 2: ((uint16_t *)y)[oy] = ((const uint16_t *)x)[ox]; break;
+    case 4: ((uint32_t *)y)[oy] = ((const uint32_t *)x)[ox]; break;
+    default: ((uint64_t *)y)[oy] = ((const uint64_t *)x)[ox]; break;
+    }
+}
+
+/* ---- copy / fill / concat ---- */
+
+/* Operand 0 is y, operand 1 is x. mode: 0 raw copy of size bytes, 1 int <-> int, 2 through double. */
+static __global__ void copy_kernel(const __grid_constant__ EwDims d, void *y, int dt, const void *x, int st, int mode, int size)
+{
+    EW_LOOP(i, d.numel) {
+        int64_t off[2];
+        ew_offsets(&d, 2, i, off);
+        if (mode == 0) {
+            copy_bytes(y, off[0], x, off[1], size);
+        } else if (mode == 1) {
+            int64_t v = st == DITTO_I64 ? ((const int64_t *)x)[off[1]] : ((const int32_t *)x)[off[1]];
+            if (dt == DITTO_I64)
+                ((int64_t *)y)[off[0]] = v;
+            else
+                ((int32_t *)y)[off[0]] = (int32_t)v;
+        } else {
+            cv_store(y, dt, off[0], cv_load(x, st, off[1]));
+        }
+    }
+}
+
+/* x and y of the same shape, any strides and dtypes. */
+static int copy_same_shape(DittoBackend *be, const DittoTensor *x, const DittoTensor *y)
+{
+    const DittoTensor *t[2] = { y, x };
+    EwDims d;
+    ew_init(&d, 2, t);
+    if (d.numel <= 0)
+        return 0;
+    bool ints = (x->dtype == DITTO_I64 || x->dtype == DITTO_I32) && (y->dtype == DITTO_I64 || y->dtype == DITTO_I32);
+    int mode = x->dtype == y->dtype ? 0 : ints ? 1 : 2;
+    copy_kernel<<<ew_blocks(d.numel), EW_THREADS, 0, ditto_cuda(be)->stream>>>(
+        d, y->data, (int)y->dtype, x->data, (int)x->dtype, mode, (int)ditto_dtype_size(y->dtype));
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+static int cuda_copy(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
+{
+    DITTO_TRY(on_device(be, "copy", x));
+    DITTO_TRY(on_device(be, "copy", y));
+    if (x->ndim == y->ndim)
+        return copy_same_shape(be, x, y);
+    /* reshape copy: y is contiguous, so it reads as x's shape in row-major order */
+    DittoTensor yv = ditto_tensor(y->data, y->dtype, x->ndim, x->shape);
+    yv.device = y->device;
+    return copy_same_shape(be, x, &yv);
+}
+
+static __global__ void fill_kernel(const __grid_constant__ EwDims d, void *y, uint64_t bits, int size)
+{
+    EW_LOOP(i, d.numel) {
+        int64_t off[1];
+        ew_offsets(&d, 1, i, off);
+        switch (size) {
+        case 1: ((uint8_t *)y)[off[0]] = (uint8_t)bits; break;
+        case 2: ((uint16_t *)y)[off[0]] = (uint16_t)bits; break;
+        case 4: ((uint32_t *)y)[off[0]] = (uint32_t)bits; break;
+        default: ((uint64_t *)y)[off[0]] = bits; break;
+        }
+    }
+}
+
+static int cuda_fill(DittoBackend *be, float value, DittoTensor *y)
+{
+    DITTO_TRY(on_device(be, "fill", y));
+    size_t size = ditto_dtype_size(y->dtype);
+    unsigned char bytes[8];
+    memset(bytes, 0, sizeof bytes);
+    ditto_convert(bytes, y->dtype, &value, DITTO_F32, 1);   /* host conversion: the CPU's exact bytes */
+    uint64_t bits = 0;
+    switch (size) {
+    case 1: bits = bytes[0]; break;
+    case 2: { uint16_t v; memcpy(&v, bytes, 2); bits = v; break; }
+    case 4: { uint32_t v; memcpy(&v, bytes, 4); bits = v; break; }
+    default: memcpy(&bits, bytes, 8); break;
+    }
+    const DittoTensor *t[1] = { y };
+    EwDims d;
+    ew_init(&d, 1, t);
+    if (d.numel <= 0)
+        return 0;
+    fill_kernel<<<ew_blocks(d.numel), EW_THREADS, 0, ditto_cuda(be)->stream>>>(d, y->data, bits, (int)size);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+static int cuda_concat(DittoBackend *be, int axis, int n, const DittoTensor *const *xs, DittoTensor *y)
+{
+    DITTO_TRY(on_device(be, "concat", y));
+    int64_t off = 0;
+    size_t es = ditto_dtype_size(y->dtype);
+    for (int i = 0; i < n; i++) {
+        DITTO_TRY(on_device(be, "concat", xs[i]));
+        DittoTensor slab = *y;
+        slab.shape[axis] = xs[i]->shape[axis];
+        slab.data = (char *)y->data + (size_t)(off * y->stride[axis]) * es;
+        if (ditto_tensor_numel(&slab) > 0)
+            DITTO_TRY(copy_same_shape(be, xs[i], &slab));
+        off += xs[i]->shape[axis];
+    }
+    return 0;
+}
+
+/* ---- unary ---- */
+
+static __device__ __forceinline__ float softplus_f(float v)
+{
+    return v > 20.0f ? v : log1pf(expf(v));
+}
+
+static __device__ __forceinline__ float unary_f(int kind, float a, float b, float v)
+{
+    switch (kind) {
+    case DITTO_UNARY_IDENTITY: return v;
+    case DITTO_UNARY_RELU: return v > 0.0f ? v : 0.0f;
+    case DITTO_UNARY_LEAKY_RELU: return v > 0.0f ? v : v * a;
+    case DITTO_UNARY_GELU: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    case DITTO_UNARY_SILU: return v / (1.0f + expf(-v));
+    case DITTO_UNARY_SIGMOID: return 1.0f / (1.0f + expf(-v));
+    case DITTO_UNARY_TANH: return tanhf(v);
+    case DITTO_UNARY_MISH: return v * tanhf(softplus_f(v));
+    case DITTO_UNARY_SOFTPLUS: return softplus_f(v);
+    case DITTO_UNARY_EXP: return expf(v);
+    case DITTO_UNARY_LOG: return logf(v);
+    case DITTO_UNARY_SQRT: return sqrtf(v);
+    case DITTO_UNARY_RSQRT: return 1.0f / sqrtf(v);
+    case DITTO_UNARY_RECIP: return 1.0f / v;
+    case DITTO_UNARY_NEG: return -v;
+    case DITTO_UNARY_ABS: return fabsf(v);
+    case DITTO_UNARY_ERF: return erff(v);
+    case DITTO_UNARY_SIN: return sinf(v);
+    case DITTO_UNARY_COS: return cosf(v);
+    case DITTO_UNARY_CLIP: return v < a ? a : v > b ? b : v;   /* NaN passes through */
+    case DITTO_UNARY_AFFINE: return __fadd_rn(__fmul_rn(a, v), b);
+    default: return v;
+    }
+}
+
+/* Operand 0 is y, 1 is x; y may be x (same view). */
+static __global__ void unary_kernel(const __grid_constant__ EwDims d, int kind, float a, float b, void *y, bool yh, const void *x, bool xh)
+{
+    EW_LOOP(i, d.numel) {
+        int64_t off[2];
+        ew_offsets(&d, 2, i, off);
+        ditto_st(y, off[0], unary_f(kind, a, b, ditto_ld(x, off[1], xh)), yh);
+    }
+}
+
+static int cuda_unary(DittoBackend *be, const DittoUnaryParams *p, const DittoTensor *x, DittoTensor *y)
+{
+    bool xh = false, yh = false;
+    DITTO_TRY(float_dtype(be, "unary", x, &xh));
+    DITTO_TRY(float_dtype(be, "unary", y, &yh));
+    const DittoTensor *t[2] = { y, x };
+    EwDims d;
+    ew_init(&d, 2, t);
+    if (d.numel <= 0)
+        return 0;
+    unary_kernel<<<ew_blocks(d.numel), EW_THREADS, 0, ditto_cuda(be)->stream>>>(d, (int)p->kind, p->alpha, p->beta, y->data, yh,
+                                                                                 x->data, xh);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+/* ---- binary ---- */
+
+static __device__ __forceinline__ float binary_f(int kind, float u, float v)
+{
+    switch (kind) {
+    case DITTO_BINARY_ADD: return u + v;
+    case DITTO_BINARY_SUB: return u - v;
+    case DITTO_BINARY_MUL: return u * v;
+    case DITTO_BINARY_DIV: return u / v;
+    case DITTO_BINARY_POW: return powf(u, v);
+    case DITTO_BINARY_MAX: return (u != u || u > v) ? u : v;   /* NaN from either side */
+    case DITTO_BINARY_MIN: return (u != u || u < v) ? u : v;
+    default: return u;
+    }
+}
+
+/* Operands y, a, b; y may alias a or b of the same shape (each element read before its write). */
+static __global__ void binary_kernel(const __grid_constant__ EwDims d, int kind, void *y, bool yh, const void *a, bool ah,
+                                     const void *b, bool bh)
+{
+    EW_LOOP(i, d.numel) {
+        int64_t off[3];
+        ew_offsets(&d, 3, i, off);
+        float u = ditto_ld(a, off[1], ah), v = ditto_ld(b, off[2], bh);
+        ditto_st(y, off[0], binary_f(kind, u, v), yh);
+    }
+}
+
+/* View of t with y's rank and shape: missing leading dims and size-1 dims get stride 0. */
+static DittoTensor broadcast_view(const DittoTensor *t, const DittoTensor *y)
+{
+    DittoTensor r = *y;
+    r.data = t->data;
+    r.dtype = t->dtype;
+    int off = y->ndim - t->ndim;
+    for (int i = 0; i < y->ndim; i++) {
+        int j = i - off;
+        r.stride[i] = (j >= 0 && t->shape[j] != 1) ? t->stride[j] : 0;
+    }
+    return r;
+}
+
+static int cuda_binary(DittoBackend *be, const DittoBinaryParams *p, const DittoTensor *a, const DittoTensor *b, DittoTensor *y)
+{
+    bool ah = false, bh = false, yh = false;
+    DITTO_TRY(float_dtype(be, "binary", a, &ah));
+    DITTO_TRY(float_dtype(be, "binary", b, &bh));
+    DITTO_TRY(float_dtype(be, "binary", y, &yh));
+    DittoTensor av = broadcast_view(a, y), bv = broadcast_view(b, y);
+    const DittoTensor *t[3] = { y, &av, &bv };
+    EwDims d;
+    ew_init(&d, 3, t);
+    if (d.numel <= 0)
+        return 0;
+    binary_kernel<<<ew_blocks(d.numel), EW_THREADS, 0, ditto_cuda(be)->stream>>>(d, (int)p->kind, y->data, yh, a->data, ah,
+                                                                                  b->data, bh);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+/* ---- block reductions (blockDim a multiple of 32, at most 1024; every thread calls them) ---- */
+
+static __device__ __forceinline__ float max_keep_nan(float acc, float r)
+{
+    return (r > acc || r != r) ? r : acc;
+}
+
+static __device__ __forceinline__ float min_keep_nan(float acc, float r)
+{
+    return (r < acc || r != r) ? r : acc;
+}
+
+static __device__ double block_sum_d(double v, double *sh)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();   /* sh may still be read by a previous call */
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0;
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* kind 0: max ignoring NaN (softmax), 1: max keeping NaN, 2: min keeping NaN */
+static __device__ float block_ext_f(float v, int kind, float *sh)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        float u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = kind == 0 ? (u > v ? u : v) : kind == 1 ? max_keep_nan(v, u) : min_keep_nan(v, u);
+    }
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : (kind == 2 ? INFINITY : -INFINITY);
+    for (int o = 16; o > 0; o >>= 1) {
+        float u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = kind == 0 ? (u > v ? u : v) : kind == 1 ? max_keep_nan(v, u) : min_keep_nan(v, u);
+    }
+    return v;
+}
+
+static int row_threads(int64_t n)
+{
+    return n >= 256 ? 256 : n >= 128 ? 128 : n >= 64 ? 64 : 32;
+}
+
+static int row_blocks(int64_t rows)
+{
+    return (int)(rows < (1 << 20) ? rows : (1 << 20));
+}
+
+/* x viewed as (outer, n, inner), contiguous */
+static void axis_split(const DittoTensor *x, int axis, int64_t *outer, int64_t *n, int64_t *inner)
+{
+    *outer = 1;
+    *inner = 1;
+    for (int i = 0; i < axis; i++)
+        *outer *= x->shape[i];
+    for (int i = axis + 1; i < x->ndim; i++)
+        *inner *= x->shape[i];
+    *n = x->shape[axis];
+}
+
+/* ---- softmax: max, float exp with a double sum, y = (float)(e * (1/sum)); y may be x ---- */
+
+/* last axis: one block per row; pass 3 recomputes exp so an in-place y is written only once */
+static __global__ void softmax_rows_kernel(const void *x, bool xh, void *y, bool yh, int64_t rows, int64_t n)
+{
+    __shared__ float shf[32];
+    __shared__ double shd[32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        int64_t base = r * n;
+        float mx = -INFINITY;
+        for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+            float v = ditto_ld(x, base + k, xh);
+            mx = v > mx ? v : mx;
+        }
+        mx = block_ext_f(mx, 0, shf);
+        double sum = 0;
+        for (int64_t k = threadIdx.x; k < n; k += blockDim.x)
+            sum += expf(ditto_ld(x, base + k, xh) - mx);
+        sum = block_sum_d(sum, shd);
+        double inv = 1.0 / sum;
+        for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+            float e = expf(ditto_ld(x, base + k, xh) - mx);
+            ditto_st(y, base + k, (float)((double)e * inv), yh);
+        }
+    }
+}
+
+/* inner > 1: one thread per (outer, inner) column, the CPU's loop order */
+static __global__ void softmax_cols_kernel(const void *x, bool xh, void *y, bool yh, int64_t outer, int64_t n, int64_t inner)
+{
+    EW_LOOP(c, outer * inner) {
+        int64_t o = c / inner, i = c - o * inner;
+        int64_t base = o * n * inner + i;
+        float mx = -INFINITY;
+        for (int64_t k = 0; k < n; k++) {
+            float v = ditto_ld(x, base + k * inner, xh);
+            mx = v > mx ? v : mx;
+        }
+        double sum = 0;
+        for (int64_t k = 0; k < n; k++)
+            sum += expf(ditto_ld(x, base + k * inner, xh) - mx);
+        double inv = 1.0 / sum;
+        for (int64_t k = 0; k < n; k++) {
+            float e = expf(ditto_ld(x, base + k * inner, xh) - mx);
+            ditto_st(y, base + k * inner, (float)((double)e * inv), yh);
+        }
+    }
+}
+
+static int cuda_softmax(DittoBackend *be, const DittoSoftmaxParams *p, const DittoTensor *x, DittoTensor *y)
+{
+    bool xh = false, yh = false;
+    DITTO_TRY(float_dtype(be, "softmax", x, &xh));
+    DITTO_TRY(float_dtype(be, "softmax", y, &yh));
+    int64_t outer, n, inner;
+    axis_split(x, p->axis, &outer, &n, &inner);
+    if (outer * inner == 0 || n == 0)
+        return 0;
+    cudaStream_t st = ditto_cuda(be)->stream;
+    if (inner == 1)
+        softmax_rows_kernel<<<row_blocks(outer), row_threads(n), 0, st>>>(x->data, xh, y->data, yh, outer, n);
+    else
+        softmax_cols_kernel<<<ew_blocks(outer * inner), EW_THREADS, 0, st>>>(x->data, xh, y->data, yh, outer, n, inner);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+/* ---- reduce: double accumulation, one rounding at the end ---- */
+
+static __device__ __forceinline__ float reduce_finish(int kind, double v, int64_t n)
+{
+    if (kind == DITTO_REDUCE_MEAN)
+        v /= (double)n;
+    else if (kind == DITTO_REDUCE_L2)
+        v = sqrt(v);
+    return (float)v;
+}
+
+static __global__ void reduce_rows_kernel(const void *x, bool xh, void *y, bool yh, int kind, int64_t rows, int64_t n)
+{
+    __shared__ float shf[32];
+    __shared__ double shd[32];
+    bool ext = kind == DITTO_REDUCE_MAX || kind == DITTO_REDUCE_MIN;
+    bool sq = kind == DITTO_REDUCE_SUMSQ || kind == DITTO_REDUCE_L2;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        int64_t base = r * n;
+        float res;
+        if (ext) {
+            bool mx = kind == DITTO_REDUCE_MAX;
+            float acc = mx ? -INFINITY : INFINITY;
+            for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+                float v = ditto_ld(x, base + k, xh);
+                acc = mx ? max_keep_nan(acc, v) : min_keep_nan(acc, v);
+            }
+            res = block_ext_f(acc, mx ? 1 : 2, shf);
+        } else {
+            double acc = 0;
+            for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+                double v = ditto_ld(x, base + k, xh);
+                acc += sq ? v * v : v;
+            }
+            res = reduce_finish(kind, block_sum_d(acc, shd), n);
+        }
+        if (threadIdx.x == 0)
+            ditto_st(y, r, res, yh);
+    }
+}
+
+static __global__ void reduce_cols_kernel(const void *x, bool xh, void *y, bool yh, int kind, int64_t outer, int64_t n, int64_t inner)
+{
+    bool ext = kind == DITTO_REDUCE_MAX || kind == DITTO_REDUCE_MIN;
+    bool sq = kind == DITTO_REDUCE_SUMSQ || kind == DITTO_REDUCE_L2;
+    EW_LOOP(c, outer * inner) {
+        int64_t o = c / inner, i = c - o * inner;
+        int64_t base = o * n * inner + i;
+        float res;
+        if (ext) {
+            float acc = ditto_ld(x, base, xh);
+            for (int64_t k = 1; k < n; k++) {
+                float v = ditto_ld(x, base + k * inner, xh);
+                acc = kind == DITTO_REDUCE_MAX ? max_keep_nan(acc, v) : min_keep_nan(acc, v);
+            }
+            res = acc;
+        } else {
+            double acc = 0;
+            for (int64_t k = 0; k < n; k++) {
+                double v = ditto_ld(x, base + k * inner, xh);
+                acc += sq ? v * v : v;
+            }
+            res = reduce_finish(kind, acc, n);
+        }
+        ditto_st(y, c, res, yh);
+    }
+}
+
+static int cuda_reduce(DittoBackend *be, const DittoReduceParams *p, const DittoTensor *x, DittoTensor *y)
+{
+    bool xh = false, yh = false;
+    DITTO_TRY(float_dtype(be, "reduce", x, &xh));
+    DITTO_TRY(float_dtype(be, "reduce", y, &yh));
+    int64_t outer, n, inner;
+    axis_split(x, p->axis, &outer, &n, &inner);
+    if (outer * inner == 0)
+        return 0;
+    if (n == 0 && (p->kind == DITTO_REDUCE_MAX || p->kind == DITTO_REDUCE_MIN))
+        return ditto_fail(&be->log, DITTO_ERR_SHAPE, "op reduce: max/min over an empty axis");
+    cudaStream_t st = ditto_cuda(be)->stream;
+    if (inner == 1 && n > 1)
+        reduce_rows_kernel<<<row_blocks(outer), row_threads(n), 0, st>>>(x->data, xh, y->data, yh, (int)p->kind, outer, n);
+    else
+        reduce_cols_kernel<<<ew_blocks(outer * inner), EW_THREADS, 0, st>>>(x->data, xh, y->data, yh, (int)p->kind, outer, n, inner);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
 
 void ditto_cuda_init_elementwise(DittoOps *ops)
 {
-    (void)ops;
+    ops->copy = cuda_copy;
+    ops->fill = cuda_fill;
+    ops->unary = cuda_unary;
+    ops->binary = cuda_binary;
+    ops->softmax = cuda_softmax;
+    ops->reduce = cuda_reduce;
+    ops->concat = cuda_concat;
 }

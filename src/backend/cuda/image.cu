@@ -1,6 +1,472 @@
+/*
+ * CUDA image ops with OpenCV semantics (ditto-architecture.md section 6.3):
+ * cv2.warpAffine INTER_LINEAR + BORDER_CONSTANT, cv2.resize INTER_AREA and
+ * INTER_LINEAR. Images are (H,W,C) or (N,H,W,C), uint8 or float32, any
+ * channel count; one thread per destination pixel, looping over channels.
+ *
+ * Bit-identical to src/backend/cpu/image.c: every per-row/per-column
+ * coefficient is computed on the device with the CPU's double and float
+ * operations in the CPU's order, using the unfused _rn intrinsics (nvcc
+ * would otherwise contract a*b+c into an FMA, which rounds once), rint for
+ * nearbyint, and the same integer fixed-point sums. The 2x3 inverse and the
+ * scale factors are computed on the host exactly as the CPU does. Nothing is
+ * uploaded per call, so the ops can be captured in a CUDA graph.
+ */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
 #include "backend/cuda/cuda_backend.h"
+
+#define IMG_THREADS 256
+
+#define GRID_LOOP(i, n) \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+/* Batch, height, width, channels of an (H,W,C) or (N,H,W,C) image. */
+typedef struct ImgDims {
+    int64_t n, h, w, c;
+} ImgDims;
+
+static ImgDims img_dims(const DittoTensor *t)
+{
+    int o = t->ndim - 3;
+    ImgDims d = { o ? t->shape[0] : 1, t->shape[o], t->shape[o + 1], t->shape[o + 2] };
+    return d;
+}
+
+static int image_device(DittoBackend *be, const char *op, const DittoTensor *x, const DittoTensor *y)
+{
+    if (x->device != DITTO_DEVICE_CUDA || y->device != DITTO_DEVICE_CUDA)
+        return ditto_fail(&be->log, DITTO_ERR_INVAL, "op %s: images must be on the cuda device", op);
+    return 0;
+}
+
+/* cvRound: nearest, ties to even, saturated to int (host and device). */
+static __host__ __device__ __forceinline__ int64_t round_sat(double v)
+{
+    if (v != v)
+        return 0;
+    if (v <= (double)INT32_MIN)
+        return INT32_MIN;
+    if (v >= (double)INT32_MAX)
+        return INT32_MAX;
+    return (int64_t)rint(v);
+}
+
+static __host__ __device__ __forceinline__ uint8_t sat_u8(int64_t v)
+{
+    return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+/* floor(v / 2^s) without relying on the sign behaviour of >> */
+static __device__ __forceinline__ int64_t floor_shift(int64_t v, int s)
+{
+    int64_t d = (int64_t)1 << s;
+    return v >= 0 ? v / d : -((-v + d - 1) / d);
+}
+
+/* ---- warp_affine ---- */
+
+typedef struct WarpArgs {
+    const void *x;
+    void *y;
+    ImgDims in, out;
+    bool u8;
+    double a11, a12, a21, a22, b1, b2;   /* inverse map: destination -> source */
+    float cval_f;
+    uint8_t cval_u8;
+    int64_t total;                       /* N * out H * out W */
+} WarpArgs;
+
+static __global__ void warp_affine_kernel(const __grid_constant__ WarpArgs g)
+{
+    const int64_t W = g.in.w, H = g.in.h, C = g.in.c;
+    GRID_LOOP(t, g.total) {
+        int64_t dx = t % g.out.w, r = t / g.out.w;   /* r = n * out H + dy */
+        int64_t n = r / g.out.h, dy = r - n * g.out.h;
+        /* 1/1024-pixel row origin, +16 rounds the later >> 5 to 1/32 pixel */
+        int64_t X0 = round_sat(__dmul_rn(__dadd_rn(__dmul_rn(g.a12, (double)dy), g.b1), 1024.0)) + 16;
+        int64_t Y0 = round_sat(__dmul_rn(__dadd_rn(__dmul_rn(g.a22, (double)dy), g.b2), 1024.0)) + 16;
+        int64_t X = floor_shift(X0 + round_sat(__dmul_rn(__dmul_rn(g.a11, (double)dx), 1024.0)), 5);
+        int64_t Y = floor_shift(Y0 + round_sat(__dmul_rn(__dmul_rn(g.a21, (double)dx), 1024.0)), 5);
+        int64_t sx = floor_shift(X, 5), sy = floor_shift(Y, 5);
+        int ax = (int)(X - sx * 32), ay = (int)(Y - sy * 32);
+        int64_t src = n * H * W * C, dst = t * C;
+        /* a pixel whose four taps are all outside is the border value itself */
+        bool all_out = sx >= W || sx + 1 < 0 || sy >= H || sy + 1 < 0;
+        int64_t tap[4];
+        for (int k = 0; k < 4; k++) {
+            int64_t tx = sx + (k & 1), ty = sy + (k >> 1);
+            tap[k] = tx >= 0 && tx < W && ty >= 0 && ty < H ? src + (ty * W + tx) * C : -1;
+        }
+        if (g.u8) {
+            const uint8_t *x = (const uint8_t *)g.x;
+            uint8_t *y = (uint8_t *)g.y;
+            if (all_out) {
+                for (int64_t ch = 0; ch < C; ch++)
+                    y[dst + ch] = g.cval_u8;
+                continue;
+            }
+            /* round(w * 32768) of the bilinear weights: exact integers summing to 32768 */
+            const int32_t w[4] = { (32 - ax) * (32 - ay) * 32, ax * (32 - ay) * 32, (32 - ax) * ay * 32, ax * ay * 32 };
+            for (int64_t ch = 0; ch < C; ch++) {
+                int32_t s = 0;
+                for (int k = 0; k < 4; k++)
+                    s += w[k] * (tap[k] >= 0 ? (int32_t)x[tap[k] + ch] : (int32_t)g.cval_u8);
+                y[dst + ch] = sat_u8((s + (1 << 14)) >> 15);
+            }
+        } else {
+            const float *x = (const float *)g.x;
+            float *y = (float *)g.y;
+            if (all_out) {
+                for (int64_t ch = 0; ch < C; ch++)
+                    y[dst + ch] = g.cval_f;
+                continue;
+            }
+            /* OpenCV's float table: products of (1 - f) and f with f = a/32, exact in float */
+            float fx = (float)ax * (1.0f / 32), fy = (float)ay * (1.0f / 32);
+            const float w[4] = { __fmul_rn(1.0f - fy, 1.0f - fx), __fmul_rn(1.0f - fy, fx), __fmul_rn(fy, 1.0f - fx), __fmul_rn(fy, fx) };
+            for (int64_t ch = 0; ch < C; ch++) {
+                float v[4];
+                for (int k = 0; k < 4; k++)
+                    v[k] = tap[k] >= 0 ? x[tap[k] + ch] : g.cval_f;
+                /* order (y0,x0), (y0,x1), (y1,x0), (y1,x1), left to right */
+                float acc = __fadd_rn(__fmul_rn(v[0], w[0]), __fmul_rn(v[1], w[1]));
+                acc = __fadd_rn(acc, __fmul_rn(v[2], w[2]));
+                y[dst + ch] = __fadd_rn(acc, __fmul_rn(v[3], w[3]));
+            }
+        }
+    }
+}
+
+static int cuda_warp_affine(DittoBackend *be, const DittoWarpAffineParams *p, const DittoTensor *x, DittoTensor *y)
+{
+    DITTO_TRY(image_device(be, "warp_affine", x, y));
+    WarpArgs g;
+    memset(&g, 0, sizeof g);
+    g.x = x->data;
+    g.y = y->data;
+    g.in = img_dims(x);
+    g.out = img_dims(y);
+    g.u8 = x->dtype == DITTO_U8;
+    /* invert M (source -> destination) in double, as cv::invertAffineTransform */
+    const double *m = p->m;
+    double D = 1.0 / (m[0] * m[4] - m[1] * m[3]);
+    g.a11 = m[4] * D;
+    g.a12 = -m[1] * D;
+    g.a21 = -m[3] * D;
+    g.a22 = m[0] * D;
+    g.b1 = -g.a11 * m[2] - g.a12 * m[5];
+    g.b2 = -g.a21 * m[2] - g.a22 * m[5];
+    g.cval_f = p->border_value;
+    g.cval_u8 = sat_u8(round_sat(p->border_value));
+    g.total = g.out.n * g.out.h * g.out.w;
+    if (g.total == 0 || g.out.c == 0)
+        return 0;
+    warp_affine_kernel<<<ditto_cuda_blocks(g.total, IMG_THREADS), IMG_THREADS, 0, ditto_cuda(be)->stream>>>(g);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+/* ---- resize: INTER_LINEAR and the linear emulation of INTER_AREA upscaling ---- */
+
+/*
+ * Coefficients of destination index d along one axis, as cv::resize computes
+ * them (see lin_tap in the CPU file): linear mode uses half-pixel centres
+ * rounded to float; area mode floor(d in/out) and the cell-overlap fraction.
+ * clamp_edges is the horizontal-pass rule.
+ */
+typedef struct LinTap {
+    int64_t i0, i1;
+    float f;                 /* weight of i1; i0 gets 1 - f */
+} LinTap;
+
+static __device__ LinTap lin_tap(int64_t d, int64_t in, double scale, double inv_scale, bool area_mode, bool clamp_edges)
+{
+    int64_t s;
+    float f;
+    if (!area_mode) {
+        f = __double2float_rn(__dsub_rn(__dmul_rn(__dadd_rn((double)d, 0.5), scale), 0.5));
+        s = (int64_t)floorf(f);
+        f = __fsub_rn(f, (float)s);
+    } else {
+        s = (int64_t)floor(__dmul_rn((double)d, scale));
+        f = __double2float_rn(__dsub_rn((double)(d + 1), __dmul_rn((double)(s + 1), inv_scale)));
+        f = f <= 0 ? 0.0f : __fsub_rn(f, floorf(f));
+    }
+    if (clamp_edges) {
+        if (s < 0)
+            f = 0, s = 0;
+        if (s >= in - 1)
+            f = 0, s = in - 1;
+    }
+    LinTap t;
+    t.i0 = s < 0 ? 0 : s > in - 1 ? in - 1 : s;
+    t.i1 = s + 1 < 0 ? 0 : s + 1 > in - 1 ? in - 1 : s + 1;
+    t.f = f;
+    return t;
+}
+
+/* 11-bit fixed-point weights, each rounded on its own as OpenCV does */
+static __device__ __forceinline__ void fixed_weights(float f, int32_t *w0, int32_t *w1)
+{
+    *w0 = (int32_t)rintf(__fmul_rn(__fsub_rn(1.0f, f), 2048.0f));
+    *w1 = (int32_t)rintf(__fmul_rn(f, 2048.0f));
+}
+
+typedef struct ResizeArgs {
+    const void *x;
+    void *y;
+    ImgDims in, out;
+    bool u8, area_mode;
+    double sx, sy, inv_sx, inv_sy;       /* in/out and out/in per axis */
+    int64_t total;                       /* N * out H * out W */
+} ResizeArgs;
+
+static __global__ void resize_linear_kernel(const __grid_constant__ ResizeArgs a)
+{
+    const int64_t C = a.in.c, in_row = a.in.w * C, in_img = a.in.h * in_row;
+    GRID_LOOP(t, a.total) {
+        int64_t dx = t % a.out.w, row = t / a.out.w;
+        int64_t n = row / a.out.h, dy = row - n * a.out.h;
+        LinTap ty = lin_tap(dy, a.in.h, a.sy, a.inv_sy, a.area_mode, false);
+        LinTap tx = lin_tap(dx, a.in.w, a.sx, a.inv_sx, a.area_mode, true);
+        int64_t o0 = n * in_img + ty.i0 * in_row, o1 = n * in_img + ty.i1 * in_row;
+        int64_t c0 = tx.i0 * C, c1 = tx.i1 * C;
+        /* at the right edge both taps are the last pixel: one tap, as OpenCV's xmax */
+        bool one = tx.i0 == tx.i1;
+        int64_t dst = t * C;
+        if (a.u8) {
+            const uint8_t *s0 = (const uint8_t *)a.x + o0, *s1 = (const uint8_t *)a.x + o1;
+            uint8_t *d = (uint8_t *)a.y + dst;
+            int32_t a0, a1, b0, b1;
+            fixed_weights(tx.f, &a0, &a1);
+            fixed_weights(ty.f, &b0, &b1);
+            for (int64_t ch = 0; ch < C; ch++) {
+                int32_t h0 = one ? s0[c0 + ch] * 2048 : s0[c0 + ch] * a0 + s0[c1 + ch] * a1;
+                int32_t h1 = one ? s1[c0 + ch] * 2048 : s1[c0 + ch] * a0 + s1[c1 + ch] * a1;
+                /* OpenCV's SIMD vertical pass, as src/backend/cpu/image.c */
+                d[ch] = sat_u8(((((h0 >> 4) * b0) >> 16) + (((h1 >> 4) * b1) >> 16) + 2) >> 2);
+            }
+        } else {
+            const float *s0 = (const float *)a.x + o0, *s1 = (const float *)a.x + o1;
+            float *d = (float *)a.y + dst;
+            float a0 = __fsub_rn(1.0f, tx.f), a1 = tx.f, b0 = __fsub_rn(1.0f, ty.f), b1 = ty.f;
+            for (int64_t ch = 0; ch < C; ch++) {
+                float h0 = one ? s0[c0 + ch] : __fadd_rn(__fmul_rn(s0[c0 + ch], a0), __fmul_rn(s0[c1 + ch], a1));
+                float h1 = one ? s1[c0 + ch] : __fadd_rn(__fmul_rn(s1[c0 + ch], a0), __fmul_rn(s1[c1 + ch], a1));
+                d[ch] = __fadd_rn(__fmul_rn(h0, b0), __fmul_rn(h1, b1));
+            }
+        }
+    }
+}
+
+/* ---- resize: INTER_AREA decimation ---- */
+
+typedef struct AreaArgs {
+    const void *x;
+    void *y;
+    ImgDims in, out;
+    bool u8;
+    int fx, fy;              /* integer factors, 0 for the general path */
+    float scale;             /* 1 / (fx fy), fast path */
+    double sx, sy;           /* in/out per axis */
+    int64_t total;           /* N * out H * out W */
+} AreaArgs;
+
+/*
+ * Integer factors: the plain box mean. uint8 2x2 with 1, 3 or 4 channels is
+ * (a+b+c+d+2)>>2; other uint8 cases round sum * (1/area) in float to nearest
+ * even; float sums in window order, four at a time, times 1/area.
+ */
+static __global__ void area_fast_kernel(const __grid_constant__ AreaArgs a)
+{
+    const int64_t C = a.in.c, in_row = a.in.w * C, in_img = a.in.h * in_row;
+    const bool half_up = a.u8 && a.fx == 2 && a.fy == 2 && (C == 1 || C == 3 || C == 4);
+    const int area = a.fx * a.fy;
+    GRID_LOOP(t, a.total) {
+        int64_t dx = t % a.out.w, row = t / a.out.w;
+        int64_t n = row / a.out.h, dy = row - n * a.out.h;
+        int64_t base = n * in_img + dy * a.fy * in_row + dx * a.fx * C;
+        for (int64_t ch = 0; ch < C; ch++) {
+            int64_t o = base + ch;
+            if (a.u8) {
+                const uint8_t *s = (const uint8_t *)a.x + o;
+                int32_t sum = 0;
+                for (int i = 0; i < a.fy; i++)
+                    for (int j = 0; j < a.fx; j++)
+                        sum += s[i * in_row + j * C];
+                ((uint8_t *)a.y)[t * C + ch] = half_up ? (uint8_t)((sum + 2) >> 2) : sat_u8((int64_t)rintf(__fmul_rn((float)sum, a.scale)));
+            } else {
+                const float *s = (const float *)a.x + o;
+                int k = 0;
+                float sum = 0;
+#define TAP(k) s[(int64_t)((k) / a.fx) * in_row + (int64_t)((k) % a.fx) * C]
+                for (; k + 4 <= area; k += 4)
+                    sum += TAP(k) + TAP(k + 1) + TAP(k + 2) + TAP(k + 3);
+                for (; k < area; k++)
+                    sum += TAP(k);
+#undef TAP
+                ((float *)a.y)[t * C + ch] = __fmul_rn(sum, a.scale);
+            }
+        }
+    }
+}
+
+/*
+ * General decimation: destination cell [d s, (d+1) s) covers a partial first
+ * pixel, whole pixels and a partial last one; weights are overlap / cell
+ * width (slivers under 1e-3 dropped). Rows are weighted sums of the
+ * horizontally weighted source rows, in float, like OpenCV.
+ */
+typedef struct AreaSpan {
+    int64_t first, last;     /* source range, inclusive */
+    float w_first, w_mid, w_last;
+    bool has_first, has_last;
+} AreaSpan;
+
+static __device__ AreaSpan area_span(int64_t d, int64_t in, double scale)
+{
+    double f1 = __dmul_rn((double)d, scale), f2 = __dadd_rn(f1, scale);
+    double cell = fmin(scale, __dsub_rn((double)in, f1));
+    int64_t s1 = (int64_t)ceil(f1), s2 = (int64_t)floor(f2);
+    if (s2 > in - 1)
+        s2 = in - 1;
+    if (s1 > s2)
+        s1 = s2;
+    AreaSpan a;
+    double lead = __dsub_rn((double)s1, f1), tail = __dsub_rn(f2, (double)s2);
+    a.has_first = lead > 1e-3;
+    a.w_first = __double2float_rn(__ddiv_rn(lead, cell));
+    a.w_mid = __double2float_rn(__ddiv_rn(1.0, cell));
+    a.has_last = tail > 1e-3;
+    a.w_last = __double2float_rn(__ddiv_rn(fmin(fmin(tail, 1.0), cell), cell));
+    a.first = a.has_first ? s1 - 1 : s1;
+    a.last = a.has_last ? s2 : s2 - 1;
+    return a;
+}
+
+static __device__ __forceinline__ float span_weight(const AreaSpan *a, int64_t s)
+{
+    if (a->has_first && s == a->first)
+        return a->w_first;
+    if (a->has_last && s == a->last)
+        return a->w_last;
+    return a->w_mid;
+}
+
+static __global__ void area_kernel(const __grid_constant__ AreaArgs a)
+{
+    const int64_t C = a.in.c, in_row = a.in.w * C, in_img = a.in.h * in_row;
+    GRID_LOOP(t, a.total) {
+        int64_t dx = t % a.out.w, row = t / a.out.w;
+        int64_t n = row / a.out.h, dy = row - n * a.out.h;
+        AreaSpan ys = area_span(dy, a.in.h, a.sy);
+        AreaSpan xs = area_span(dx, a.in.w, a.sx);
+        for (int64_t ch = 0; ch < C; ch++) {
+            float sum = 0;
+            for (int64_t sy = ys.first; sy <= ys.last; sy++) {
+                int64_t o = n * in_img + sy * in_row + ch;
+                float buf = 0;
+                for (int64_t sx = xs.first; sx <= xs.last; sx++) {
+                    float v = a.u8 ? (float)((const uint8_t *)a.x)[o + sx * C] : ((const float *)a.x)[o + sx * C];
+                    buf = __fadd_rn(buf, __fmul_rn(v, span_weight(&xs, sx)));
+                }
+                sum = __fadd_rn(sum, __fmul_rn(span_weight(&ys, sy), buf));
+            }
+            if (a.u8)
+                ((uint8_t *)a.y)[t * C + ch] = sat_u8((int64_t)rintf(sum));
+            else
+                ((float *)a.y)[t * C + ch] = sum;
+        }
+    }
+}
+
+/* Integer factor per axis as OpenCV detects it (|scale - round| < DBL_EPSILON), else 0. */
+static int int_factor(double scale)
+{
+    double r = nearbyint(scale);
+    return fabs(scale - r) < DBL_EPSILON && r >= 1 && r <= INT32_MAX ? (int)r : 0;
+}
+
+static int run_linear(DittoBackend *be, const DittoTensor *x, DittoTensor *y, bool area_mode)
+{
+    ResizeArgs r;
+    memset(&r, 0, sizeof r);
+    r.x = x->data;
+    r.y = y->data;
+    r.in = img_dims(x);
+    r.out = img_dims(y);
+    r.u8 = x->dtype == DITTO_U8;
+    r.area_mode = area_mode;
+    /* cv::resize: inv_scale = out/in, scale = 1/inv_scale (not in/out) */
+    r.inv_sx = (double)r.out.w / (double)r.in.w;
+    r.inv_sy = (double)r.out.h / (double)r.in.h;
+    r.sx = 1.0 / r.inv_sx;
+    r.sy = 1.0 / r.inv_sy;
+    r.total = r.out.n * r.out.h * r.out.w;
+    if (r.total == 0 || r.out.c == 0)
+        return 0;
+    resize_linear_kernel<<<ditto_cuda_blocks(r.total, IMG_THREADS), IMG_THREADS, 0, ditto_cuda(be)->stream>>>(r);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+static int run_area(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
+{
+    AreaArgs a;
+    memset(&a, 0, sizeof a);
+    a.x = x->data;
+    a.y = y->data;
+    a.in = img_dims(x);
+    a.out = img_dims(y);
+    a.u8 = x->dtype == DITTO_U8;
+    a.sx = 1.0 / ((double)a.out.w / (double)a.in.w);
+    a.sy = 1.0 / ((double)a.out.h / (double)a.in.h);
+    a.fx = int_factor(a.sx);
+    a.fy = int_factor(a.sy);
+    a.total = a.out.n * a.out.h * a.out.w;
+    if (a.total == 0 || a.out.c == 0)
+        return 0;
+    cudaStream_t st = ditto_cuda(be)->stream;
+    if (a.fx && a.fy) {
+        a.scale = 1.0f / (float)(a.fx * a.fy);
+        area_fast_kernel<<<ditto_cuda_blocks(a.total, IMG_THREADS), IMG_THREADS, 0, st>>>(a);
+    } else {
+        area_kernel<<<ditto_cuda_blocks(a.total, IMG_THREADS), IMG_THREADS, 0, st>>>(a);
+    }
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+/*
+ * INTER_AREA: true area averaging only when both axes shrink (or keep) their
+ * size; otherwise OpenCV's bilinear emulation (lin_tap's area mode).
+ */
+static int cuda_resize_area(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
+{
+    DITTO_TRY(image_device(be, "resize_area", x, y));
+    ImgDims in = img_dims(x), out = img_dims(y);
+    if (in.w >= out.w && in.h >= out.h)
+        return run_area(be, x, y);
+    return run_linear(be, x, y, true);
+}
+
+/* INTER_LINEAR; an exact 2x decimation on both axes takes the integer area path, as cv::resize does. */
+static int cuda_resize_bilinear(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
+{
+    DITTO_TRY(image_device(be, "resize_bilinear", x, y));
+    ImgDims in = img_dims(x), out = img_dims(y);
+    double sx = 1.0 / ((double)out.w / (double)in.w), sy = 1.0 / ((double)out.h / (double)in.h);
+    if (int_factor(sx) == 2 && int_factor(sy) == 2)
+        return run_area(be, x, y);
+    return run_linear(be, x, y, false);
+}
 
 void ditto_cuda_init_image(DittoOps *ops)
 {
-    (void)ops;
+    ops->warp_affine = cuda_warp_affine;
+    ops->resize_area = cuda_resize_area;
+    ops->resize_bilinear = cuda_resize_bilinear;
 }

@@ -1,6 +1,295 @@
+/*
+ * CUDA normalisations: batch (eval), instance, layer (last dim or channels
+ * first) and group norm. Tensors are f32 or f16, each on its own (mixing is
+ * allowed); all maths is fp32 or wider.
+ *
+ * Statistics are two-pass and accumulated in double (mean, then the mean of
+ * squared deviations), as in the CPU oracle, so inputs with a large common
+ * offset keep their precision. The mean is then split into two floats
+ * (hi + lo) and an output is fma((x - hi) - lo, rstd * w, b): x - hi is exact
+ * for x near the mean, so the result is within a few ulps of the oracle's
+ * double expression. Every kernel reads an element before writing the same
+ * index, so y may be x.
+ */
 #include "backend/cuda/cuda_backend.h"
+
+#define NORM_THREADS 256
+/* Sets up to this long go one per warp (8 elements a lane); longer ones one per block. */
+#define WARP_SET_MAX 256
+
+/*
+ * Statistics sets of len contiguous elements (set s at s * len); element k of
+ * set s takes affine channel (s % G) * Cg + k / R. Instance norm: G = C,
+ * Cg = 1; group norm: Cg = C / G, R = spatial size; layer norm over the last
+ * dim: G = 1, Cg = len, R = 1.
+ */
+typedef struct NormArgs {
+    const void *x, *w, *b;
+    void *y;
+    bool xh, wh, bh, yh;      /* f16 storage flags */
+    int64_t sets, len, G, Cg, R;
+    double eps;
+} NormArgs;
+
+static __device__ __forceinline__ double warp_sum(double v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32); every thread gets the total. */
+static __device__ double block_sum(double v, double *sh)
+{
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();  /* sh may still be read from the previous call */
+    if (lane == 0)
+        sh[wid] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0;
+    return warp_sum(v);
+}
+
+/* Normalise element k of set s (stats mean, rstd) from x into y. */
+static __device__ __forceinline__ void norm_store(const NormArgs &a, int64_t s, int64_t k, float m_hi, float m_lo,
+                                                  float rstd)
+{
+    int64_t c = (s % a.G) * a.Cg + (a.R == 1 ? k : a.Cg == 1 ? 0 : k / a.R);
+    float sc = a.w ? rstd * ditto_ld(a.w, c, a.wh) : rstd;
+    float bv = a.b ? ditto_ld(a.b, c, a.bh) : 0.0f;
+    int64_t i = s * a.len + k;
+    float d = (ditto_ld(a.x, i, a.xh) - m_hi) - m_lo;
+    ditto_st(a.y, i, fmaf(d, sc, bv), a.yh);
+}
+
+static __device__ __forceinline__ void split_stats(double mean, double var, double eps, float *m_hi, float *m_lo, float *rstd)
+{
+    *m_hi = (float)mean;
+    *m_lo = (float)(mean - (double)*m_hi);
+    *rstd = (float)(1.0 / sqrt(var + eps));
+}
+
+/* One block per set. */
+static __global__ void k_norm_sets_block(NormArgs a)
+{
+    __shared__ double sh[32];
+    for (int64_t s = blockIdx.x; s < a.sets; s += gridDim.x) {
+        const int64_t base = s * a.len;
+        double acc = 0.0;
+        for (int64_t k = threadIdx.x; k < a.len; k += blockDim.x)
+            acc += ditto_ld(a.x, base + k, a.xh);
+        double mean = block_sum(acc, sh) / (double)a.len;
+        acc = 0.0;
+        for (int64_t k = threadIdx.x; k < a.len; k += blockDim.x) {
+            double d = ditto_ld(a.x, base + k, a.xh) - mean;
+            acc += d * d;
+        }
+        double var = block_sum(acc, sh) / (double)a.len;
+        float m_hi, m_lo, rstd;
+        split_stats(mean, var, a.eps, &m_hi, &m_lo, &rstd);
+        for (int64_t k = threadIdx.x; k < a.len; k += blockDim.x)
+            norm_store(a, s, k, m_hi, m_lo, rstd);
+    }
+}
+
+/* One warp per set (short sets: layer norm rows, small planes). */
+static __global__ void k_norm_sets_warp(NormArgs a)
+{
+    int lane = threadIdx.x & 31;
+    int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t s = warp; s < a.sets; s += nwarps) {
+        const int64_t base = s * a.len;
+        double acc = 0.0;
+        for (int64_t k = lane; k < a.len; k += 32)
+            acc += ditto_ld(a.x, base + k, a.xh);
+        double mean = warp_sum(acc) / (double)a.len;
+        acc = 0.0;
+        for (int64_t k = lane; k < a.len; k += 32) {
+            double d = ditto_ld(a.x, base + k, a.xh) - mean;
+            acc += d * d;
+        }
+        double var = warp_sum(acc) / (double)a.len;
+        float m_hi, m_lo, rstd;
+        split_stats(mean, var, a.eps, &m_hi, &m_lo, &rstd);
+        for (int64_t k = lane; k < a.len; k += 32)
+            norm_store(a, s, k, m_hi, m_lo, rstd);
+    }
+}
+
+/* Layer norm over dim 1 of (N, C, R): one thread per position (n, r), reading C values R apart (coalesced over r). */
+static __global__ void k_layer_norm_cf(NormArgs a, int64_t N, int64_t C)
+{
+    const int64_t R = a.R, total = N * R;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t base = t / R * C * R + t % R;
+        double acc = 0.0;
+        for (int64_t c = 0; c < C; c++)
+            acc += ditto_ld(a.x, base + c * R, a.xh);
+        double mean = acc / (double)C;
+        acc = 0.0;
+        for (int64_t c = 0; c < C; c++) {
+            double d = ditto_ld(a.x, base + c * R, a.xh) - mean;
+            acc += d * d;
+        }
+        float m_hi, m_lo, rstd;
+        split_stats(mean, acc / (double)C, a.eps, &m_hi, &m_lo, &rstd);
+        for (int64_t c = 0; c < C; c++) {
+            float sc = a.w ? rstd * ditto_ld(a.w, c, a.wh) : rstd;
+            float bv = a.b ? ditto_ld(a.b, c, a.bh) : 0.0f;
+            int64_t i = base + c * R;
+            float d = (ditto_ld(a.x, i, a.xh) - m_hi) - m_lo;
+            ditto_st(a.y, i, fmaf(d, sc, bv), a.yh);
+        }
+    }
+}
+
+/* Eval batch norm: y = (x - mean[c]) / sqrt(var[c] + eps) * w[c] + b[c], c = i / R % C; IEEE-rounded fp32. */
+static __global__ void k_batch_norm(NormArgs a, const void *mean, bool mh, const void *var, bool vh, int64_t C, int64_t n)
+{
+    const float eps = (float)a.eps;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c = i / a.R % C;
+        float sc = __fdiv_rn(1.0f, __fsqrt_rn(ditto_ld(var, c, vh) + eps));
+        if (a.w)
+            sc *= ditto_ld(a.w, c, a.wh);
+        float bv = a.b ? ditto_ld(a.b, c, a.bh) : 0.0f;
+        float d = ditto_ld(a.x, i, a.xh) - ditto_ld(mean, c, mh);
+        ditto_st(a.y, i, fmaf(d, sc, bv), a.yh);
+    }
+}
+
+/* ---- launchers ---- */
+
+static bool storage_ok(const DittoTensor *t)
+{
+    return !t || t->dtype == DITTO_F32 || t->dtype == DITTO_F16;
+}
+
+static bool is_h(const DittoTensor *t)
+{
+    return t && t->dtype == DITTO_F16;
+}
+
+static int check_dtypes(DittoBackend *be, const char *op, const DittoTensor *const *ts, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!storage_ok(ts[i]))
+            return ditto_fail(&be->log, DITTO_ERR_UNSUPPORTED, "op %s: dtype %s not supported by the cuda backend (f32 or f16)",
+                              op, ditto_dtype_name(ts[i]->dtype));
+    return 0;
+}
+
+static NormArgs norm_args(const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b,
+                          DittoTensor *y)
+{
+    NormArgs a;
+    a.x = x->data;
+    a.w = w ? w->data : NULL;
+    a.b = b ? b->data : NULL;
+    a.y = y->data;
+    a.xh = is_h(x);
+    a.wh = is_h(w);
+    a.bh = is_h(b);
+    a.yh = is_h(y);
+    a.sets = a.len = a.G = a.Cg = a.R = 1;
+    a.eps = (double)p->eps;
+    return a;
+}
+
+/* Size of dims 2.. (1 for a 2-D tensor). */
+static int64_t inner_size(const DittoTensor *x)
+{
+    int64_t r = 1;
+    for (int i = 2; i < x->ndim; i++)
+        r *= x->shape[i];
+    return r;
+}
+
+static int run_sets(DittoBackend *be, const NormArgs *a)
+{
+    cudaStream_t st = ditto_cuda(be)->stream;
+    if (a->len <= WARP_SET_MAX)
+        k_norm_sets_warp<<<ditto_cuda_blocks(a->sets * 32, NORM_THREADS), NORM_THREADS, 0, st>>>(*a);
+    else
+        k_norm_sets_block<<<ditto_cuda_blocks(a->sets * NORM_THREADS, NORM_THREADS), NORM_THREADS, 0, st>>>(*a);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+static int cuda_batch_norm(DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *mean,
+                           const DittoTensor *var, const DittoTensor *w, const DittoTensor *b, DittoTensor *y)
+{
+    const DittoTensor *ts[] = { x, mean, var, w, b, y };
+    DITTO_TRY(check_dtypes(be, "batch_norm", ts, 6));
+    int64_t n = ditto_tensor_numel(x);
+    if (n == 0)
+        return 0;
+    NormArgs a = norm_args(p, x, w, b, y);
+    a.R = inner_size(x);
+    k_batch_norm<<<ditto_cuda_blocks(n, NORM_THREADS), NORM_THREADS, 0, ditto_cuda(be)->stream>>>(
+        a, mean->data, is_h(mean), var->data, is_h(var), x->shape[1], n);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+static int run_groups(DittoBackend *be, const DittoNormParams *p, const char *op, int64_t G, const DittoTensor *x,
+                      const DittoTensor *w, const DittoTensor *b, DittoTensor *y)
+{
+    const DittoTensor *ts[] = { x, w, b, y };
+    DITTO_TRY(check_dtypes(be, op, ts, 4));
+    if (ditto_tensor_numel(x) == 0)
+        return 0;
+    NormArgs a = norm_args(p, x, w, b, y);
+    a.G = G;
+    a.Cg = x->shape[1] / G;
+    a.R = inner_size(x);
+    a.sets = x->shape[0] * G;
+    a.len = a.Cg * a.R;
+    return run_sets(be, &a);
+}
+
+static int cuda_instance_norm(DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w,
+                              const DittoTensor *b, DittoTensor *y)
+{
+    return run_groups(be, p, "instance_norm", x->shape[1], x, w, b, y);
+}
+
+static int cuda_group_norm(DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w,
+                           const DittoTensor *b, DittoTensor *y)
+{
+    return run_groups(be, p, "group_norm", p->groups, x, w, b, y);
+}
+
+static int cuda_layer_norm(DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w,
+                           const DittoTensor *b, DittoTensor *y)
+{
+    const DittoTensor *ts[] = { x, w, b, y };
+    DITTO_TRY(check_dtypes(be, "layer_norm", ts, 4));
+    int64_t numel = ditto_tensor_numel(x);
+    if (numel == 0)
+        return 0;
+    NormArgs a = norm_args(p, x, w, b, y);
+    if (p->channels_first) {
+        int64_t N = x->shape[0], C = x->shape[1];
+        a.R = inner_size(x);
+        k_layer_norm_cf<<<ditto_cuda_blocks(N * a.R, NORM_THREADS), NORM_THREADS, 0, ditto_cuda(be)->stream>>>(a, N, C);
+        DITTO_CUDA_LAUNCHED(be);
+        return 0;
+    }
+    a.len = x->shape[x->ndim - 1];
+    a.sets = numel / a.len;
+    a.G = 1;
+    a.Cg = a.len;
+    a.R = 1;
+    return run_sets(be, &a);
+}
 
 void ditto_cuda_init_norm(DittoOps *ops)
 {
-    (void)ops;
+    ops->batch_norm = cuda_batch_norm;
+    ops->instance_norm = cuda_instance_norm;
+    ops->layer_norm = cuda_layer_norm;
+    ops->group_norm = cuda_group_norm;
 }

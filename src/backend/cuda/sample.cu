@@ -1,6 +1,314 @@
+/*
+ * CUDA resampling family: nearest upsampling, avg/max pooling, pixel shuffle
+ * and grid_sample (2-D bilinear, 3-D trilinear, zeros padding). float32 or
+ * float16 storage (x and y independently), fp32 math; grid_sample's grid is
+ * always float32. One thread per output element (per output point for
+ * grid_sample, looping over channels), grid-stride loops, int64 indices.
+ *
+ * Arithmetic mirrors src/backend/cpu/sample.c operation for operation
+ * (window order of the pool sums, PyTorch's fp32 unnormalisation and tap
+ * order for grid_sample), with unfused _rn intrinsics where the CPU rounds a
+ * product before an add, so float32 results match the CPU bit for bit.
+ * 1-D and 2-D spatial layouts are handled as 3-D ones with leading extents 1.
+ */
+#include <math.h>
+#include <string.h>
+
 #include "backend/cuda/cuda_backend.h"
+
+#define SAMPLE_THREADS 256
+
+#define GRID_LOOP(i, n) \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+static int float_dtype(DittoBackend *be, const char *op, const char *name, const DittoTensor *t, bool *f16)
+{
+    if (t->dtype == DITTO_F32 || t->dtype == DITTO_F16) {
+        *f16 = t->dtype == DITTO_F16;
+        return 0;
+    }
+    return ditto_fail(&be->log, DITTO_ERR_UNSUPPORTED, "op %s: %s has dtype %s, not supported by the cuda backend (float32, float16)",
+                      op, name, ditto_dtype_name(t->dtype));
+}
+
+/* Spatial extents of t (N, C, *s) right-aligned into (D, H, W). */
+static void spatial3(const DittoTensor *t, int64_t *s)
+{
+    int ns = t->ndim - 2;
+    for (int i = 0; i < 3; i++)
+        s[i] = i < 3 - ns ? 1 : t->shape[2 + i - (3 - ns)];
+}
+
+/* ---- upsample_nearest: y[o] = x[floor(o * in / out)] per dim, exact integers ---- */
+
+typedef struct Extents {
+    int64_t in[3], out[3];
+} Extents;
+
+static __global__ void upsample_kernel(Extents e, const void *x, bool xh, void *y, bool yh, int64_t total)
+{
+    GRID_LOOP(t, total) {
+        int64_t ow = t % e.out[2], r = t / e.out[2];
+        int64_t oh = r % e.out[1];
+        r /= e.out[1];
+        int64_t od = r % e.out[0], nc = r / e.out[0];
+        int64_t id = od * e.in[0] / e.out[0], ih = oh * e.in[1] / e.out[1], iw = ow * e.in[2] / e.out[2];
+        ditto_st(y, t, ditto_ld(x, ((nc * e.in[0] + id) * e.in[1] + ih) * e.in[2] + iw, xh), yh);
+    }
+}
+
+static int cuda_upsample_nearest(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
+{
+    bool xh = false, yh = false;
+    DITTO_TRY(float_dtype(be, "upsample_nearest", "x", x, &xh));
+    DITTO_TRY(float_dtype(be, "upsample_nearest", "y", y, &yh));
+    Extents e;
+    spatial3(x, e.in);
+    spatial3(y, e.out);
+    int64_t total = ditto_tensor_numel(y);
+    if (total == 0)
+        return 0;
+    upsample_kernel<<<ditto_cuda_blocks(total, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(e, x->data, xh, y->data, yh,
+                                                                                                         total);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+/* ---- pool ---- */
+
+typedef struct PoolArgs {
+    int64_t in[3], out[3];
+    int k[3], s[3], pb[3], pe[3];
+    bool is_max, include_pad;
+} PoolArgs;
+
+static __global__ void pool_kernel(const __grid_constant__ PoolArgs p, const void *x, bool xh, void *y, bool yh, int64_t total)
+{
+    GRID_LOOP(t, total) {
+        int64_t o[3], r = t;
+        o[2] = r % p.out[2];
+        r /= p.out[2];
+        o[1] = r % p.out[1];
+        r /= p.out[1];
+        o[0] = r % p.out[0];
+        int64_t nc = r / p.out[0];
+        /* Window [b, e) clipped to the padded input gives the count_include_pad
+         * divisor (a ceil_mode window hanging past the padding is not
+         * counted); clipped to the input, the real one. */
+        int64_t b[3], e[3], padded = 1, real = 1;
+        for (int i = 0; i < 3; i++) {
+            int64_t wb = o[i] * p.s[i] - p.pb[i];
+            int64_t we = wb + p.k[i];
+            if (we > p.in[i] + p.pe[i])
+                we = p.in[i] + p.pe[i];
+            padded *= we - wb;
+            b[i] = wb < 0 ? 0 : wb;
+            e[i] = we > p.in[i] ? p.in[i] : we;
+            real *= e[i] > b[i] ? e[i] - b[i] : 0;
+        }
+        int64_t xp = nc * p.in[0] * p.in[1] * p.in[2];
+        float acc = p.is_max ? -INFINITY : 0.0f;
+        for (int64_t d = b[0]; d < e[0]; d++)
+            for (int64_t h = b[1]; h < e[1]; h++) {
+                int64_t row = xp + (d * p.in[1] + h) * p.in[2];
+                for (int64_t w = b[2]; w < e[2]; w++) {
+                    float v = ditto_ld(x, row + w, xh);
+                    if (!p.is_max)
+                        acc += v;
+                    else if (v > acc || v != v)   /* NaN propagates, as in PyTorch */
+                        acc = v;
+                }
+            }
+        if (!p.is_max) {
+            int64_t div = p.include_pad ? padded : real;
+            acc = div > 0 ? acc / (float)div : 0.0f;
+        }
+        ditto_st(y, t, acc, yh);
+    }
+}
+
+static int cuda_pool(DittoBackend *be, const DittoPoolParams *prm, const DittoTensor *x, DittoTensor *y)
+{
+    bool xh = false, yh = false;
+    DITTO_TRY(float_dtype(be, "pool", "x", x, &xh));
+    DITTO_TRY(float_dtype(be, "pool", "y", y, &yh));
+    PoolArgs p;
+    memset(&p, 0, sizeof p);
+    p.is_max = prm->kind == DITTO_POOL_MAX;
+    p.include_pad = prm->count_include_pad;
+    int ns = x->ndim - 2;
+    spatial3(x, p.in);
+    spatial3(y, p.out);
+    for (int i = 0; i < 3; i++) {
+        int j = i - (3 - ns);   /* params index of this slot, < 0 for padded slots */
+        p.k[i] = j < 0 ? 1 : prm->kernel[j];
+        p.s[i] = j < 0 ? 1 : (prm->stride[j] ? prm->stride[j] : prm->kernel[j]);
+        p.pb[i] = j < 0 ? 0 : prm->pad_begin[j];
+        p.pe[i] = j < 0 ? 0 : prm->pad_end[j];
+    }
+    int64_t total = ditto_tensor_numel(y);
+    if (total == 0)
+        return 0;
+    pool_kernel<<<ditto_cuda_blocks(total, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(p, x->data, xh, y->data, yh,
+                                                                                                     total);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+/* ---- pixel_shuffle: y[n, c, h r + i, w r + j] = x[n, c r^2 + i r + j, h, w] ---- */
+
+static __global__ void shuffle_kernel(const void *x, bool xh, void *y, bool yh, int64_t h, int64_t w, int64_t r, int64_t total)
+{
+    int64_t ho = h * r, wo = w * r;
+    GRID_LOOP(t, total) {
+        int64_t ow = t % wo, q = t / wo;
+        int64_t oh = q % ho, nc = q / ho;     /* nc = n * C_out + c */
+        int64_t ci = nc * r * r + (oh % r) * r + ow % r;
+        ditto_st(y, t, ditto_ld(x, (ci * h + oh / r) * w + ow / r, xh), yh);
+    }
+}
+
+static int cuda_pixel_shuffle(DittoBackend *be, int factor, const DittoTensor *x, DittoTensor *y)
+{
+    bool xh = false, yh = false;
+    DITTO_TRY(float_dtype(be, "pixel_shuffle", "x", x, &xh));
+    DITTO_TRY(float_dtype(be, "pixel_shuffle", "y", y, &yh));
+    int64_t total = ditto_tensor_numel(y);
+    if (total == 0)
+        return 0;
+    shuffle_kernel<<<ditto_cuda_blocks(total, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(
+        x->data, xh, y->data, yh, x->shape[2], x->shape[3], factor, total);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+/* ---- grid_sample ---- */
+
+/* PyTorch's unnormalisation in fp32: align_corners maps -1/+1 to the centres
+ * of the first/last pixel, otherwise to their outer edges. */
+static __device__ __forceinline__ float unnormalize(float g, int64_t size, bool align_corners)
+{
+    if (align_corners)
+        return __fmul_rn(__fdiv_rn(__fadd_rn(g, 1.0f), 2.0f), (float)(size - 1));
+    return __fdiv_rn(__fsub_rn(__fmul_rn(__fadd_rn(g, 1.0f), (float)size), 1.0f), 2.0f);
+}
+
+typedef struct Axis {
+    int64_t i0;
+    float w0, w1;
+    bool ok0, ok1;           /* corner inside [0, size) */
+} Axis;
+
+/* Corners floor(c) and floor(c)+1, weights (i0+1) - c and c - i0 as PyTorch
+ * writes them. Coordinates outside (-2, size+1), and NaN, touch no pixel. */
+static __device__ __forceinline__ bool axis_taps(float c, int64_t size, Axis *a)
+{
+    if (!(c > -2.0f && c < __fadd_rn((float)size, 1.0f)))
+        return false;
+    float f0 = floorf(c);
+    a->i0 = (int64_t)f0;
+    a->w0 = __fsub_rn(__fadd_rn(f0, 1.0f), c);
+    a->w1 = __fsub_rn(c, f0);
+    a->ok0 = a->i0 >= 0 && a->i0 < size;
+    a->ok1 = a->i0 + 1 >= 0 && a->i0 + 1 < size;
+    return a->ok0 || a->ok1;
+}
+
+typedef struct GridArgs {
+    const void *x;
+    const float *grid;
+    void *y;
+    bool xh, yh, three_d, align_corners;
+    int64_t C, D, H, W;      /* input; D = 1 for 2-D */
+    int64_t P;               /* output points per sample: Do * Ho * Wo */
+    int64_t total;           /* N * P */
+} GridArgs;
+
+/*
+ * One thread per output point: its taps once, then every channel. Tap order
+ * is PyTorch's (and the CPU's): z0 before z1, then (y0,x0), (y0,x1), (y1,x0),
+ * (y1,x1); weights wx*wy*wz left to right; corners outside are skipped.
+ */
+static __global__ void grid_sample_kernel(const __grid_constant__ GridArgs g)
+{
+    const int nsd = g.three_d ? 3 : 2;
+    const int64_t HW = g.H * g.W, in_plane = g.D * HW;
+    GRID_LOOP(t, g.total) {
+        int64_t n = t / g.P, p = t - n * g.P;
+        const float *gp = g.grid + t * nsd;
+        Axis ax, ay, az;
+        az.i0 = 0;
+        az.w0 = 1.0f;
+        az.w1 = 0.0f;
+        az.ok0 = true;
+        az.ok1 = false;
+        bool any = axis_taps(unnormalize(gp[0], g.W, g.align_corners), g.W, &ax) &&
+                   axis_taps(unnormalize(gp[1], g.H, g.align_corners), g.H, &ay) &&
+                   (!g.three_d || axis_taps(unnormalize(gp[2], g.D, g.align_corners), g.D, &az));
+        int64_t base = 0;
+        float w[8];
+        unsigned valid = 0;
+        if (any) {
+            base = (az.i0 * g.H + ay.i0) * g.W + ax.i0;
+            const float wyx[4] = { __fmul_rn(ax.w0, ay.w0), __fmul_rn(ax.w1, ay.w0), __fmul_rn(ax.w0, ay.w1), __fmul_rn(ax.w1, ay.w1) };
+            const bool okx[2] = { ax.ok0, ax.ok1 }, oky[2] = { ay.ok0, ay.ok1 }, okz[2] = { az.ok0, az.ok1 };
+            const float wz[2] = { az.w0, az.w1 };
+#pragma unroll
+            for (int kz = 0; kz < 2; kz++) {
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    int q = kz * 4 + k;
+                    w[q] = g.three_d ? __fmul_rn(wyx[k], wz[kz]) : wyx[k];
+                    if (okz[kz] && oky[k >> 1] && okx[k & 1] && (kz == 0 || g.three_d))
+                        valid |= 1u << q;
+                }
+            }
+        }
+        const int64_t xn = n * g.C * in_plane + base, yn = n * g.C * g.P + p;
+        for (int64_t c = 0; c < g.C; c++) {
+            const int64_t xc = xn + c * in_plane;   /* tap (kz, k) at xc + kz HW + (k >> 1) W + (k & 1) */
+            float acc = 0.0f;
+#pragma unroll
+            for (int q = 0; q < 8; q++)
+                if (valid >> q & 1u)
+                    acc = __fadd_rn(acc, __fmul_rn(ditto_ld(g.x, xc + (q >> 2) * HW + (q >> 1 & 1) * g.W + (q & 1), g.xh), w[q]));
+            ditto_st(g.y, yn + c * g.P, acc, g.yh);
+        }
+    }
+}
+
+static int cuda_grid_sample(DittoBackend *be, const DittoGridSampleParams *p, const DittoTensor *x, const DittoTensor *grid,
+                            DittoTensor *y)
+{
+    GridArgs g;
+    memset(&g, 0, sizeof g);
+    DITTO_TRY(float_dtype(be, "grid_sample", "x", x, &g.xh));
+    DITTO_TRY(float_dtype(be, "grid_sample", "y", y, &g.yh));
+    g.x = x->data;
+    g.grid = (const float *)grid->data;
+    g.y = y->data;
+    g.three_d = x->ndim == 5;
+    g.align_corners = p->align_corners;
+    int64_t in[3], out[3];
+    spatial3(x, in);
+    spatial3(y, out);
+    g.C = x->shape[1];
+    g.D = in[0];
+    g.H = in[1];
+    g.W = in[2];
+    g.P = out[0] * out[1] * out[2];
+    g.total = x->shape[0] * g.P;
+    if (g.total == 0 || g.C == 0)
+        return 0;
+    grid_sample_kernel<<<ditto_cuda_blocks(g.total, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(g);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
 
 void ditto_cuda_init_sample(DittoOps *ops)
 {
-    (void)ops;
+    ops->upsample_nearest = cuda_upsample_nearest;
+    ops->pool = cuda_pool;
+    ops->pixel_shuffle = cuda_pixel_shuffle;
+    ops->grid_sample = cuda_grid_sample;
 }

@@ -1,0 +1,84 @@
+#!/bin/bash
+# GPU check, run on the CUDA test machine (H200): builds with CUDA (no FFmpeg),
+# runs the op tests on the cuda backend, `ditto verify --backend cuda` on the
+# fixtures, `ditto bench` and the PyTorch reference benchmark in the same
+# run, and writes every log and JSON under $OUT (default /tmp/gpu-out).
+#
+#   scripts/gpu-check.sh [--quick] [--no-torch] [--torch-compile]
+#     --quick          fewer batch sizes and iterations in ditto bench
+#     --no-torch       skip the PyTorch reference
+#     --torch-compile  also time torch.compile (long: several minutes of compiling)
+#
+# Inputs it expects next to the checkout (copied there by the developer and
+# carried to the machine, both git-ignored):
+#   .carry/debs/*.deb     Debian packages missing on the machine (libcjson)
+#   .carry/shared/        a copy of ../shared (fixtures)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu-out}
+mkdir -p "$OUT"
+QUICK=0
+TORCH=1
+COMPILE=0
+for a in "$@"; do
+    case "$a" in
+    --quick) QUICK=1 ;;
+    --no-torch) TORCH=0 ;;
+    --torch-compile) COMPILE=1 ;;
+    *) echo "usage: $0 [--quick] [--no-torch] [--torch-compile]" >&2; exit 2 ;;
+    esac
+done
+log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+
+# carried Debian packages (the machine has no package registry)
+DEPS=/tmp/ditto-deps
+if ls .carry/debs/*.deb >/dev/null 2>&1; then
+    for d in .carry/debs/*.deb; do dpkg -x "$d" "$DEPS"; done
+    for pc in "$DEPS"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do
+        sed -i -E "s#^(prefix|exec_prefix|libdir|includedir)=/usr#\1=$DEPS/usr#" "$pc"
+    done
+    export PKG_CONFIG_PATH="$DEPS/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+    export LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+export DITTO_SHARED="$PWD/.carry/shared"
+
+log "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (+uncommitted changes)')"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee -a "$OUT/summary.txt"
+
+log "build (CUDA on, FFmpeg off, sm_90)"
+BUILD=build-gpu
+rm -f $BUILD/CMakeCache.txt   # paths of carried packages may change between runs
+cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DDITTO_CUDA=ON -DDITTO_FFMPEG=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
+ninja -C $BUILD >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
+
+log "op tests, cuda backend vs double references"
+$BUILD/tests/test_ops -b cuda >"$OUT/test_ops_cuda.txt" 2>&1
+echo "rc=$?" >>"$OUT/test_ops_cuda.txt"
+grep -E "^FAIL|passed" "$OUT/test_ops_cuda.txt" | head -40 | tee -a "$OUT/summary.txt"
+
+log "ditto verify --backend cuda"
+$BUILD/ditto verify --fixtures "$DITTO_SHARED/fixtures/ditto" --backend cuda \
+    --case 'appearance_*,motion_*,warp_*,decoder_*,stitching_*,fn_grid_sample_3d,fn_kp2gaussian,fn_make_coordinate_grid' \
+    >"$OUT/verify_cuda.txt" 2>&1
+echo "rc=$?" >>"$OUT/verify_cuda.txt"
+grep -vE "^\s*$" "$OUT/verify_cuda.txt" | tail -25 | tee -a "$OUT/summary.txt"
+
+log "ditto bench (cuda, official sizes, synthetic weights)"
+if [ $QUICK = 1 ]; then B=1,8; IT=5; else B=1,4,8,16; IT=20; fi
+$BUILD/ditto bench --backend cuda --batch $B --iters $IT --json "$OUT/bench_cuda.json" 2>&1 | tee -a "$OUT/summary.txt"
+
+if [ $TORCH = 1 ] && [ -f bench/torch_ref/bench_torch.py ]; then
+    log "PyTorch reference: fixtures"
+    python3 bench/torch_ref/check_fixtures.py "$DITTO_SHARED/fixtures/ditto" >"$OUT/torch_fixtures.txt" 2>&1
+    echo "rc=$?" >>"$OUT/torch_fixtures.txt"
+    tail -12 "$OUT/torch_fixtures.txt" | tee -a "$OUT/summary.txt"
+    log "PyTorch reference: timing (same run)"
+    MODES=autocast,half
+    [ $COMPILE = 1 ] && MODES=autocast,half,compile
+    python3 bench/torch_ref/bench_torch.py --modes $MODES --compile-modes default --compile-timeout-s 300 --budget-s 360 \
+        --json "$OUT/bench_torch.json" >"$OUT/bench_torch.txt" 2>&1
+    echo "rc=$?" >>"$OUT/bench_torch.txt"
+    tail -15 "$OUT/bench_torch.txt" | tee -a "$OUT/summary.txt"
+fi
+log "done"
