@@ -147,3 +147,19 @@ void ditto_convert(void *dst, DittoDType dt, const void *src, DittoDType st, siz
     for (size_t i = 0; i < n; i++)
         store(dst, dt, i, load(src, st, i));
 }
+
+void ditto_convert_unaligned(void *dst, DittoDType dt, const void *src, DittoDType st, size_t n)
+{
+    size_t es = ditto_dtype_size(st);
+    if (((uintptr_t)src % (es ? es : 1)) == 0) {
+        ditto_convert(dst, dt, src, st, n);
+        return;
+    }
+    /* element by element through an aligned 8-byte slot: no misaligned typed loads */
+    size_t ds = ditto_dtype_size(dt);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t slot;
+        memcpy(&slot, (const char *)src + i * es, es);
+        ditto_convert((char *)dst + i * ds, dt, &slot, st, 1);
+    }
+}

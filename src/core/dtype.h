@@ -28,7 +28,9 @@ float ditto_f16_to_f32(uint16_t h);
 uint16_t ditto_f32_to_bf16(float f);
 float ditto_bf16_to_f32(uint16_t h);
 
-/* Convert n elements between any two numeric dtypes (contiguous). */
+/* Convert n elements between any two numeric dtypes (contiguous, both aligned to their element size). */
 void ditto_convert(void *dst, DittoDType dt, const void *src, DittoDType st, size_t n);
+/* Same, for a source that may be unaligned (e.g. raw tensor bytes inside a mapped file). */
+void ditto_convert_unaligned(void *dst, DittoDType dt, const void *src, DittoDType st, size_t n);
 
 #endif

@@ -671,7 +671,7 @@ static int materialize_entry(DittoOnnxRunner *r, OxValue *v, const DittoCatalogE
                 if (rc < 0)
                     return fail_model(r, rc, "cannot read tensor '%s'", e->name);
             } else if (contiguous) {
-                ditto_convert(t.data, DITTO_I64, e->data, e->dtype, (size_t)numel);
+                ditto_convert_unaligned(t.data, DITTO_I64, e->data, e->dtype, (size_t)numel);
             } else {
                 return fail_model(r, DITTO_ERR_UNSUPPORTED, "integer tensor '%s' is not contiguous", e->name);
             }
@@ -697,7 +697,7 @@ int ox_const_entry(DittoOnnxRunner *r, const OxNode *n, int k, const DittoCatalo
         if (rc < 0)
             return ox_fail(r, n, rc, "cannot read tensor '%s'", e->name);
     } else {
-        ditto_convert(t.data, DITTO_I64, e->data, e->dtype, (size_t)numel);
+        ditto_convert_unaligned(t.data, DITTO_I64, e->data, e->dtype, (size_t)numel);
     }
     return 0;
 }

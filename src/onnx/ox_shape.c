@@ -632,7 +632,7 @@ static int run_constant_of_shape(DittoOnnxRunner *r, const OxNode *n)
         if ((unsigned)e->dtype >= DITTO_DTYPE_COUNT || ditto_catalog_entry_numel(e) != 1)
             return ox_fail(r, n, DITTO_ERR_UNSUPPORTED, "value must be one element of a supported type");
         type = e->dtype;
-        ditto_convert(&value, DITTO_F64, e->data, e->dtype, 1);
+        ditto_convert_unaligned(&value, DITTO_F64, e->data, e->dtype, 1);
     }
     DittoTensor y;
     DITTO_TRY(ox_alloc(r, n, 0, type, k, shape, true, &y));
