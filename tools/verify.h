@@ -6,7 +6,8 @@
  *
  * A runner sees one DittoVerifyRun: it loads its network from r->weights,
  * asks for inputs by io name (ditto_verify_input: a float32 tensor on the
- * backend), allocates outputs (ditto_verify_output), runs, and hands each
+ * backend; ditto_verify_input_act: in the backend's act_dtype, for network
+ * activations), allocates outputs (ditto_verify_output[_act]), runs, and hands each
  * output back by io name (ditto_verify_submit), which downloads and compares
  * it. The same forward function is called once on the whole batch and, for
  * module cases with batch > 1, once per item (r->item >= 0: inputs are that
@@ -44,6 +45,8 @@ typedef struct DittoVerifyRunner {
 extern const DittoVerifyRunner ditto_verify_runners_models[];   /* verify_models.c: renderer networks */
 extern const DittoVerifyRunner ditto_verify_runners_motion[];
 extern const DittoVerifyRunner ditto_verify_runners_lmdm[];
+extern const DittoVerifyRunner ditto_verify_runners_media[];    /* verify_media.c: crop_image, putback */
+extern const DittoVerifyRunner ditto_verify_runners_onnx[];     /* verify_onnx.c: any ONNX model on the executor */
 
 extern const DittoVerifyRunner *const ditto_verify_tables[];   /* NULL-terminated */
 
@@ -65,8 +68,16 @@ struct DittoVerifyRun {
 
 /* Input `name` of the io file as a float32 tensor on the backend (item-sliced when r->item >= 0). */
 int ditto_verify_input(DittoVerifyRun *r, const char *name, DittoTensor *t);
-/* Allocate a float32 output on the backend. */
+/* The same in dtype dt (float32 or float16: rounded once on the host) / in the backend's act_dtype (network activations). */
+int ditto_verify_input_as(DittoVerifyRun *r, const char *name, DittoDType dt, DittoTensor *t);
+int ditto_verify_input_act(DittoVerifyRun *r, const char *name, DittoTensor *t);
+/* Host float32 copy of io tensor `name` (ditto_free) and its entry; DITTO_ERR_NOENT (*entry NULL) when missing. Logs nothing. */
+int ditto_verify_read_io(DittoVerifyRun *r, const char *name, const DittoCatalogEntry **entry, float **data);
+/* Allocate a float32 output on the backend (NaN-poisoned). */
 int ditto_verify_output(DittoVerifyRun *r, int ndim, const int64_t *shape, DittoTensor *t);
+/* The same in dtype dt (float32 or float16) / in the backend's act_dtype; ditto_verify_submit reads any of them back as float32. */
+int ditto_verify_output_as(DittoVerifyRun *r, DittoDType dt, int ndim, const int64_t *shape, DittoTensor *t);
+int ditto_verify_output_act(DittoVerifyRun *r, int ndim, const int64_t *shape, DittoTensor *t);
 /* Download t and compare it with io tensor `name`. Returns 0 (also when it does not match) or a negative code. */
 int ditto_verify_submit(DittoVerifyRun *r, const char *name, const DittoTensor *t);
 /* Integer i of the array params[key] (or params[key] itself when i == 0 and it is a number). */

@@ -7,5 +7,7 @@ const DittoVerifyRunner *const ditto_verify_tables[] = {
     ditto_verify_runners_models,
     ditto_verify_runners_motion,
     ditto_verify_runners_lmdm,
+    ditto_verify_runners_media,
+    ditto_verify_runners_onnx,
     NULL,
 };

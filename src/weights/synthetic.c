@@ -18,6 +18,8 @@ typedef enum Init {
     INIT_SN_U,     /* u = W v / |W v| of the preceding weight_orig / weight_v */
     INIT_SN_V,     /* random unit vector */
     INIT_COUNT,    /* int64 scalar 0 (num_batches_tracked) */
+    INIT_EMBED,    /* N(0,1) (learned null embeddings) */
+    INIT_ROTARY,   /* 1/10000^(2k/(2n)), the LMDM's rotary frequencies (not learned) */
 } Init;
 
 typedef struct Spec {
@@ -76,15 +78,21 @@ static int64_t min64(int64_t a, int64_t b)
 }
 
 /* 5.2 AppearanceFeatureExtractor */
-static void gen_appearance(Emitter *e, bool full)
+static void gen_appearance(Emitter *e, DittoSyntheticSize size)
 {
-    int64_t be = full ? 64 : 16, maxf = full ? 512 : 128, rc = full ? 32 : 8, nres = full ? 6 : 2;
+    const bool full = size == DITTO_SYNTH_FULL, tiny = size == DITTO_SYNTH_TINY;
+    /*
+     * tiny: four down blocks (256 -> 16), f_s (4, 2, 16, 16): second has
+     * C*D = 8 outputs viewed as 4 channels x depth 2
+     */
+    int64_t be = full ? 64 : tiny ? 8 : 16, maxf = full ? 512 : tiny ? 8 : 128, rc = full ? 32 : tiny ? 4 : 8, nres = full ? 6 : tiny ? 1 : 2;
+    int ndown = tiny ? 4 : 2;
     char b[64];
     emit(e, INIT_WEIGHT, SHP(be, 3, 3, 3), "first.conv.weight");
     emit(e, INIT_BIAS, SHP(be), "first.conv.bias");
     emit_bn(e, be, "first.norm");
     int64_t in = be;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < ndown; i++) {
         int64_t out = min64(maxf, be << (i + 1));
         emit(e, INIT_WEIGHT, SHP(out, in, 3, 3), "down_blocks.%d.conv.weight", i);
         emit(e, INIT_BIAS, SHP(out), "down_blocks.%d.conv.bias", i);
@@ -105,12 +113,12 @@ static void gen_appearance(Emitter *e, bool full)
 }
 
 /* 5.3 MotionExtractor (ConvNeXt-V2 + heads), keys under "detector." */
-static void gen_motion(Emitter *e, bool full)
+static void gen_motion(Emitter *e, DittoSyntheticSize size)
 {
-    const int64_t dims_full[4] = { 96, 192, 384, 768 }, dims_small[4] = { 16, 32, 48, 64 };
-    const int depth_full[4] = { 3, 3, 9, 3 }, depth_small[4] = { 1, 1, 2, 1 };
-    const int64_t *dims = full ? dims_full : dims_small;
-    const int *depth = full ? depth_full : depth_small;
+    const int64_t dims_full[4] = { 96, 192, 384, 768 }, dims_small[4] = { 16, 32, 48, 64 }, dims_tiny[4] = { 8, 8, 16, 16 };
+    const int depth_full[4] = { 3, 3, 9, 3 }, depth_small[4] = { 1, 1, 2, 1 }, depth_tiny[4] = { 1, 1, 1, 1 };
+    const int64_t *dims = size == DITTO_SYNTH_FULL ? dims_full : size == DITTO_SYNTH_TINY ? dims_tiny : dims_small;
+    const int *depth = size == DITTO_SYNTH_FULL ? depth_full : size == DITTO_SYNTH_TINY ? depth_tiny : depth_small;
     emit(e, INIT_WEIGHT, SHP(dims[0], 3, 4, 4), "detector.downsample_layers.0.0.weight");
     emit(e, INIT_BIAS, SHP(dims[0]), "detector.downsample_layers.0.0.bias");
     emit(e, INIT_NORM_W, SHP(dims[0]), "detector.downsample_layers.0.1.weight");
@@ -148,11 +156,19 @@ static void gen_motion(Emitter *e, bool full)
 }
 
 /* 5.4 WarpingNetwork + DenseMotionNetwork */
-static void gen_warp(Emitter *e, bool full)
+static void gen_warp(Emitter *e, DittoSyntheticSize size)
 {
-    int64_t fc = full ? 32 : 8, depth = 16, K = 21;
-    int64_t be = full ? 32 : 8, maxf = full ? 1024 : 64, comp = full ? 4 : 2, nblocks = full ? 5 : 3;
-    int64_t out_be = full ? 64 : 16;     /* warping net block_expansion (third: out_be * 4) */
+    const bool full = size == DITTO_SYNTH_FULL, tiny = size == DITTO_SYNTH_TINY;
+    /*
+     * tiny: f_s (4, 2, 16, 16), one compressed channel, a 2-block hourglass
+     * of 4-8 channels. The 7x7x7 mask conv over (K+1)(c+1) + 4 = 48
+     * channels costs 22*48*343 MACs per voxel whatever the widths (2.9
+     * GMAC per frame at 2 x 64 x 64, 0.19 at 2 x 16 x 16), which is why the
+     * tiny pipeline runs the motion field at 16 x 16.
+     */
+    int64_t fc = full ? 32 : tiny ? 4 : 8, depth = tiny ? 2 : 16, K = 21;
+    int64_t be = full ? 32 : tiny ? 4 : 8, maxf = full ? 1024 : tiny ? 8 : 64, comp = full ? 4 : tiny ? 1 : 2, nblocks = full ? 5 : tiny ? 2 : 3;
+    int64_t out_be = full ? 64 : tiny ? 2 : 16;     /* warping net block_expansion (third: out_be * 4) */
     const char *dm = "dense_motion_network";
     char b[160];
     int64_t in_hg = (K + 1) * (comp + 1);
@@ -228,32 +244,139 @@ static void gen_resblock(Emitter *e, const char *blk, int64_t fin, int64_t fout,
 }
 
 /* 5.5 SPADEDecoder */
-static void gen_decoder(Emitter *e, bool full)
+static void gen_decoder(Emitter *e, DittoSyntheticSize size)
 {
-    int64_t label = full ? 256 : 64, ch = full ? 512 : 64, hidden = full ? 128 : 32;
-    int64_t up0 = full ? 256 : 32, up1 = full ? 64 : 16;
+    const bool full = size == DITTO_SYNTH_FULL, tiny = size == DITTO_SYNTH_TINY;
+    /*
+     * tiny: the tiny warp's 8 x 16 x 16 output, 8 channels, one middle
+     * block, three up blocks (16 -> 128) of 8, 4, 4 channels, SPADE hidden
+     * 4, then conv_img to 48 channels and PixelShuffle(4) -> 512 x 512.
+     */
+    int64_t label = full ? 256 : tiny ? 8 : 64, ch = full ? 512 : tiny ? 8 : 64, hidden = full ? 128 : tiny ? 4 : 32;
+    int64_t ups_full[2] = { 256, 64 }, ups_small[2] = { 32, 16 }, ups_tiny[3] = { 8, 4, 4 };
+    const int64_t *ups = full ? ups_full : tiny ? ups_tiny : ups_small;
+    int nmiddle = tiny ? 1 : 6, nup = tiny ? 3 : 2, r = tiny ? 4 : 2;
     char b[32];
     emit(e, INIT_WEIGHT, SHP(ch, label, 3, 3), "fc.weight");
     emit(e, INIT_BIAS, SHP(ch), "fc.bias");
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < nmiddle; i++) {
         snprintf(b, sizeof b, "G_middle_%d", i);
         gen_resblock(e, b, ch, ch, label, hidden);
     }
-    gen_resblock(e, "up_0", ch, up0, label, hidden);
-    gen_resblock(e, "up_1", up0, up1, label, hidden);
-    emit(e, INIT_WEIGHT, SHP(12, up1, 3, 3), "conv_img.0.weight");
-    emit(e, INIT_BIAS, SHP(12), "conv_img.0.bias");
+    int64_t in = ch;
+    for (int i = 0; i < nup; i++) {
+        snprintf(b, sizeof b, "up_%d", i);
+        gen_resblock(e, b, in, ups[i], label, hidden);
+        in = ups[i];
+    }
+    emit(e, INIT_WEIGHT, SHP(3 * r * r, in, 3, 3), "conv_img.0.weight");
+    emit(e, INIT_BIAS, SHP(3 * r * r), "conv_img.0.bias");
 }
 
 /* 5.6 StitchingNetwork: always full size (45k parameters) */
-static void gen_stitch(Emitter *e, bool full)
+static void gen_stitch(Emitter *e, DittoSyntheticSize size)
 {
-    (void)full;
+    (void)size;
     const int64_t sizes[5] = { 126, 128, 128, 64, 65 };
     for (int i = 0; i < 4; i++) {
         emit(e, INIT_WEIGHT, SHP(sizes[i + 1], sizes[i]), "retarget_shoulder.mlp.%d.weight", 2 * i);
         emit(e, INIT_BIAS, SHP(sizes[i + 1]), "retarget_shoulder.mlp.%d.bias", 2 * i);
     }
+}
+
+
+/* MultiheadAttention (packed in_proj) of width d. */
+static void gen_mha(Emitter *e, const char *base, int64_t d)
+{
+    emit(e, INIT_WEIGHT, SHP(3 * d, d), "%s.in_proj_weight", base);
+    emit(e, INIT_BIAS, SHP(3 * d), "%s.in_proj_bias", base);
+    emit(e, INIT_WEIGHT, SHP(d, d), "%s.out_proj.weight", base);
+    emit(e, INIT_BIAS, SHP(d), "%s.out_proj.bias", base);
+}
+
+static void gen_linear(Emitter *e, const char *base, int64_t out, int64_t in)
+{
+    emit(e, INIT_WEIGHT, SHP(out, in), "%s.weight", base);
+    emit(e, INIT_BIAS, SHP(out), "%s.bias", base);
+}
+
+static void gen_ln(Emitter *e, const char *base, int64_t d)
+{
+    emit(e, INIT_NORM_W, SHP(d), "%s.weight", base);
+    emit(e, INIT_BIAS, SHP(d), "%s.bias", base);
+}
+
+/*
+ * 5.7 LMDM MotionDecoder, {'model_state_dict': ...}. The window (80 frames),
+ * the motion width (265) and the condition width (1103) are the official
+ * ones at every size; only the latent width and depth shrink.
+ */
+static void gen_lmdm(Emitter *e, DittoSyntheticSize size)
+{
+    const bool full = size == DITTO_SYNTH_FULL, tiny = size == DITTO_SYNTH_TINY;
+    const int64_t F = 265, L = 80, C = 1103;
+    const int64_t D = full ? 512 : tiny ? 64 : 128, ff = full ? 1024 : tiny ? 128 : 256, th = full ? 2048 : tiny ? 256 : 512;
+    const int layers = full ? 8 : tiny ? 2 : 4, enc = 2;
+    const char *p = "model_state_dict";
+    char b[96];
+    emit(e, INIT_EMBED, SHP(1, L, D), "%s.null_cond_embed", p);
+    emit(e, INIT_EMBED, SHP(1, D), "%s.null_cond_hidden", p);
+    emit(e, INIT_ROTARY, SHP(D / 2), "%s.rotary.freqs", p);
+    snprintf(b, sizeof b, "%s.time_mlp.1", p);
+    gen_linear(e, b, th, D);
+    snprintf(b, sizeof b, "%s.to_time_cond.0", p);
+    gen_linear(e, b, D, th);
+    snprintf(b, sizeof b, "%s.to_time_tokens.0", p);
+    gen_linear(e, b, 2 * D, th);
+    snprintf(b, sizeof b, "%s.norm_cond", p);
+    gen_ln(e, b, D);
+    snprintf(b, sizeof b, "%s.input_projection", p);
+    gen_linear(e, b, D, 2 * F);
+    snprintf(b, sizeof b, "%s.cond_projection", p);
+    gen_linear(e, b, D, C);
+    for (int i = 0; i < enc; i++) {
+        snprintf(b, sizeof b, "%s.cond_encoder.%d.self_attn", p, i);
+        gen_mha(e, b, D);
+        snprintf(b, sizeof b, "%s.cond_encoder.%d.linear1", p, i);
+        gen_linear(e, b, ff, D);
+        snprintf(b, sizeof b, "%s.cond_encoder.%d.linear2", p, i);
+        gen_linear(e, b, D, ff);
+        snprintf(b, sizeof b, "%s.cond_encoder.%d.norm1", p, i);
+        gen_ln(e, b, D);
+        snprintf(b, sizeof b, "%s.cond_encoder.%d.norm2", p, i);
+        gen_ln(e, b, D);
+        emit(e, INIT_ROTARY, SHP(D / 2), "%s.cond_encoder.%d.rotary.freqs", p, i);
+    }
+    snprintf(b, sizeof b, "%s.non_attn_cond_projection.0", p);
+    gen_ln(e, b, D);
+    snprintf(b, sizeof b, "%s.non_attn_cond_projection.1", p);
+    gen_linear(e, b, D, D);
+    snprintf(b, sizeof b, "%s.non_attn_cond_projection.3", p);
+    gen_linear(e, b, D, D);
+    for (int i = 0; i < layers; i++) {
+        snprintf(b, sizeof b, "%s.seqTransDecoder.stack.%d.self_attn", p, i);
+        gen_mha(e, b, D);
+        snprintf(b, sizeof b, "%s.seqTransDecoder.stack.%d.multihead_attn", p, i);
+        gen_mha(e, b, D);
+        snprintf(b, sizeof b, "%s.seqTransDecoder.stack.%d.linear1", p, i);
+        gen_linear(e, b, ff, D);
+        snprintf(b, sizeof b, "%s.seqTransDecoder.stack.%d.linear2", p, i);
+        gen_linear(e, b, D, ff);
+        for (int j = 1; j <= 3; j++) {
+            snprintf(b, sizeof b, "%s.seqTransDecoder.stack.%d.norm%d", p, i, j);
+            gen_ln(e, b, D);
+            snprintf(b, sizeof b, "%s.seqTransDecoder.stack.%d.film%d.block.1", p, i, j);
+            gen_linear(e, b, 2 * D, D);
+        }
+        emit(e, INIT_ROTARY, SHP(D / 2), "%s.seqTransDecoder.stack.%d.rotary.freqs", p, i);
+    }
+    snprintf(b, sizeof b, "%s.final_layer", p);
+    gen_linear(e, b, F, D);
+}
+
+int ditto_synthetic_lmdm_heads(DittoSyntheticSize size)
+{
+    return size == DITTO_SYNTH_TINY ? 4 : 8;
 }
 
 static const char *const net_files[DITTO_NET_COUNT] = {
@@ -285,6 +408,10 @@ static void fill(const Spec *s, size_t idx, uint64_t seed, void *data)
         return;
     case INIT_SN_U:
         return;   /* u = W v / |W v| (so sigma = |W v| > 0), computed by the caller */
+    case INIT_ROTARY:
+        for (int64_t k = 0; k < n; k++)
+            f[k] = (float)pow(10000.0, -(double)(2 * k) / (double)(2 * n));
+        return;
     default:
         break;
     }
@@ -309,18 +436,10 @@ static void fill(const Spec *s, size_t idx, uint64_t seed, void *data)
     }
 }
 
-int ditto_synthetic_catalog(DittoCatalog **out, DittoNetKind net, bool full_size, uint64_t seed, const DittoLogger *log)
+/* Turn the specs of one network into a catalog over one heap block (frees e->specs). */
+static int build(DittoCatalog **out, Emitter *ep, const char *file, uint64_t seed, const DittoLogger *log)
 {
-    *out = NULL;
-    Emitter e = { 0 };
-    switch (net) {
-    case DITTO_NET_APPEARANCE: gen_appearance(&e, full_size); break;
-    case DITTO_NET_MOTION: gen_motion(&e, full_size); break;
-    case DITTO_NET_WARP: gen_warp(&e, full_size); break;
-    case DITTO_NET_DECODER: gen_decoder(&e, full_size); break;
-    case DITTO_NET_STITCH: gen_stitch(&e, full_size); break;
-    default: return ditto_fail(log, DITTO_ERR_INVAL, "synthetic weights: unknown network %d", (int)net);
-    }
+    Emitter e = *ep;
     if (e.err) {
         ditto_free(e.specs);
         return ditto_fail(log, e.err, "synthetic weights: out of memory");
@@ -335,7 +454,7 @@ int ditto_synthetic_catalog(DittoCatalog **out, DittoNetKind net, bool full_size
     }
     uint8_t *block = ditto_malloc_aligned(total ? total : 64);
     char name[64];
-    snprintf(name, sizeof name, "synthetic %s", net_files[net]);
+    snprintf(name, sizeof name, "synthetic %s", file);
     DittoCatalog *c = NULL;
     int rc = block ? ditto_catalog_create_heap(&c, name, block, total, log) : DITTO_ERR_NOMEM;
     size_t off = 0;
@@ -380,8 +499,45 @@ int ditto_synthetic_catalog(DittoCatalog **out, DittoNetKind net, bool full_size
     ditto_free(e.specs);
     if (rc < 0) {
         ditto_catalog_close(&c);
-        return ditto_fail(log, rc, "synthetic weights for %s: %s", net_files[net], ditto_strerror(rc));
+        return ditto_fail(log, rc, "synthetic weights for %s: %s", file, ditto_strerror(rc));
     }
     *out = c;
     return 0;
+}
+
+static bool size_ok(DittoSyntheticSize size)
+{
+    return size == DITTO_SYNTH_FULL || size == DITTO_SYNTH_SMALL || size == DITTO_SYNTH_TINY;
+}
+
+int ditto_synthetic_catalog_size(DittoCatalog **out, DittoNetKind net, DittoSyntheticSize size, uint64_t seed, const DittoLogger *log)
+{
+    *out = NULL;
+    if (!size_ok(size))
+        return ditto_fail(log, DITTO_ERR_INVAL, "synthetic weights: unknown size %d", (int)size);
+    Emitter e = { 0 };
+    switch (net) {
+    case DITTO_NET_APPEARANCE: gen_appearance(&e, size); break;
+    case DITTO_NET_MOTION: gen_motion(&e, size); break;
+    case DITTO_NET_WARP: gen_warp(&e, size); break;
+    case DITTO_NET_DECODER: gen_decoder(&e, size); break;
+    case DITTO_NET_STITCH: gen_stitch(&e, size); break;
+    default: return ditto_fail(log, DITTO_ERR_INVAL, "synthetic weights: unknown network %d", (int)net);
+    }
+    return build(out, &e, net_files[net], seed, log);
+}
+
+int ditto_synthetic_catalog(DittoCatalog **out, DittoNetKind net, bool full_size, uint64_t seed, const DittoLogger *log)
+{
+    return ditto_synthetic_catalog_size(out, net, full_size ? DITTO_SYNTH_FULL : DITTO_SYNTH_SMALL, seed, log);
+}
+
+int ditto_synthetic_lmdm_catalog(DittoCatalog **out, DittoSyntheticSize size, uint64_t seed, const DittoLogger *log)
+{
+    *out = NULL;
+    if (!size_ok(size))
+        return ditto_fail(log, DITTO_ERR_INVAL, "synthetic weights: unknown size %d", (int)size);
+    Emitter e = { 0 };
+    gen_lmdm(&e, size);
+    return build(out, &e, "lmdm_v0.4_hubert.pth", seed, log);
 }

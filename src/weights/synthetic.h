@@ -26,7 +26,35 @@ typedef enum DittoNetKind {
 
 const char *ditto_net_file_name(DittoNetKind net);   /* official file name */
 
+/*
+ * Sizes. The values match DittoRegistrarConfig.synthetic (avatar.h).
+ *   FULL   the official key sets and shapes
+ *   SMALL  the same structure at reduced widths (quick model tests)
+ *   TINY   the cheapest configuration that keeps the official spatial
+ *          pipeline (256 crop -> f_s (4, 2, 64, 64) -> warp (8, 64, 64) ->
+ *          decoder -> 512 x 512) and the LMDM's real window (80 frames x
+ *          265) and condition width (1103), at a few channels: a whole
+ *          clip renders on two CPU cores in about real time. For CI, demos
+ *          without checkpoints and end-to-end tests; the output is noise.
+ */
+typedef enum DittoSyntheticSize {
+    DITTO_SYNTH_FULL = 1,
+    DITTO_SYNTH_SMALL = 2,
+    DITTO_SYNTH_TINY = 3,
+} DittoSyntheticSize;
+
 /* Build an in-memory catalog for net (full: official shapes; else small). */
 int ditto_synthetic_catalog(DittoCatalog **out, DittoNetKind net, bool full_size, uint64_t seed, const DittoLogger *log);
+/* The same at any size. DITTO_ERR_INVAL for an unknown net or size. */
+int ditto_synthetic_catalog_size(DittoCatalog **out, DittoNetKind net, DittoSyntheticSize size, uint64_t seed, const DittoLogger *log);
+
+/*
+ * The LMDM denoiser (lmdm_v0.4_hubert.pth, keys under "model_state_dict.",
+ * 2 cond_encoder layers): full (D 512, 8 layers), small (D 128, 4 layers),
+ * tiny (D 64, FFN 128, time MLP 256, 2 layers). Load it with
+ * ditto_synthetic_lmdm_heads(size) attention heads (not in the checkpoint).
+ */
+int ditto_synthetic_lmdm_catalog(DittoCatalog **out, DittoSyntheticSize size, uint64_t seed, const DittoLogger *log);
+int ditto_synthetic_lmdm_heads(DittoSyntheticSize size);
 
 #endif
