@@ -6,7 +6,8 @@ set -eu
 
 PACKAGES="cmake make gcc pkg-config libc6-dev
 libopenblas-dev libcjson-dev libssl-dev
-libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev"
+libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev
+espeak-ng"
 
 missing=""
 for p in $PACKAGES; do

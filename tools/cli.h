@@ -11,5 +11,7 @@ typedef struct DittoCommand {
 int ditto_cmd_info(int argc, char **argv);
 int ditto_cmd_verify(int argc, char **argv);
 int ditto_cmd_bench(int argc, char **argv);
+int ditto_cmd_bake(int argc, char **argv);
+int ditto_cmd_render(int argc, char **argv);
 
 #endif

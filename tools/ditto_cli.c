@@ -9,9 +9,11 @@
 #include "tools/cli.h"
 
 static const DittoCommand commands[] = {
+    { "render", "speech + portrait (or video loop, or .avatar) -> lip-synced talking-head MP4", ditto_cmd_render },
     { "info", "list the tensors of a .pth checkpoint", ditto_cmd_info },
     { "verify", "check this build against reference outputs (fixture manifest)", ditto_cmd_verify },
     { "bench", "time the render networks at the official size (synthetic weights)", ditto_cmd_bench },
+    { "bake", "register an avatar image or video into a .avatar file", ditto_cmd_bake },
 };
 
 static void usage(FILE *f)

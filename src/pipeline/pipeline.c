@@ -1,0 +1,1110 @@
+/*
+ * The public API (include/ditto/ditto.h): model set, session, one-call
+ * render to MP4.
+ *
+ * A session runs three workers next to the caller (upstream has six
+ * single-frame workers, spec 3.12; the render stages here take batches):
+ *
+ *   caller --pcm--> [motion]  HuBERT (offline chunking, incremental) ->
+ *                             conditions -> LMDM windows -> cvt_fmt
+ *           --x_d_info (bounded ring, per frame)-->
+ *                   [render]  B frames: motion stitch -> warp -> decode
+ *           --renders (2 batch slots)-->
+ *                   [post]    paste-back at full resolution -> RGB->YUV
+ *           --frames (B + 2 slots)--> caller (pull)
+ *
+ * One mutex guards every queue and one condition variable announces every
+ * change. The first error stops every stage (abort flag, all waits wake
+ * up) and is the return value of the next push/pull; the stage that
+ * failed logged it once. All buffers are allocated at open; the audio
+ * input buffer grows with what the caller pushes ahead of the pipeline.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <openssl/evp.h>
+
+#include "core/log.h"
+#include "core/mem.h"
+#include "io/audio.h"
+#include "io/color.h"
+#include "io/video_out.h"
+#include "models/lmdm.h"
+#include "pipeline/audio2motion.h"
+#include "pipeline/audio_features.h"
+#include "pipeline/avatar.h"
+#include "pipeline/conditions.h"
+#include "pipeline/pipeline_internal.h"
+#include "pipeline/putback.h"
+#include "weights/synthetic.h"
+
+#define RENDER_SLOTS 2
+#define PCM_PIECE (4 * DITTO_HUBERT_CHUNK)
+
+/* Seeds of the synthetic networks (added to DittoModelsParams.synthetic_seed). */
+enum { SEED_WARP = 201, SEED_DECODER, SEED_STITCH, SEED_LMDM, SEED_HUBERT };
+
+static const char *const stage_names[DITTO_STAGE_COUNT] = {
+    "avatar", "audio", "motion", "stitch", "warp", "decode", "putback", "color", "encode",
+};
+
+const char *ditto_stage_name(DittoStage s)
+{
+    return (unsigned)s < DITTO_STAGE_COUNT ? stage_names[s] : "unknown";
+}
+
+/* ---- model set ------------------------------------------------------------------ */
+
+struct DittoModels {
+    DittoLogger log;
+    DittoBackend *be;          /* warp, decoder, stitch, extractors */
+    DittoBackend *be_motion;   /* LMDM and HuBERT: their own thread pool, so motion overlaps rendering */
+    DittoBackend *be_post;     /* CPU: paste-back and colour conversion */
+    DittoWarp *warp;
+    DittoDecoder *decoder;
+    DittoStitch *stitch;
+    DittoLmdm *lmdm;
+    DittoHubert *hubert;
+    DittoRegistrar *reg;
+    int synthetic;             /* 0 or a DittoSyntheticSize */
+    pthread_mutex_t mu;
+    bool busy;                 /* a session is open */
+    bool serialize;            /* network stages take turns (CPU backend) */
+    pthread_mutex_t compute;   /* the turn */
+    double gate_wait;          /* seconds HuBERT calls waited for their turn (the open session's) */
+};
+
+static void compute_enter(DittoModels *m)
+{
+    if (m->serialize)
+        pthread_mutex_lock(&m->compute);
+}
+
+static void compute_leave(DittoModels *m)
+{
+    if (m->serialize)
+        pthread_mutex_unlock(&m->compute);
+}
+
+static void gate_enter(void *ctx)
+{
+    DittoModels *m = ctx;
+    double t = ditto_now();
+    compute_enter(m);
+    m->gate_wait += ditto_now() - t;
+}
+
+static void gate_leave(void *ctx)
+{
+    compute_leave(ctx);
+}
+
+void ditto_models_params_default(DittoModelsParams *p)
+{
+    memset(p, 0, sizeof *p);
+    p->backend = "cpu";
+}
+
+static int is_dir(const char *p)
+{
+    struct stat st;
+    return p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+typedef int (*LoadFn)(void **out, DittoBackend *be, DittoCatalog *cat);
+
+/* Open a catalog (checkpoint file or synthetic) and load one network from it. */
+static int load_net(DittoModels *m, DittoBackend *be, const char *dir, DittoNetKind kind, uint64_t seed, LoadFn load, void **out)
+{
+    DittoCatalog *cat = NULL;
+    int rc;
+    if (m->synthetic) {
+        rc = ditto_synthetic_catalog_size(&cat, kind, (DittoSyntheticSize)m->synthetic, seed, &m->log);
+    } else {
+        char path[4096];
+        if (!ditto_net_find(dir, ditto_net_file_name(kind), path, sizeof path))
+            return ditto_fail(&m->log, DITTO_ERR_NOENT, "%s: no models/%s (expected the official ditto_pytorch folder)", dir,
+                              ditto_net_file_name(kind));
+        rc = ditto_catalog_open_pth(&cat, path, &m->log);
+    }
+    if (rc >= 0)
+        rc = load(out, be, cat);
+    ditto_catalog_close(&cat);
+    return rc;
+}
+
+static int load_warp(void **o, DittoBackend *be, DittoCatalog *c) { return ditto_warp_load((DittoWarp **)o, be, c); }
+static int load_decoder(void **o, DittoBackend *be, DittoCatalog *c) { return ditto_decoder_load((DittoDecoder **)o, be, c); }
+static int load_stitch(void **o, DittoBackend *be, DittoCatalog *c) { return ditto_stitch_load((DittoStitch **)o, be, c); }
+
+static int load_lmdm(DittoModels *m, const char *dir, uint64_t seed)
+{
+    DittoCatalog *cat = NULL;
+    DittoLmdmParams lp;
+    ditto_lmdm_params_default(&lp);
+    int rc;
+    if (m->synthetic) {
+        lp.num_heads = ditto_synthetic_lmdm_heads((DittoSyntheticSize)m->synthetic);
+        rc = ditto_synthetic_lmdm_catalog(&cat, (DittoSyntheticSize)m->synthetic, seed, &m->log);
+    } else {
+        char path[4096];
+        if (!ditto_net_find(dir, "lmdm_v0.4_hubert.pth", path, sizeof path))
+            return ditto_fail(&m->log, DITTO_ERR_NOENT, "%s: no models/lmdm_v0.4_hubert.pth (expected the official ditto_pytorch folder)", dir);
+        rc = ditto_catalog_open_pth(&cat, path, &m->log);
+    }
+    if (rc >= 0)
+        rc = ditto_lmdm_load(&m->lmdm, m->be_motion, cat, &lp);
+    ditto_catalog_close(&cat);
+    if (rc >= 0) {
+        const DittoLmdmDims *d = ditto_lmdm_dims(m->lmdm);
+        if (d->nfeats != DITTO_MOTION_DIM || d->cond_dim != DITTO_COND_DIM || d->seq_len != DITTO_A2M_SEQ_FRAMES)
+            rc = ditto_fail(&m->log, DITTO_ERR_SHAPE, "LMDM: motion %lld, conditions %lld, window %lld; expected %d, %d, %d",
+                            (long long)d->nfeats, (long long)d->cond_dim, (long long)d->seq_len, DITTO_MOTION_DIM, DITTO_COND_DIM,
+                            DITTO_A2M_SEQ_FRAMES);
+    }
+    return rc;
+}
+
+static int open_registrar(DittoModels *m, const DittoModelsParams *p)
+{
+    DittoRegistrarConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.log = m->log;
+    cfg.threads = p->threads;
+    cfg.be = m->be;
+    cfg.synthetic = m->synthetic;
+    const char *aux_dir = p->aux ? p->aux : m->synthetic ? NULL : p->weights;
+    char paths[DITTO_AUX_COUNT][4096], app[4096], mot[4096];
+    for (int i = 0; i < DITTO_AUX_COUNT; i++)
+        if (aux_dir && ditto_aux_find(aux_dir, (DittoAuxRole)i, paths[i], sizeof paths[i]))
+            cfg.paths[i] = paths[i];
+    if (m->synthetic) {
+        /* no detector: the centred square; half a set would fail */
+        if (!cfg.paths[DITTO_AUX_DETECTOR] || !cfg.paths[DITTO_AUX_LMK106])
+            for (int i = 0; i < DITTO_AUX_COUNT; i++)
+                cfg.paths[i] = NULL;
+    } else {
+        if (!ditto_net_find(p->weights, ditto_net_file_name(DITTO_NET_APPEARANCE), app, sizeof app) ||
+            !ditto_net_find(p->weights, ditto_net_file_name(DITTO_NET_MOTION), mot, sizeof mot))
+            return ditto_fail(&m->log, DITTO_ERR_NOENT, "%s: no models/%s or models/%s (expected the official ditto_pytorch folder)",
+                              p->weights, ditto_net_file_name(DITTO_NET_APPEARANCE), ditto_net_file_name(DITTO_NET_MOTION));
+        cfg.appearance = app;
+        cfg.motion = mot;
+    }
+    return ditto_registrar_open(&m->reg, &cfg);
+}
+
+int ditto_models_open(DittoModels **out, const DittoModelsParams *p)
+{
+    if (!out || !p)
+        return DITTO_ERR_INVAL;
+    *out = NULL;
+    if (!p->weights || !p->weights[0])
+        return ditto_fail(&p->log, DITTO_ERR_INVAL, "no weights given (a ditto_pytorch folder, or 'synthetic')");
+    DittoModels *m = ditto_calloc(1, sizeof *m);
+    if (!m)
+        return ditto_fail(&p->log, DITTO_ERR_NOMEM, "out of memory");
+    m->log = p->log;
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_mutex_init(&m->compute, NULL);
+    int rc = 0;
+    const char *w = p->weights;
+    if (!strcmp(w, "synthetic") || !strcmp(w, "synthetic:tiny"))
+        m->synthetic = DITTO_SYNTH_TINY;
+    else if (!strcmp(w, "synthetic:small"))
+        m->synthetic = DITTO_SYNTH_SMALL;
+    else if (!strcmp(w, "synthetic:full"))
+        m->synthetic = DITTO_SYNTH_FULL;
+    else if (!is_dir(w))
+        rc = ditto_fail(&m->log, DITTO_ERR_NOENT, "%s: no such weights folder (expected the official ditto_pytorch folder, or 'synthetic')", w);
+    if (rc < 0)
+        goto fail;
+
+    DittoBackendParams bp;
+    ditto_backend_params_default(&bp);
+    bp.nthreads = p->threads;
+    bp.log = m->log;
+    const char *bname = p->backend ? p->backend : "cpu";
+    if ((rc = ditto_backend_open(&m->be, bname, &bp)) < 0 || (rc = ditto_backend_open(&m->be_motion, bname, &bp)) < 0) {
+        ditto_fail(&m->log, rc, "cannot open the %s backend: %s", bname, ditto_strerror(rc));
+        goto fail;
+    }
+    if ((rc = ditto_backend_cpu_open(&m->be_post, &bp)) < 0)
+        goto fail;
+    /*
+     * On the CPU the network stages take turns (HuBERT and LMDM windows in
+     * the motion worker, batches in the render worker): OpenBLAS threads
+     * each GEMM over every core and serialises concurrent callers with
+     * busy-waiting (measured on two cores: 2.5x the wall time, a fifth of
+     * it in the kernel). Paste-back, colour conversion and encoding still
+     * overlap with them. GPU stages run concurrently on their own streams.
+     */
+    m->serialize = m->be->device == DITTO_DEVICE_CPU;
+
+    const uint64_t s0 = p->synthetic_seed;
+    if ((rc = load_net(m, m->be, w, DITTO_NET_WARP, s0 + SEED_WARP, load_warp, (void **)&m->warp)) < 0 ||
+        (rc = load_net(m, m->be, w, DITTO_NET_DECODER, s0 + SEED_DECODER, load_decoder, (void **)&m->decoder)) < 0 ||
+        (rc = load_net(m, m->be, w, DITTO_NET_STITCH, s0 + SEED_STITCH, load_stitch, (void **)&m->stitch)) < 0 ||
+        (rc = load_lmdm(m, w, s0 + SEED_LMDM)) < 0)
+        goto fail;
+
+    char hub[4096];
+    const char *hub_path = NULL;
+    if (!m->synthetic) {
+        if (!ditto_hubert_find(w, hub, sizeof hub) && !(p->aux && ditto_hubert_find(p->aux, hub, sizeof hub))) {
+            rc = ditto_fail(&m->log, DITTO_ERR_NOENT, "%s: no aux_models/hubert_streaming_fix_kv.onnx (the HuBERT audio encoder)", w);
+            goto fail;
+        }
+        hub_path = hub;
+    }
+    if ((rc = ditto_hubert_open(&m->hubert, m->be_motion, hub_path, s0 + SEED_HUBERT, &m->log)) < 0)
+        goto fail;
+    ditto_hubert_set_gate(m->hubert, gate_enter, gate_leave, m);
+    if ((rc = open_registrar(m, p)) < 0)
+        goto fail;
+    if (m->synthetic)
+        ditto_log(&m->log, DITTO_LOG_WARN,
+                  "SYNTHETIC WEIGHTS: every network (and the HuBERT encoder) is random; the video shows noise where the face would "
+                  "be. For tests and demos only: point --weights at the official ditto_pytorch folder for real output.");
+    *out = m;
+    return 0;
+fail:
+    ditto_models_close(&m);
+    return rc;
+}
+
+void ditto_models_close(DittoModels **pm)
+{
+    if (!pm || !*pm)
+        return;
+    DittoModels *m = *pm;
+    ditto_registrar_close(&m->reg);
+    ditto_hubert_close(&m->hubert);
+    ditto_lmdm_free(&m->lmdm);
+    ditto_stitch_free(&m->stitch);
+    ditto_decoder_free(&m->decoder);
+    ditto_warp_free(&m->warp);
+    ditto_backend_close(&m->be_post);
+    ditto_backend_close(&m->be_motion);
+    ditto_backend_close(&m->be);
+    pthread_mutex_destroy(&m->mu);
+    pthread_mutex_destroy(&m->compute);
+    ditto_free(m);
+    *pm = NULL;
+}
+
+bool ditto_models_synthetic(const DittoModels *m)
+{
+    return m && m->synthetic != 0;
+}
+
+const char *ditto_models_backend(const DittoModels *m)
+{
+    return m && m->be ? m->be->name : "none";
+}
+
+/* ---- session ---------------------------------------------------------------------- */
+
+typedef struct RenderSlot {
+    float *render;             /* (B, 512, 512, 3) */
+    int64_t g0;
+    int n;
+} RenderSlot;
+
+typedef struct OutSlot {
+    uint8_t *rgb;              /* H x W x 3 */
+    uint8_t *y, *u, *v;
+    int64_t index;
+} OutSlot;
+
+struct DittoSession {
+    DittoModels *m;
+    DittoSessionParams p;
+    DittoLogger log;
+    DittoAvatar *av;
+    bool is_image;
+    int W, H, B;
+
+    DittoConditions cond;
+    DittoA2mLmdm *sampler;
+    DittoA2mSampler lmdm;      /* the sampler, called through turn_sampler */
+    DittoA2m *a2m;
+    DittoAudioFeatures *af;
+    DittoRenderer *rend;
+    DittoPutback *pb;
+    float *cond_rows;          /* (5, 1103): conditions of one HuBERT call */
+    float *pcm_local;          /* PCM_PIECE samples handed to the motion worker */
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int err;                   /* first error */
+    bool abort;
+
+    /* caller -> motion: PCM */
+    float *pcm;
+    int64_t pcm_len, pcm_cap, pcm_head, samples;
+    bool audio_end;
+    int64_t total;             /* frames of the clip; -1 until the end of the audio */
+
+    /* motion -> render: one driving info per frame */
+    DittoXInfo *mq;
+    int64_t mq_cap, mq_head, mq_tail;
+    bool mq_closed;
+
+    /* render -> post */
+    RenderSlot rs[RENDER_SLOTS];
+    int64_t rs_head, rs_tail;
+    bool rs_closed;
+
+    /* post -> caller */
+    OutSlot *os;
+    int n_os;
+    int64_t os_head, os_tail;
+    bool os_closed, holding;
+
+    double t_open;
+    double seconds[DITTO_STAGE_COUNT];
+    double t_a2m, t_wait;      /* motion worker: inside a2m push, blocked on the queue */
+
+    pthread_t th[3];
+    bool started[3];
+};
+
+void ditto_session_params_default(DittoSessionParams *p)
+{
+    memset(p, 0, sizeof *p);
+    p->steps = DITTO_DDIM_DEFAULT_STEPS;
+    p->emo = DITTO_EMO_NEUTRAL;
+    p->batch = 8;
+    p->max_size = 1920;
+}
+
+/* Record the first error and stop every stage. Call with the mutex held. */
+static void fail_locked(DittoSession *s, int rc)
+{
+    if (!s->err)
+        s->err = rc < 0 ? rc : DITTO_ERR_BADSTATE;
+    s->abort = true;
+    pthread_cond_broadcast(&s->cv);
+}
+
+static void fail(DittoSession *s, int rc)
+{
+    pthread_mutex_lock(&s->mu);
+    fail_locked(s, rc);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* a2m emit: finished motion frames -> x_d_info -> the render queue (waits for room). */
+static int on_motion(void *ctx, int64_t first, const float *motion, int64_t n)
+{
+    DittoSession *s = ctx;
+    for (int64_t k = 0; k < n; k++) {
+        double t = ditto_now();
+        pthread_mutex_lock(&s->mu);
+        while (!s->abort && s->mq_tail - s->mq_head >= s->mq_cap)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (s->abort) {
+            pthread_mutex_unlock(&s->mu);
+            return DITTO_ERR_BADSTATE;
+        }
+        DittoXInfo *slot = &s->mq[s->mq_tail % s->mq_cap];
+        pthread_mutex_unlock(&s->mu);
+        s->t_wait += ditto_now() - t;
+        DITTO_ASSERT(first + k == s->mq_tail);
+        ditto_a2m_cvt_fmt(s->a2m, motion + k * DITTO_MOTION_DIM, 1, slot);
+        pthread_mutex_lock(&s->mu);
+        s->mq_tail++;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+    return 0;
+}
+
+/* One LMDM window, in the network stages' turn. */
+static int turn_sampler(void *ctx, int64_t window, const float *kp_cond, const float *cond, float *pred)
+{
+    DittoSession *s = ctx;
+    double t = ditto_now();
+    compute_enter(s->m);
+    s->t_wait += ditto_now() - t;
+    int rc = s->lmdm.fn(s->lmdm.ctx, window, kp_cond, cond, pred);
+    compute_leave(s->m);
+    return rc;
+}
+
+/* audio features emit: HuBERT rows -> conditions -> LMDM windows. */
+static int on_features(void *ctx, int64_t first, const float *feat, int64_t n)
+{
+    DittoSession *s = ctx;
+    int rc = ditto_conditions_build(&s->cond, feat, n, first, s->cond_rows);
+    if (rc < 0)
+        return rc;
+    double t = ditto_now();
+    rc = ditto_a2m_push(s->a2m, s->cond_rows, n);
+    s->t_a2m += ditto_now() - t;
+    return rc;
+}
+
+static void *motion_main(void *arg)
+{
+    DittoSession *s = arg;
+    int rc = 0;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->abort && s->pcm_head == s->pcm_len && !s->audio_end)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (s->abort) {
+            pthread_mutex_unlock(&s->mu);
+            return NULL;
+        }
+        int64_t n = s->pcm_len - s->pcm_head;
+        if (n > PCM_PIECE)
+            n = PCM_PIECE;
+        memcpy(s->pcm_local, s->pcm + s->pcm_head, (size_t)n * sizeof(float));
+        s->pcm_head += n;
+        bool end = s->audio_end && s->pcm_head == s->pcm_len;
+        pthread_mutex_unlock(&s->mu);
+
+        double t = ditto_now(), a2m0 = s->t_a2m, wait0 = s->t_wait, gate0 = s->m->gate_wait;
+        if (n > 0)
+            rc = ditto_audio_features_push(s->af, s->pcm_local, n);
+        if (rc >= 0 && end)
+            rc = ditto_audio_features_finish(s->af);
+        if (rc >= 0 && end) {
+            double t2 = ditto_now();
+            rc = ditto_a2m_finish(s->a2m);
+            s->t_a2m += ditto_now() - t2;
+        }
+        double a2m = s->t_a2m - a2m0, wait = s->t_wait - wait0, gate = s->m->gate_wait - gate0;
+        pthread_mutex_lock(&s->mu);
+        s->seconds[DITTO_STAGE_AUDIO] += ditto_now() - t - a2m - gate;
+        s->seconds[DITTO_STAGE_MOTION] += a2m - wait;
+        if (rc < 0) {
+            fail_locked(s, rc);
+        } else if (end) {
+            s->mq_closed = true;
+            pthread_cond_broadcast(&s->cv);
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (rc < 0 || end)
+            return NULL;
+    }
+}
+
+/* Fade controls of frame g (upstream setup_Nd): alpha rises over fade_in frames, falls over the last fade_out. */
+static const DittoCtrl *fade_ctrl(const DittoSession *s, int64_t g, int64_t total, DittoCtrl *c)
+{
+    double alpha = -1;
+    if (s->p.fade_in > 0 && g < s->p.fade_in)
+        alpha = (double)g / s->p.fade_in;
+    if (s->p.fade_out > 0 && total > 0) {
+        int64_t ee = total - 1, ss = total - s->p.fade_out - 1;
+        if (g >= ss && ee > ss) {
+            double a = (double)(ee - g) / (double)(ee - ss);
+            alpha = a > 0 ? a : 0;
+        }
+    }
+    if (alpha < 0)
+        return NULL;
+    memset(c, 0, sizeof *c);
+    c->has = DITTO_CTRL_FADE_ALPHA;
+    c->fade_alpha = alpha;
+    return c;
+}
+
+static void *render_main(void *arg)
+{
+    DittoSession *s = arg;
+    DittoXInfo *xd = ditto_calloc((size_t)s->B, sizeof *xd);
+    DittoCtrl *ctrl = ditto_calloc((size_t)s->B, sizeof *ctrl);
+    const DittoCtrl **cp = ditto_calloc((size_t)s->B, sizeof *cp);
+    int64_t g = 0;
+    int rc = (xd && ctrl && cp) ? 0 : DITTO_ERR_NOMEM;
+    if (rc < 0)
+        fail(s, ditto_fail(&s->log, rc, "render: out of memory"));
+    while (rc >= 0) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->abort && (s->rs_tail - s->rs_head >= RENDER_SLOTS || (s->mq_tail - s->mq_head < s->B && !s->mq_closed)))
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (s->abort) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        int64_t avail = s->mq_tail - s->mq_head;
+        int n = (int)(avail < s->B ? avail : s->B);
+        if (n == 0) {   /* closed and drained */
+            s->rs_closed = true;
+            pthread_cond_broadcast(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        for (int k = 0; k < n; k++)
+            xd[k] = s->mq[(s->mq_head + k) % s->mq_cap];
+        s->mq_head += n;
+        int64_t total = s->total;
+        RenderSlot *slot = &s->rs[s->rs_tail % RENDER_SLOTS];
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+
+        bool any = false;
+        for (int k = 0; k < n; k++)
+            any |= (cp[k] = fade_ctrl(s, g + k, total, &ctrl[k])) != NULL;
+        DittoRenderTimes t = { 0 };
+        compute_enter(s->m);
+        rc = ditto_renderer_run(s->rend, g, n, xd, any ? cp : NULL, slot->render, &t);
+        compute_leave(s->m);
+        pthread_mutex_lock(&s->mu);
+        s->seconds[DITTO_STAGE_STITCH] += t.stitch;
+        s->seconds[DITTO_STAGE_WARP] += t.warp;
+        s->seconds[DITTO_STAGE_DECODE] += t.decode;
+        if (rc < 0) {
+            fail_locked(s, rc);
+        } else {
+            slot->g0 = g;
+            slot->n = n;
+            s->rs_tail++;
+            pthread_cond_broadcast(&s->cv);
+        }
+        pthread_mutex_unlock(&s->mu);
+        g += n;
+    }
+    ditto_free(xd);
+    ditto_free(ctrl);
+    ditto_free(cp);
+    return NULL;
+}
+
+static void *post_main(void *arg)
+{
+    DittoSession *s = arg;
+    const DittoAvatar *av = s->av;
+    const int64_t W = s->W, H = s->H, side = DITTO_RENDER_SIDE;
+    DittoBackend *cpu = s->m->be_post;
+    int rc = 0;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->abort && s->rs_head == s->rs_tail && !s->rs_closed)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (s->abort || s->rs_head == s->rs_tail) {
+            if (!s->abort) {
+                s->os_closed = true;
+                pthread_cond_broadcast(&s->cv);
+            }
+            pthread_mutex_unlock(&s->mu);
+            return NULL;
+        }
+        RenderSlot *slot = &s->rs[s->rs_head % RENDER_SLOTS];
+        pthread_mutex_unlock(&s->mu);
+
+        for (int k = 0; k < slot->n && rc >= 0; k++) {
+            pthread_mutex_lock(&s->mu);
+            while (!s->abort && s->os_tail - s->os_head >= s->n_os)
+                pthread_cond_wait(&s->cv, &s->mu);
+            if (s->abort) {
+                pthread_mutex_unlock(&s->mu);
+                return NULL;
+            }
+            OutSlot *o = &s->os[s->os_tail % s->n_os];
+            pthread_mutex_unlock(&s->mu);
+
+            int64_t g = slot->g0 + k, src = ditto_mirror_index(g, av->n_frames);
+            double t0 = ditto_now();
+            DittoTensor frame = ditto_tensor(av->img_rgb + src * H * W * 3, DITTO_U8, 3, (const int64_t[]){ H, W, 3 });
+            DittoTensor render = ditto_tensor_f32(slot->render + (int64_t)k * side * side * 3, 3, (const int64_t[]){ side, side, 3 });
+            DittoTensor outt = ditto_tensor(o->rgb, DITTO_U8, 3, (const int64_t[]){ H, W, 3 });
+            rc = ditto_putback_run(s->pb, &frame, &render, av->m_c2o + src * 9, &outt, NULL);
+            double t1 = ditto_now();
+            if (rc >= 0) {
+                DittoYuvPlanes yuv = { o->y, o->u, o->v, W, ditto_yuv420_chroma_size((int)W) };
+                rc = ditto_rgb_to_yuv420(cpu->pool, o->rgb, (int)W, (int)H, W * 3, &yuv);
+            }
+            double t2 = ditto_now();
+            pthread_mutex_lock(&s->mu);
+            s->seconds[DITTO_STAGE_PUTBACK] += t1 - t0;
+            s->seconds[DITTO_STAGE_COLOR] += t2 - t1;
+            if (rc < 0) {
+                fail_locked(s, rc);
+            } else {
+                o->index = g;
+                s->os_tail++;
+                pthread_cond_broadcast(&s->cv);
+            }
+            pthread_mutex_unlock(&s->mu);
+        }
+        if (rc < 0)
+            return NULL;
+        pthread_mutex_lock(&s->mu);
+        s->rs_head++;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* An image, a video or a .avatar file -> the registered avatar. */
+static int load_avatar(DittoSession *s, const char *path)
+{
+    uint8_t head[8] = { 0 };
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return ditto_fail(&s->log, DITTO_ERR_NOENT, "%s: cannot open the avatar: %s", path, strerror(errno));
+    size_t nh = fread(head, 1, sizeof head, f);
+    fclose(f);
+    int rc;
+    if (nh == sizeof head && !memcmp(head, DITTO_AVATAR_MAGIC, sizeof head)) {
+        rc = ditto_avatar_read(&s->av, path, &s->log);
+        if (rc >= 0) {
+            const DittoKV *syn = ditto_avatar_kv_get(s->av, "synthetic");
+            if (syn && syn->type == DITTO_KV_INT && syn->i && !s->m->synthetic)
+                ditto_log(&s->log, DITTO_LOG_WARN, "%s was baked with synthetic networks: it is not a real registration", path);
+        }
+    } else {
+        DittoRegisterParams rp;
+        ditto_register_params_default(&rp);
+        rp.max_size = s->p.max_size;
+        rc = ditto_registrar_run_file(s->m->reg, &rp, path, &s->av);
+    }
+    if (rc < 0)
+        return rc;
+    const DittoKV *type = ditto_avatar_kv_get(s->av, "source.type");
+    s->is_image = type && type->type == DITTO_KV_STRING ? !strcmp(type->s, "image") : s->av->n_frames == 1;
+    if (s->av->n_frames < 1 || s->av->width < 2 || s->av->height < 2 || (s->av->width & 1) || (s->av->height & 1))
+        return ditto_fail(&s->log, DITTO_ERR_FORMAT, "%s: the avatar frames are %dx%d; even sizes of at least 2 are needed", path,
+                          s->av->width, s->av->height);
+    return 0;
+}
+
+static int session_setup(DittoSession *s)
+{
+    DittoModels *m = s->m;
+    const DittoSessionParams *p = &s->p;
+    int rc;
+    double t = ditto_now();
+    if ((rc = load_avatar(s, p->avatar)) < 0)
+        return rc;
+    s->seconds[DITTO_STAGE_AVATAR] = ditto_now() - t;
+    const DittoAvatar *av = s->av;
+    s->W = av->width;
+    s->H = av->height;
+
+    /* conditions: emotion, eye state per source frame, sc */
+    DittoConditionsParams cp;
+    memset(&cp, 0, sizeof cp);
+    ditto_emo_default(&cp.emo);
+    cp.emo.label = p->emo;
+    cp.eye_open = av->eye_open;
+    cp.eye_ball = av->eye_ball;
+    cp.n_src = av->n_frames;
+    cp.sc = av->sc;
+    if ((rc = ditto_conditions_init(&s->cond, &cp, &s->log)) < 0)
+        return rc;
+
+    /* LMDM windows: kp_cond of window 0 = the (smoothed) source frame-0 motion */
+    float s_kp_cond[DITTO_MOTION_DIM];
+    if ((rc = ditto_xinfo_to_motion(&av->x_s_info[0], 1, s_kp_cond)) < 0)
+        return ditto_fail(&s->log, rc, "avatar: frame 0 has no motion in the LMDM layout");
+    DittoA2mLmdmParams lp;
+    ditto_a2m_lmdm_params_default(&lp);
+    lp.steps = p->steps;
+    lp.seed = p->seed;
+    if ((rc = ditto_a2m_lmdm_open(&s->sampler, m->lmdm, &lp)) < 0)
+        return ditto_fail(&s->log, rc, "LMDM sampler: %s", ditto_strerror(rc));
+    DittoA2mParams ap;
+    ditto_a2m_params_default(&ap);
+    DittoA2mEmit emit = { on_motion, s };
+    s->lmdm = ditto_a2m_lmdm_sampler(s->sampler);
+    DittoA2mSampler turn = s->lmdm;
+    turn.fn = turn_sampler;
+    turn.ctx = s;
+    if ((rc = ditto_a2m_open(&s->a2m, &ap, s_kp_cond, turn, emit, &s->log)) < 0)
+        return rc;
+    if ((rc = ditto_audio_features_open(&s->af, m->hubert, false, on_features, s, &s->log)) < 0)
+        return rc;
+
+    DittoRendererConfig rc_cfg = {
+        .be = m->be, .warp = m->warp, .decoder = m->decoder, .stitch = m->stitch, .avatar = av, .is_image = s->is_image,
+        .batch = s->B, .fade_type = (p->fade_in > 0 || p->fade_out > 0) ? DITTO_FADE_S : DITTO_FADE_NONE, .log = s->log,
+    };
+    if ((rc = ditto_renderer_open(&s->rend, &rc_cfg)) < 0)
+        return rc;
+    if ((rc = ditto_putback_open(&s->pb, m->be_post, s->W, s->H, &s->log)) < 0)
+        return rc;
+
+    /* queues */
+    const int64_t side = DITTO_RENDER_SIDE, W = s->W, H = s->H;
+    const int64_t cw = ditto_yuv420_chroma_size(s->W), ch = ditto_yuv420_chroma_size(s->H);
+    s->mq_cap = 2 * DITTO_A2M_SEQ_FRAMES + 2 * s->B;
+    s->n_os = s->B + 2;
+    s->mq = ditto_calloc((size_t)s->mq_cap, sizeof *s->mq);
+    s->os = ditto_calloc((size_t)s->n_os, sizeof *s->os);
+    s->cond_rows = ditto_malloc((size_t)DITTO_HUBERT_FRAMES * DITTO_COND_DIM * sizeof(float));
+    s->pcm_local = ditto_malloc((size_t)PCM_PIECE * sizeof(float));
+    if (!s->mq || !s->os || !s->cond_rows || !s->pcm_local)
+        return ditto_fail(&s->log, DITTO_ERR_NOMEM, "session: out of memory");
+    for (int i = 0; i < RENDER_SLOTS; i++)
+        if (!(s->rs[i].render = ditto_malloc_aligned((size_t)(s->B * side * side * 3) * sizeof(float))))
+            return ditto_fail(&s->log, DITTO_ERR_NOMEM, "session: out of memory for %d renders of %lldx%lld", s->B, (long long)side,
+                              (long long)side);
+    for (int i = 0; i < s->n_os; i++) {
+        uint8_t *b = ditto_malloc_aligned((size_t)(W * H * 3 + W * H + 2 * cw * ch));
+        if (!b)
+            return ditto_fail(&s->log, DITTO_ERR_NOMEM, "session: out of memory for %d frames of %lldx%lld", s->n_os, (long long)W, (long long)H);
+        s->os[i].rgb = b;
+        s->os[i].y = b + W * H * 3;
+        s->os[i].u = s->os[i].y + W * H;
+        s->os[i].v = s->os[i].u + cw * ch;
+    }
+    return 0;
+}
+
+int ditto_session_open(DittoSession **out, DittoModels *m, const DittoSessionParams *p)
+{
+    if (!out || !m || !p)
+        return DITTO_ERR_INVAL;
+    *out = NULL;
+    const DittoLogger *lg = &p->log;
+    if (!p->avatar || !p->avatar[0])
+        return ditto_fail(lg, DITTO_ERR_INVAL, "no avatar given");
+    if (p->batch < 1 || p->batch > 256)
+        return ditto_fail(lg, DITTO_ERR_RANGE, "batch %d out of range (1..256)", p->batch);
+    if (p->steps < 1 || p->steps > DITTO_DDIM_MAX_STEPS)
+        return ditto_fail(lg, DITTO_ERR_RANGE, "DDIM steps %d out of range (1..%d)", p->steps, DITTO_DDIM_MAX_STEPS);
+    if (p->emo < 0 || p->emo >= DITTO_EMO_DIM)
+        return ditto_fail(lg, DITTO_ERR_RANGE, "emotion %d out of range (0..7)", p->emo);
+    if (p->max_size < 2 || p->fade_in < 0 || p->fade_out < 0)
+        return ditto_fail(lg, DITTO_ERR_RANGE, "max_size must be >= 2 and the fades >= 0");
+    pthread_mutex_lock(&m->mu);
+    bool busy = m->busy;
+    m->busy = true;
+    pthread_mutex_unlock(&m->mu);
+    if (busy)
+        return ditto_fail(lg, DITTO_ERR_AGAIN, "the model set already serves a session");
+
+    DittoSession *s = ditto_calloc(1, sizeof *s);
+    if (!s) {
+        pthread_mutex_lock(&m->mu);
+        m->busy = false;
+        pthread_mutex_unlock(&m->mu);
+        return ditto_fail(lg, DITTO_ERR_NOMEM, "out of memory");
+    }
+    s->m = m;
+    s->p = *p;
+    s->log = p->log;
+    s->B = p->batch;
+    s->total = -1;
+    s->t_open = ditto_now();
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    int rc = session_setup(s);
+    void *(*mains[3])(void *) = { motion_main, render_main, post_main };
+    for (int i = 0; i < 3 && rc >= 0; i++) {
+        if (pthread_create(&s->th[i], NULL, mains[i], s)) {
+            rc = ditto_fail(&s->log, DITTO_ERR_NOMEM, "session: cannot start a worker thread");
+            break;
+        }
+        s->started[i] = true;
+    }
+    if (rc < 0) {
+        ditto_session_close(&s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void ditto_session_close(DittoSession **ps)
+{
+    if (!ps || !*ps)
+        return;
+    DittoSession *s = *ps;
+    pthread_mutex_lock(&s->mu);
+    s->abort = true;   /* no error: just stop */
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < 3; i++)
+        if (s->started[i])
+            pthread_join(s->th[i], NULL);
+    ditto_audio_features_close(&s->af);
+    ditto_a2m_close(&s->a2m);
+    ditto_a2m_lmdm_close(&s->sampler);
+    ditto_renderer_close(&s->rend);
+    ditto_putback_close(&s->pb);
+    ditto_conditions_free(&s->cond);
+    ditto_avatar_free(&s->av);
+    for (int i = 0; i < RENDER_SLOTS; i++)
+        ditto_free_aligned(s->rs[i].render);
+    for (int i = 0; s->os && i < s->n_os; i++)
+        ditto_free_aligned(s->os[i].rgb);
+    ditto_free(s->os);
+    ditto_free(s->mq);
+    ditto_free(s->pcm);
+    ditto_free(s->pcm_local);
+    ditto_free(s->cond_rows);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_lock(&s->m->mu);
+    s->m->busy = false;
+    pthread_mutex_unlock(&s->m->mu);
+    ditto_free(s);
+    *ps = NULL;
+}
+
+int ditto_session_push_audio(DittoSession *s, const float *pcm, int64_t n)
+{
+    if (!s || n < 0 || (n > 0 && !pcm))
+        return DITTO_ERR_INVAL;
+    pthread_mutex_lock(&s->mu);
+    int rc = s->err;
+    if (!rc && s->audio_end)
+        rc = DITTO_ERR_AGAIN;
+    if (!rc && n > 0) {
+        /* drop what the motion worker consumed, then grow */
+        if (s->pcm_head > 0 && (s->pcm_head >= s->pcm_len / 2 || s->pcm_len + n > s->pcm_cap)) {
+            memmove(s->pcm, s->pcm + s->pcm_head, (size_t)(s->pcm_len - s->pcm_head) * sizeof(float));
+            s->pcm_len -= s->pcm_head;
+            s->pcm_head = 0;
+        }
+        if (s->pcm_len + n > s->pcm_cap) {
+            int64_t cap = s->pcm_cap ? s->pcm_cap : 4 * PCM_PIECE;
+            while (cap < s->pcm_len + n)
+                cap *= 2;
+            float *b = ditto_realloc(s->pcm, (size_t)cap * sizeof(float));
+            if (!b) {
+                rc = ditto_fail(&s->log, DITTO_ERR_NOMEM, "session: out of memory for %lld audio samples", (long long)(s->pcm_len + n));
+                fail_locked(s, rc);
+            } else {
+                s->pcm = b;
+                s->pcm_cap = cap;
+            }
+        }
+        if (!rc) {
+            memcpy(s->pcm + s->pcm_len, pcm, (size_t)n * sizeof(float));
+            s->pcm_len += n;
+            s->samples += n;
+            pthread_cond_broadcast(&s->cv);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int ditto_session_end_audio(DittoSession *s)
+{
+    if (!s)
+        return DITTO_ERR_INVAL;
+    pthread_mutex_lock(&s->mu);
+    int rc = s->err;
+    if (!rc && s->audio_end)
+        rc = DITTO_ERR_AGAIN;
+    if (!rc && s->samples == 0) {
+        rc = ditto_fail(&s->log, DITTO_ERR_INVAL, "the audio is empty (0 samples): nothing to render");
+        fail_locked(s, rc);
+    }
+    if (!rc) {
+        s->audio_end = true;
+        s->total = ditto_audio_num_frames(s->samples);
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int ditto_session_pull_frame(DittoSession *s, DittoFrame *f)
+{
+    if (!s || !f)
+        return DITTO_ERR_INVAL;
+    pthread_mutex_lock(&s->mu);
+    if (s->holding) {
+        s->holding = false;
+        s->os_head++;
+        pthread_cond_broadcast(&s->cv);
+    }
+    while (!s->abort && s->os_head == s->os_tail && !s->os_closed)
+        pthread_cond_wait(&s->cv, &s->mu);
+    int rc;
+    if (s->err || s->abort) {
+        rc = s->err ? s->err : DITTO_ERR_BADSTATE;
+    } else if (s->os_head == s->os_tail) {
+        rc = 0;
+    } else {
+        const OutSlot *o = &s->os[s->os_head % s->n_os];
+        s->holding = true;
+        f->index = o->index;
+        f->width = s->W;
+        f->height = s->H;
+        f->y = o->y;
+        f->u = o->u;
+        f->v = o->v;
+        f->y_stride = s->W;
+        f->uv_stride = ditto_yuv420_chroma_size(s->W);
+        f->rgb = o->rgb;
+        f->rgb_stride = (ptrdiff_t)s->W * 3;
+        rc = 1;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void ditto_session_stats(const DittoSession *s, DittoStats *st)
+{
+    memset(st, 0, sizeof *st);
+    if (!s)
+        return;
+    DittoSession *w = (DittoSession *)s;   /* the mutex only */
+    pthread_mutex_lock(&w->mu);
+    memcpy(st->seconds, s->seconds, sizeof st->seconds);
+    st->frames = s->os_tail;
+    st->total = s->total;
+    st->wall = ditto_now() - s->t_open;
+    st->width = s->W;
+    st->height = s->H;
+    st->batch = s->B;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+int ditto_audio_decode(const char *path, float **pcm, int64_t *n, const DittoLogger *log)
+{
+    if (!path || !pcm || !n)
+        return DITTO_ERR_INVAL;
+    *pcm = NULL;
+    *n = 0;
+    DittoPcm a;
+    int rc = ditto_audio_load(path, DITTO_SAMPLE_RATE, &a, log);
+    if (rc < 0)
+        return rc;
+    *pcm = a.samples;
+    *n = a.n;
+    return 0;
+}
+
+void ditto_pcm_release(float *pcm)
+{
+    DittoPcm a = { .samples = pcm };
+    ditto_pcm_free(&a);
+}
+
+int ditto_frame_sha256(const DittoFrame *f, char hex[65])
+{
+    if (!f || !hex || !f->y || !f->u || !f->v || f->width < 1 || f->height < 1)
+        return DITTO_ERR_INVAL;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (!ctx)
+        return DITTO_ERR_NOMEM;
+    int ok = EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    const int cw = ditto_yuv420_chroma_size(f->width), ch = ditto_yuv420_chroma_size(f->height);
+    for (int y = 0; ok && y < f->height; y++)
+        ok = EVP_DigestUpdate(ctx, f->y + y * f->y_stride, (size_t)f->width);
+    for (int y = 0; ok && y < ch; y++)
+        ok = EVP_DigestUpdate(ctx, f->u + y * f->uv_stride, (size_t)cw);
+    for (int y = 0; ok && y < ch; y++)
+        ok = EVP_DigestUpdate(ctx, f->v + y * f->uv_stride, (size_t)cw);
+    unsigned char md[32];
+    unsigned int len = 0;
+    if (ok)
+        ok = EVP_DigestFinal_ex(ctx, md, &len);
+    EVP_MD_CTX_free(ctx);
+    if (!ok || len != 32)
+        return DITTO_ERR_BADSTATE;
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    return 0;
+}
+
+/* ---- one-call render ------------------------------------------------------------- */
+
+void ditto_render_params_default(DittoRenderParams *p)
+{
+    memset(p, 0, sizeof *p);
+    ditto_session_params_default(&p->session);
+    p->crf = 18;
+}
+
+int ditto_render_file(DittoModels *m, const DittoRenderParams *p, DittoStats *stats)
+{
+    if (stats)
+        memset(stats, 0, sizeof *stats);
+    if (!m || !p)
+        return DITTO_ERR_INVAL;
+    const DittoLogger *lg = &p->log;
+    if (!p->audio || !p->output)
+        return ditto_fail(lg, DITTO_ERR_INVAL, "render: the audio and the output file are required");
+    double t0 = ditto_now();
+    float *pcm = NULL;
+    int64_t n = 0;
+    int rc = ditto_audio_decode(p->audio, &pcm, &n, lg);
+    if (rc >= 0 && n <= 0)
+        rc = ditto_fail(lg, DITTO_ERR_FORMAT, "%s: the audio is empty (0 samples): nothing to render", p->audio);
+    if (rc < 0) {
+        ditto_pcm_release(pcm);
+        return rc;
+    }
+    double t_decode = ditto_now() - t0;
+
+    DittoSessionParams sp = p->session;
+    if (!sp.log.cb)
+        sp.log = p->log;
+    DittoSession *s = NULL;
+    DittoVideoWriter *w = NULL;
+    double t_encode = 0;
+    rc = ditto_session_open(&s, m, &sp);
+    if (rc >= 0) {
+        /* open the output before the heavy work: a bad folder fails at once */
+        DittoVideoWriterParams wp;
+        ditto_video_writer_params_default(&wp);
+        wp.fps = DITTO_FPS;
+        wp.encoder = p->encoder;
+        wp.crf = p->crf;
+        wp.bitrate = p->bitrate;
+        wp.preset = p->preset;
+        wp.audio_path = p->audio;
+        wp.log = p->log;
+        DittoStats st;
+        ditto_session_stats(s, &st);
+        rc = ditto_video_writer_open(&w, p->output, st.width, st.height, &wp);
+    }
+    if (rc >= 0)
+        rc = ditto_session_push_audio(s, pcm, n);
+    ditto_pcm_release(pcm);
+    if (rc >= 0)
+        rc = ditto_session_end_audio(s);
+    int64_t total = ditto_audio_num_frames(n), done = 0;
+    while (rc >= 0) {
+        DittoFrame f;
+        rc = ditto_session_pull_frame(s, &f);
+        if (rc <= 0)
+            break;
+        if (p->on_frame && (rc = p->on_frame(p->cookie, &f)) < 0)
+            break;
+        double te = ditto_now();
+        DittoYuvPlanes yuv = { (uint8_t *)(uintptr_t)f.y, (uint8_t *)(uintptr_t)f.u, (uint8_t *)(uintptr_t)f.v, f.y_stride, f.uv_stride };
+        rc = ditto_video_writer_write(w, &yuv);
+        t_encode += ditto_now() - te;
+        done++;
+        if (p->progress && rc >= 0) {
+            DittoProgress pr = { done, total, ditto_now() - t0 };
+            p->progress(p->cookie, &pr);
+        }
+    }
+    if (rc >= 0 && done != total)
+        rc = ditto_fail(lg, DITTO_ERR_BADSTATE, "render: %lld frames produced, %lld expected", (long long)done, (long long)total);
+    if (rc >= 0) {
+        double te = ditto_now();
+        rc = ditto_video_writer_finish(w);
+        t_encode += ditto_now() - te;
+    }
+    ditto_video_writer_close(&w);
+    if (stats && s) {
+        ditto_session_stats(s, stats);
+        stats->seconds[DITTO_STAGE_AUDIO] += t_decode;
+        stats->seconds[DITTO_STAGE_ENCODE] += t_encode;
+        stats->frames = done;
+        stats->total = total;
+        stats->wall = ditto_now() - t0;
+    }
+    ditto_session_close(&s);
+    return rc < 0 ? rc : 0;
+}

@@ -1,0 +1,65 @@
+/*
+ * Internals of the pipeline behind include/ditto/ditto.h: the per-batch
+ * render path (render.c) and a few helpers pipeline.c and the tests share.
+ */
+#ifndef DITTO_PIPELINE_PIPELINE_INTERNAL_H
+#define DITTO_PIPELINE_PIPELINE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "ditto/ditto.h"
+#include "models/models.h"
+#include "pipeline/avatar_file.h"
+#include "pipeline/motion_stitch.h"
+
+/* Side of the rendered face (the decoder's output) that paste-back takes. */
+#define DITTO_RENDER_SIDE 512
+
+/*
+ * The render path of B frames (DESIGN.md "Batching"):
+ *   motion stitch (host math + stitching network)  -> x_s, x_d (B,21,3)
+ *   f_s of each frame's source frame (mirror index) -> (B,C,D,H,W)
+ *   warp -> (B,C',H,W) -> decoder -> (B,3,512,512) in [0,1]
+ *   -> HWC * 255 (the float32 render paste-back takes) -> host
+ * Every buffer is allocated at open for `batch` frames (the source f_s of
+ * every avatar frame is uploaded once), scratch comes from one arena that
+ * settles after the first batch; nothing is allocated per frame. A batch
+ * of n < batch frames (the tail) uses the leading part of the buffers.
+ * Frames must come in order (the motion stitch carries state: d0, fades).
+ */
+typedef struct DittoRenderer DittoRenderer;
+
+typedef struct DittoRendererConfig {
+    DittoBackend *be;                       /* the networks' backend */
+    DittoWarp *warp;
+    DittoDecoder *decoder;
+    DittoStitch *stitch;
+    const DittoAvatar *avatar;              /* borrowed; must outlive the renderer */
+    bool is_image;                          /* image source (motion stitch defaults) */
+    int batch;                              /* B >= 1 */
+    DittoFadeType fade_type;                /* for the fade controls */
+    DittoLogger log;
+} DittoRendererConfig;
+
+int ditto_renderer_open(DittoRenderer **out, const DittoRendererConfig *c);
+void ditto_renderer_close(DittoRenderer **r);
+
+/* Busy time of the three render stages, seconds (backend synchronised). */
+typedef struct DittoRenderTimes {
+    double stitch, warp, decode;
+} DittoRenderTimes;
+
+/*
+ * Frames g0 .. g0+n-1 (1 <= n <= batch): x_d_info (n) from cvt_fmt, ctrl
+ * (n entries, each may be NULL) or NULL -> out (n, 512, 512, 3) float32 in
+ * 0..255, host memory. Adds the stage times to *t (may be NULL).
+ */
+int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_d_info, const DittoCtrl *const *ctrl, float *out,
+                       DittoRenderTimes *t);
+
+/* Monotonic clock in seconds. */
+double ditto_now(void);
+
+#endif

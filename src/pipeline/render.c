@@ -1,0 +1,217 @@
+/*
+ * Per-batch render: motion stitch -> warp -> decode -> HWC x 255
+ * (pipeline_internal.h). Paste-back and colour conversion follow in
+ * pipeline.c on the host.
+ */
+#include <string.h>
+#include <time.h>
+
+#include "core/log.h"
+#include "core/mem.h"
+#include "nn/weights.h"
+#include "pipeline/pipeline_internal.h"
+
+struct DittoRenderer {
+    DittoBackend *be;
+    DittoWarp *warp;
+    DittoDecoder *decoder;
+    DittoMotionStitch *ms;
+    const DittoAvatar *av;
+    DittoLogger log;
+    int batch;
+    int64_t fs_numel;            /* elements of one frame's f_s */
+    bool fs_filled;              /* image: the batch f_s holds B copies already */
+
+    DittoArena ws;               /* network scratch */
+    DittoBuffer fs_all_buf;      /* (n_src, C, D, H, W): every source frame's f_s */
+    DittoBuffer fs_buf;          /* (B, C, D, H, W) */
+    DittoBuffer kp_buf;          /* x_s, x_d (B, 21, 3) each */
+    DittoBuffer feat_buf;        /* warp output (B, C', H, W) */
+    DittoBuffer img_buf;         /* decoder output (B, 3, 512, 512) */
+    DittoBuffer hwc_buf;         /* (B, 512, 512, 3) */
+    int64_t feat_shape[4];
+    const DittoXInfo **xs;       /* (B) source infos of a batch */
+};
+
+double ditto_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static DittoTensor dev_tensor(DittoBackend *be, const DittoBuffer *b, int ndim, const int64_t *shape)
+{
+    DittoTensor t = ditto_tensor(b->ptr, DITTO_F32, ndim, shape);
+    t.device = be->device;
+    return t;
+}
+
+static int alloc_f32(DittoBackend *be, DittoBuffer *b, int64_t numel)
+{
+    return ditto_buffer_alloc(b, &be->allocator, (size_t)numel * sizeof(float));
+}
+
+int ditto_renderer_open(DittoRenderer **out, const DittoRendererConfig *c)
+{
+    *out = NULL;
+    if (!c->be || !c->warp || !c->decoder || !c->avatar || c->batch < 1)
+        return DITTO_ERR_INVAL;
+    DittoRenderer *r = ditto_calloc(1, sizeof *r);
+    if (!r)
+        return DITTO_ERR_NOMEM;
+    r->be = c->be;
+    r->warp = c->warp;
+    r->decoder = c->decoder;
+    r->av = c->avatar;
+    r->log = c->log;
+    r->batch = c->batch;
+    const DittoAvatar *av = c->avatar;
+    const int64_t B = c->batch, n_src = av->n_frames;
+    int rc;
+
+    /* shapes: the avatar's f_s must be what this warp network takes */
+    r->fs_numel = ditto_avatar_fs_numel(av);
+    DittoTensor fs_probe = ditto_tensor(NULL, DITTO_F32, DITTO_SHAPE(B, av->fs_shape[0], av->fs_shape[1], av->fs_shape[2], av->fs_shape[3]));
+    /* the warp's own message would name only shapes: say what it means instead (no worker runs on be yet) */
+    DittoLogger quiet = { 0 }, keep = r->be->log;
+    r->be->log = quiet;
+    rc = ditto_warp_out_shape(r->warp, &fs_probe, r->feat_shape);
+    r->be->log = keep;
+    if (rc < 0) {
+        ditto_renderer_close(&r);
+        return ditto_fail(&c->log, DITTO_ERR_SHAPE,
+                          "the avatar's appearance features f_s (%lld,%lld,%lld,%lld) do not fit this warp network: it was registered "
+                          "with other weights (bake it again, or render with the weights it was baked with)",
+                          (long long)av->fs_shape[0], (long long)av->fs_shape[1], (long long)av->fs_shape[2], (long long)av->fs_shape[3]);
+    }
+    int64_t img_shape[4];
+    DittoTensor feat_probe = ditto_tensor(NULL, DITTO_F32, 4, r->feat_shape);
+    if ((rc = ditto_decoder_out_shape(r->decoder, &feat_probe, img_shape)) < 0 || img_shape[2] != DITTO_RENDER_SIDE ||
+        img_shape[3] != DITTO_RENDER_SIDE) {
+        ditto_renderer_close(&r);
+        return ditto_fail(&c->log, DITTO_ERR_SHAPE, "the decoder does not render %dx%d faces from the warp network's output",
+                          DITTO_RENDER_SIDE, DITTO_RENDER_SIDE);
+    }
+
+    DittoMotionStitchParams mp;
+    ditto_motion_stitch_params_default(&mp, c->is_image);
+    mp.fade_type = c->fade_type;
+    mp.flag_stitching = c->stitch != NULL;
+    if ((rc = ditto_motion_stitch_open(&r->ms, &mp, &av->x_s_info[0], c->stitch, &c->log)) < 0)
+        goto fail;
+    r->xs = ditto_calloc((size_t)B, sizeof *r->xs);
+    if (!r->xs) {
+        rc = DITTO_ERR_NOMEM;
+        goto fail;
+    }
+    const int64_t side = DITTO_RENDER_SIDE;
+    if ((rc = ditto_arena_init(&r->ws, &r->be->allocator, 0)) < 0 || (rc = alloc_f32(r->be, &r->fs_all_buf, n_src * r->fs_numel)) < 0 ||
+        (rc = alloc_f32(r->be, &r->fs_buf, B * r->fs_numel)) < 0 || (rc = alloc_f32(r->be, &r->kp_buf, 2 * B * DITTO_KP_DIM)) < 0 ||
+        (rc = alloc_f32(r->be, &r->feat_buf, B * r->feat_shape[1] * r->feat_shape[2] * r->feat_shape[3])) < 0 ||
+        (rc = alloc_f32(r->be, &r->img_buf, B * 3 * side * side)) < 0 || (rc = alloc_f32(r->be, &r->hwc_buf, B * 3 * side * side)) < 0)
+        goto fail;
+    rc = r->be->upload(r->be, r->fs_all_buf.ptr, av->f_s, (size_t)(n_src * r->fs_numel) * sizeof(float));
+    if (rc < 0)
+        goto fail;
+    *out = r;
+    return 0;
+fail:
+    ditto_renderer_close(&r);
+    return ditto_fail(&c->log, rc, "render: cannot set up batches of %d frames on the %s backend: %s", c->batch, c->be->name,
+                      ditto_strerror(rc));
+}
+
+void ditto_renderer_close(DittoRenderer **pr)
+{
+    if (!pr || !*pr)
+        return;
+    DittoRenderer *r = *pr;
+    ditto_motion_stitch_close(&r->ms);
+    ditto_arena_free(&r->ws);
+    ditto_buffer_free(&r->fs_all_buf);
+    ditto_buffer_free(&r->fs_buf);
+    ditto_buffer_free(&r->kp_buf);
+    ditto_buffer_free(&r->feat_buf);
+    ditto_buffer_free(&r->img_buf);
+    ditto_buffer_free(&r->hwc_buf);
+    ditto_free(r->xs);
+    ditto_free(r);
+    *pr = NULL;
+}
+
+/* Copy the f_s of source frame src into batch slot b. */
+static int put_fs(DittoRenderer *r, int64_t b, int64_t src)
+{
+    const int64_t n = r->fs_numel;
+    DittoTensor from = dev_tensor(r->be, &r->fs_all_buf, DITTO_SHAPE(n));
+    DittoTensor to = dev_tensor(r->be, &r->fs_buf, DITTO_SHAPE(n));
+    from.data = (float *)from.data + src * n;
+    to.data = (float *)to.data + b * n;
+    return ditto_op_copy(r->be, &from, &to);
+}
+
+#define TRY(expr) do { rc = (expr); if (rc < 0) goto done; } while (0)
+
+int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_d_info, const DittoCtrl *const *ctrl, float *out,
+                       DittoRenderTimes *t)
+{
+    if (!r || n < 1 || n > r->batch || !x_d_info || !out)
+        return DITTO_ERR_INVAL;
+    DittoBackend *be = r->be;
+    const DittoAvatar *av = r->av;
+    const int64_t N = n, side = DITTO_RENDER_SIDE;
+    const int64_t *fs = av->fs_shape, *fe = r->feat_shape;
+    int rc = 0;
+    double t0 = ditto_now(), t1, t2, t3;
+
+    /* source frame of every generated frame: ping-pong over the loop */
+    for (int b = 0; b < n; b++)
+        r->xs[b] = &av->x_s_info[ditto_mirror_index(g0 + b, av->n_frames)];
+
+    /* motion stitch -> x_s, x_d (n,21,3) */
+    DittoTensor x_s = dev_tensor(be, &r->kp_buf, DITTO_SHAPE(N, DITTO_NUM_KP, 3));
+    DittoTensor x_d = x_s;
+    x_d.data = (float *)x_s.data + (int64_t)r->batch * DITTO_KP_DIM;
+    TRY(ditto_motion_stitch_run(r->ms, be, &r->ws, g0, N, r->xs, x_d_info, ctrl, &x_s, &x_d, NULL));
+
+    /* f_s of each frame's source frame */
+    if (av->n_frames > 1 || !r->fs_filled) {
+        int64_t count = av->n_frames > 1 ? N : r->batch;
+        for (int64_t b = 0; b < count; b++)
+            TRY(put_fs(r, b, av->n_frames > 1 ? ditto_mirror_index(g0 + b, av->n_frames) : 0));
+        r->fs_filled = av->n_frames == 1;
+    }
+    TRY(be->sync(be));
+    t1 = ditto_now();
+
+    /* warp */
+    DittoTensor f_s = dev_tensor(be, &r->fs_buf, DITTO_SHAPE(N, fs[0], fs[1], fs[2], fs[3]));
+    DittoTensor feat = dev_tensor(be, &r->feat_buf, DITTO_SHAPE(N, fe[1], fe[2], fe[3]));
+    TRY(ditto_warp_forward(r->warp, &r->ws, &f_s, &x_s, &x_d, &feat, NULL));
+    TRY(be->sync(be));
+    t2 = ditto_now();
+
+    /* decode, then (n,3,512,512) -> (n,512,512,3) x 255 */
+    DittoTensor img = dev_tensor(be, &r->img_buf, DITTO_SHAPE(N, 3, side, side));
+    DittoTensor hwc = dev_tensor(be, &r->hwc_buf, DITTO_SHAPE(N, side, side, 3));
+    DittoTensor img_p;
+    TRY(ditto_decoder_forward(r->decoder, &r->ws, &feat, &img, NULL));
+    TRY(ditto_tensor_permute(&img, (const int[]){ 0, 2, 3, 1 }, &img_p));
+    TRY(ditto_op_copy(be, &img_p, &hwc));
+    DittoUnaryParams x255 = { DITTO_UNARY_AFFINE, 255.0f, 0.0f };
+    TRY(ditto_op_unary(be, &x255, &hwc, &hwc));
+    TRY(be->download(be, out, hwc.data, (size_t)(N * side * side * 3) * sizeof(float)));
+    t3 = ditto_now();
+    if (t) {
+        t->stitch += t1 - t0;
+        t->warp += t2 - t1;
+        t->decode += t3 - t2;
+    }
+done:
+    if (ditto_arena_reset(&r->ws) < 0 && rc >= 0)
+        rc = DITTO_ERR_NOMEM;
+    if (rc < 0 && rc != DITTO_ERR_NOMEM)
+        ditto_log(&r->log, DITTO_LOG_DEBUG, "render: batch at frame %lld failed: %s", (long long)g0, ditto_strerror(rc));
+    return rc;
+}
