@@ -1,8 +1,10 @@
 #!/bin/bash
 # GPU check, run on the CUDA test machine (H200): builds with CUDA (no FFmpeg),
-# runs the op tests on the cuda backend, `ditto verify --backend cuda` on the
-# fixtures, `ditto bench` and the PyTorch reference benchmark in the same
-# run, and writes every log and JSON under $OUT (default /tmp/gpu-out).
+# runs the op tests on the cuda backend (fp32, then fp16 storage: -p f16),
+# `ditto verify --backend cuda` on the fixtures (fp32, then --fp16),
+# `ditto bench` (fp32, then --fp16 at batch 1,8) and the PyTorch reference
+# benchmark in the same run, and writes every log and JSON under $OUT
+# (default /tmp/gpu-out).
 #
 #   scripts/gpu-check.sh [--quick] [--no-torch] [--torch-compile]
 #     --quick          fewer batch sizes and iterations in ditto bench
@@ -57,6 +59,11 @@ $BUILD/tests/test_ops -b cuda >"$OUT/test_ops_cuda.txt" 2>&1
 echo "rc=$?" >>"$OUT/test_ops_cuda.txt"
 grep -E "^FAIL|passed" "$OUT/test_ops_cuda.txt" | head -40 | tee -a "$OUT/summary.txt"
 
+log "op tests, cuda backend, fp16 storage (-p f16: float32 tensors as float16 on the device, fp16 tolerance floor)"
+$BUILD/tests/test_ops -b cuda -p f16 >"$OUT/test_ops_cuda_f16.txt" 2>&1
+echo "rc=$?" >>"$OUT/test_ops_cuda_f16.txt"
+grep -E "^FAIL|passed|^fp16" "$OUT/test_ops_cuda_f16.txt" | head -60 | tee -a "$OUT/summary.txt"
+
 log "ditto verify --backend cuda"
 $BUILD/ditto verify --fixtures "$DITTO_SHARED/fixtures/ditto" --backend cuda \
     --case 'appearance_*,motion_*,warp_*,decoder_*,stitching_*,fn_grid_sample_3d,fn_kp2gaussian,fn_make_coordinate_grid' \
@@ -64,9 +71,20 @@ $BUILD/ditto verify --fixtures "$DITTO_SHARED/fixtures/ditto" --backend cuda \
 echo "rc=$?" >>"$OUT/verify_cuda.txt"
 grep -vE "^\s*$" "$OUT/verify_cuda.txt" | tail -25 | tee -a "$OUT/summary.txt"
 
+log "ditto verify --backend cuda --fp16"
+$BUILD/ditto verify --fixtures "$DITTO_SHARED/fixtures/ditto" --backend cuda --fp16 -v \
+    --case 'appearance_*,motion_*,warp_*,decoder_*,stitching_*,fn_grid_sample_3d,fn_kp2gaussian,fn_make_coordinate_grid' \
+    >"$OUT/verify_cuda_f16.txt" 2>&1
+echo "rc=$?" >>"$OUT/verify_cuda_f16.txt"
+# summary without the indented intermediate lines (they stay in the log: where the fp16 error grows)
+grep -vE "^\s*$|^    |^  intermediates" "$OUT/verify_cuda_f16.txt" | tail -30 | tee -a "$OUT/summary.txt"
+
 log "ditto bench (cuda, official sizes, synthetic weights)"
 if [ $QUICK = 1 ]; then B=1,8; IT=5; else B=1,4,8,16; IT=20; fi
 $BUILD/ditto bench --backend cuda --batch $B --iters $IT --json "$OUT/bench_cuda.json" 2>&1 | tee -a "$OUT/summary.txt"
+
+log "ditto bench --fp16 (cuda, official sizes, synthetic weights, float16 storage)"
+$BUILD/ditto bench --backend cuda --fp16 --batch 1,8 --iters $IT --json "$OUT/bench_cuda_f16.json" 2>&1 | tee -a "$OUT/summary.txt"
 
 if [ $TORCH = 1 ] && [ -f bench/torch_ref/bench_torch.py ]; then
     log "PyTorch reference: fixtures"

@@ -2,7 +2,9 @@
  * ditto bench: times the per-frame render path (stitch -> warp -> decode) at
  * the official network sizes with synthetic weights (no checkpoint needed),
  * for several batch sizes, on the CPU or the GPU. Prints a table and,
- * with --json, writes the numbers as JSON.
+ * with --json, writes the numbers as JSON. With --fp16 (cuda) the warp and
+ * decoder networks store activations and weights in float16; f_s, the warp
+ * output and the image are then float16 too, keypoints stay float32.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -45,6 +47,7 @@ static void usage(FILE *f)
             "  --iters N        timed iterations per batch size (default 2 on cpu, 20 on cuda)\n"
             "  --warmup N       untimed iterations first (default 1)\n"
             "  --threads N      CPU threads (default: all cores)\n"
+            "  --fp16           cuda: float16 activations and weights (fp32 math inside each op)\n"
             "  --small          use the small synthetic configuration (quick smoke run)\n"
             "  --json FILE      also write the results as JSON to FILE\n"
             "  --quiet          print only the table\n"
@@ -56,20 +59,31 @@ typedef struct Stage { double stitch, warp, decode, total; } Stage;
 static int fill_random(DittoBackend *be, DittoTensor *t, uint64_t stream, float scale)
 {
     size_t n = (size_t)ditto_tensor_numel(t);
-    float *h = malloc(n * sizeof *h);
+    float *h = malloc((n ? n : 1) * sizeof *h);
     if (!h)
         return DITTO_ERR_NOMEM;
     ditto_rng_fill_normal(1234, stream, 0, h, n);
     for (size_t i = 0; i < n; i++)
         h[i] *= scale;
-    int rc = be->upload(be, t->data, h, n * sizeof *h);
+    void *src = h, *conv = NULL;
+    if (t->dtype != DITTO_F32) {   /* f16 tensors: the same values, rounded on the host */
+        conv = malloc(ditto_tensor_nbytes(t) + 1);
+        if (!conv) {
+            free(h);
+            return DITTO_ERR_NOMEM;
+        }
+        ditto_convert(conv, t->dtype, h, DITTO_F32, n);
+        src = conv;
+    }
+    int rc = be->upload(be, t->data, src, ditto_tensor_nbytes(t));
+    free(conv);
     free(h);
     return rc;
 }
 
-static int alloc_t(DittoBackend *be, DittoBuffer *buf, DittoTensor *t, int ndim, const int64_t *shape)
+static int alloc_t(DittoBackend *be, DittoBuffer *buf, DittoTensor *t, DittoDType dt, int ndim, const int64_t *shape)
 {
-    *t = ditto_tensor(NULL, DITTO_F32, ndim, shape);
+    *t = ditto_tensor(NULL, dt, ndim, shape);
     int rc = ditto_buffer_alloc(buf, &be->allocator, ditto_tensor_nbytes(t));
     t->data = buf->ptr;
     t->device = be->device;
@@ -79,11 +93,12 @@ static int alloc_t(DittoBackend *be, DittoBuffer *buf, DittoTensor *t, int ndim,
 int ditto_cmd_bench(int argc, char **argv)
 {
     const char *backend = "cpu", *json = NULL, *batches = "1";
-    int iters = -1, warmup = 1, threads = 0, small = 0, quiet = 0;
+    int iters = -1, warmup = 1, threads = 0, small = 0, quiet = 0, fp16 = 0;
     static const struct option opts[] = {
         { "backend", required_argument, 0, 'b' }, { "batch", required_argument, 0, 'B' }, { "iters", required_argument, 0, 'n' },
         { "warmup", required_argument, 0, 'w' },  { "threads", required_argument, 0, 't' }, { "small", no_argument, 0, 's' },
         { "json", required_argument, 0, 'j' },    { "quiet", no_argument, 0, 'q' },         { "help", no_argument, 0, 'h' },
+        { "fp16", no_argument, 0, 'f' },
         { 0, 0, 0, 0 },
     };
     int c;
@@ -98,6 +113,7 @@ int ditto_cmd_bench(int argc, char **argv)
         case 's': small = 1; break;
         case 'j': json = optarg; break;
         case 'q': quiet = 1; break;
+        case 'f': fp16 = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -109,6 +125,7 @@ int ditto_cmd_bench(int argc, char **argv)
     DittoBackendParams bp;
     ditto_backend_params_default(&bp);
     bp.nthreads = threads;
+    bp.fp16 = fp16;
     bp.log = ditto_logger_stderr(DITTO_LOG_WARN);
     DittoBackend *be = NULL;
     if (ditto_backend_open(&be, backend, &bp) < 0)
@@ -131,12 +148,16 @@ int ditto_cmd_bench(int argc, char **argv)
         goto done;
     }
     double load_s = now_s() - t0;
+    /* device bytes held right after loading: the three networks' parameters */
+    DittoMemInfo mi_load = { 0 };
+    if (be->mem_info && be->mem_info(be, &mi_load) < 0)
+        memset(&mi_load, 0, sizeof mi_load);
     ditto_catalog_close(&cw);
     ditto_catalog_close(&cg);
     ditto_catalog_close(&cs);
     if (!quiet)
-        fprintf(stderr, "ditto bench: %s backend, %s networks with synthetic weights (built in %.2f s)\n", be->name,
-                full ? "official-size" : "small", load_s);
+        fprintf(stderr, "ditto bench: %s backend, %s storage, %s networks with synthetic weights (built in %.2f s)\n", be->name,
+                ditto_dtype_name(be->act_dtype), full ? "official-size" : "small", load_s);
 
     FILE *jf = NULL;
     if (json && !(jf = fopen(json, "w"))) {
@@ -145,9 +166,13 @@ int ditto_cmd_bench(int argc, char **argv)
         goto done;
     }
     if (jf)
-        fprintf(jf, "{\n  \"backend\": \"%s\",\n  \"size\": \"%s\",\n  \"results\": [", be->name, full ? "official" : "small");
-    printf("%-6s %12s %12s %12s %12s %10s\n", "batch", "stitch ms/f", "warp ms/f", "decode ms/f", "total ms/f", "frames/s");
+        fprintf(jf, "{\n  \"backend\": \"%s\",\n  \"dtype\": \"%s\",\n  \"size\": \"%s\",\n  \"results\": [", be->name,
+                ditto_dtype_name(be->act_dtype), full ? "official" : "small");
+    /* gpu peak: high-water mark of everything ditto holds on the device (weights, arena, buffers, workspace) so far */
+    printf("%-6s %12s %12s %12s %12s %10s %10s%s\n", "batch", "stitch ms/f", "warp ms/f", "decode ms/f", "total ms/f", "frames/s", "arena MB",
+           be->mem_info ? "  gpu peak MB" : "");
     int first = 1;
+    size_t dev_used_max = 0;   /* cudaMemGetInfo after each batch's timed runs, arena still held */
     for (const char *p = batches; *p;) {
         int B = atoi(p);
         if (B < 1) {
@@ -161,14 +186,16 @@ int ditto_cmd_bench(int argc, char **argv)
         int64_t wshape[4], ishape[4];
         DittoArena ws;
         ditto_arena_init(&ws, &be->allocator, 0);
-        rc = alloc_t(be, &bfs, &f_s, DITTO_SHAPE(B, C, D, HW, HW));
-        if (!rc) rc = alloc_t(be, &bks, &kp_s, DITTO_SHAPE(B, 21, 3));
-        if (!rc) rc = alloc_t(be, &bkd, &kp_d, DITTO_SHAPE(B, 21, 3));
-        if (!rc) rc = alloc_t(be, &bkn, &kp_n, DITTO_SHAPE(B, 21, 3));
+        /* f_s, the warp output and the image in the networks' storage dtype; keypoints float32 */
+        const DittoDType act = be->act_dtype;
+        rc = alloc_t(be, &bfs, &f_s, act, DITTO_SHAPE(B, C, D, HW, HW));
+        if (!rc) rc = alloc_t(be, &bks, &kp_s, DITTO_F32, DITTO_SHAPE(B, 21, 3));
+        if (!rc) rc = alloc_t(be, &bkd, &kp_d, DITTO_F32, DITTO_SHAPE(B, 21, 3));
+        if (!rc) rc = alloc_t(be, &bkn, &kp_n, DITTO_F32, DITTO_SHAPE(B, 21, 3));
         if (!rc) rc = ditto_warp_out_shape(warp, &f_s, wshape);
-        if (!rc) rc = alloc_t(be, &bwo, &wout, 4, wshape);
+        if (!rc) rc = alloc_t(be, &bwo, &wout, act, 4, wshape);
         if (!rc) rc = ditto_decoder_out_shape(dec, &wout, ishape);
-        if (!rc) rc = alloc_t(be, &bimg, &img, 4, ishape);
+        if (!rc) rc = alloc_t(be, &bimg, &img, act, 4, ishape);
         if (!rc) rc = fill_random(be, &f_s, 1, 0.5f);
         if (!rc) rc = fill_random(be, &kp_s, 2, 0.3f);
         if (!rc) rc = fill_random(be, &kp_d, 3, 0.3f);
@@ -196,13 +223,25 @@ int ditto_cmd_bench(int argc, char **argv)
             fprintf(stderr, "ditto bench: batch %d failed: %s\n", B, ditto_strerror(rc));
         } else {
             double n = (double)iters * B;
-            printf("%-6d %12.2f %12.2f %12.2f %12.2f %10.2f\n", B, 1e3 * sum.stitch / n, 1e3 * sum.warp / n, 1e3 * sum.decode / n,
-                   1e3 * sum.total / n, n / sum.total);
-            if (jf)
+            DittoMemInfo mi = { 0 };
+            bool have_mi = be->mem_info && be->mem_info(be, &mi) >= 0;
+            char gpu[32] = "";
+            if (have_mi) {
+                snprintf(gpu, sizeof gpu, " %12.0f", mi.peak / 1048576.0);
+                if (mi.device_used > dev_used_max)
+                    dev_used_max = mi.device_used;
+            }
+            printf("%-6d %12.2f %12.2f %12.2f %12.2f %10.2f %10.0f%s\n", B, 1e3 * sum.stitch / n, 1e3 * sum.warp / n, 1e3 * sum.decode / n,
+                   1e3 * sum.total / n, n / sum.total, ws.peak / 1048576.0, gpu);
+            if (jf) {
                 fprintf(jf, "%s\n    {\"batch\": %d, \"iters\": %d, \"stitch_ms_per_frame\": %.4f, \"warp_ms_per_frame\": %.4f, "
-                            "\"decode_ms_per_frame\": %.4f, \"total_ms_per_frame\": %.4f, \"fps\": %.3f, \"arena_mb\": %.1f}",
+                            "\"decode_ms_per_frame\": %.4f, \"total_ms_per_frame\": %.4f, \"fps\": %.3f, \"arena_mb\": %.1f",
                         first ? "" : ",", B, iters, 1e3 * sum.stitch / n, 1e3 * sum.warp / n, 1e3 * sum.decode / n, 1e3 * sum.total / n,
                         n / sum.total, ws.peak / 1048576.0);
+                if (have_mi)
+                    fprintf(jf, ", \"gpu_peak_mb\": %.1f, \"gpu_device_used_mb\": %.1f", mi.peak / 1048576.0, mi.device_used / 1048576.0);
+                fprintf(jf, "}");
+            }
             first = 0;
         }
         ditto_arena_free(&ws);
@@ -220,8 +259,18 @@ int ditto_cmd_bench(int argc, char **argv)
         p++;
     }
     printf("peak host memory (RSS): %.0f MB\n", peak_rss_mb());
+    DittoMemInfo mi = { 0 };
+    bool have_mi = be->mem_info && be->mem_info(be, &mi) >= 0;
+    if (have_mi)
+        printf("peak GPU memory: %.0f MB held by ditto (weights %.0f MB, arenas, buffers, workspace); device in use up to %.0f of %.0f MB"
+               " (cudaMemGetInfo after each batch: also the CUDA context and library handles)\n",
+               mi.peak / 1048576.0, mi_load.used / 1048576.0, dev_used_max / 1048576.0, mi.device_total / 1048576.0);
     if (jf) {
-        fprintf(jf, "\n  ],\n  \"peak_rss_mb\": %.1f\n}\n", peak_rss_mb());
+        fprintf(jf, "\n  ],\n  \"peak_rss_mb\": %.1f", peak_rss_mb());
+        if (have_mi)
+            fprintf(jf, ",\n  \"gpu_weights_mb\": %.1f,\n  \"gpu_peak_mb\": %.1f,\n  \"gpu_device_used_max_mb\": %.1f,\n  \"gpu_device_total_mb\": %.1f",
+                    mi_load.used / 1048576.0, mi.peak / 1048576.0, dev_used_max / 1048576.0, mi.device_total / 1048576.0);
+        fprintf(jf, "\n}\n");
         fclose(jf);
     }
 done:

@@ -1,5 +1,5 @@
 /*
- * ditto verify --fixtures DIR [--case PATTERN]... [--backend cpu|cuda]
+ * ditto verify --fixtures DIR [--case PATTERN]... [--backend cpu|cuda] [--fp16]
  *
  * Runs the cases of a fixture manifest (manifest.json + weights + io files,
  * ../shared/fixtures/ditto/README.md) on one backend and prints one line per
@@ -39,6 +39,7 @@ typedef struct Options {
     bool intermediates;
     bool strict_intermediates;
     bool list;
+    bool fp16;
 } Options;
 
 static void usage(FILE *f)
@@ -63,6 +64,11 @@ static void usage(FILE *f)
         "                          globs, e.g. 'warp_*,decoder_b1'; repeatable (default: all)\n"
         "  -b, --backend NAME      cpu (default; fp32 tolerances) or cuda (fp16_or_mixed\n"
         "                          tolerances where the manifest has them, else fp32)\n"
+        "      --fp16              with --backend cuda: the renderer networks store activations\n"
+        "                          and weights in float16 (fp32 math; keypoints, grids and\n"
+        "                          statistics float32); their inputs are uploaded and their\n"
+        "                          outputs read back in the dtype the network uses, compared\n"
+        "                          as float32 at the fp16_or_mixed tolerances\n"
         "  -t, --threads N         CPU worker threads (default: all cores)\n"
         "  -v, --intermediates     also compare the intermediates a network reports with the\n"
         "                          io tensors of the same name (informational sub-lines,\n"
@@ -653,9 +659,18 @@ int ditto_verify_read_io(DittoVerifyRun *r, const char *name, const DittoCatalog
 
 /* ---- the runner API (verify.h) -------------------------------------------- */
 
-int ditto_verify_input(DittoVerifyRun *r, const char *name, DittoTensor *t)
+/* float or integer dtypes the runners may ask for: float32, float16 */
+static int check_io_dtype(DittoVerifyRun *r, DittoDType dt)
+{
+    if (dt == DITTO_F32 || dt == DITTO_F16)
+        return 0;
+    return ditto_fail(&r->log, DITTO_ERR_INVAL, "%s: io tensors are float32 or float16, not %s", r->name, ditto_dtype_name(dt));
+}
+
+int ditto_verify_input_as(DittoVerifyRun *r, const char *name, DittoDType dt, DittoTensor *t)
 {
     State *s = r->priv;
+    DITTO_TRY(check_io_dtype(r, dt));
     const DittoCatalogEntry *e;
     float *host;
     int rc = ditto_verify_read_io(r, name, &e, &host);
@@ -674,24 +689,46 @@ int ditto_verify_input(DittoVerifyRun *r, const char *name, DittoTensor *t)
         src += r->item * n;
         shape[0] = 1;
     }
+    size_t es = ditto_dtype_size(dt);
+    void *conv = NULL;
+    if (dt != DITTO_F32) {   /* rounded once on the host (nearest even) */
+        conv = ditto_malloc((size_t)(n ? n : 1) * es);
+        if (!conv) {
+            ditto_free(host);
+            return DITTO_ERR_NOMEM;
+        }
+        ditto_convert(conv, dt, src, DITTO_F32, (size_t)n);
+    }
     DittoBuffer *b;
-    rc = track_buffer(s, (size_t)n * sizeof(float), &b);
+    rc = track_buffer(s, (size_t)n * es, &b);
     if (rc >= 0)
-        rc = r->be->upload(r->be, b->ptr, src, (size_t)n * sizeof(float));
+        rc = r->be->upload(r->be, b->ptr, conv ? (const void *)conv : (const void *)src, (size_t)n * es);
+    ditto_free(conv);
     ditto_free(host);
     if (rc < 0)
         return ditto_fail(&r->log, rc, "%s: cannot place input '%s' on the %s backend: %s", r->name, name, r->be->name, ditto_strerror(rc));
-    *t = ditto_tensor(b->ptr, DITTO_F32, ndim, shape);
+    *t = ditto_tensor(b->ptr, dt, ndim, shape);
     t->device = r->be->allocator.device;
     return 0;
 }
 
-int ditto_verify_output(DittoVerifyRun *r, int ndim, const int64_t *shape, DittoTensor *t)
+int ditto_verify_input(DittoVerifyRun *r, const char *name, DittoTensor *t)
+{
+    return ditto_verify_input_as(r, name, DITTO_F32, t);
+}
+
+int ditto_verify_input_act(DittoVerifyRun *r, const char *name, DittoTensor *t)
+{
+    return ditto_verify_input_as(r, name, r->be->act_dtype, t);
+}
+
+int ditto_verify_output_as(DittoVerifyRun *r, DittoDType dt, int ndim, const int64_t *shape, DittoTensor *t)
 {
     State *s = r->priv;
     if (ndim < 0 || ndim > DITTO_MAX_DIMS)
         return DITTO_ERR_INVAL;
-    DittoTensor v = ditto_tensor(NULL, DITTO_F32, ndim, shape);
+    DITTO_TRY(check_io_dtype(r, dt));
+    DittoTensor v = ditto_tensor(NULL, dt, ndim, shape);
     int64_t n = ditto_tensor_numel(&v);
     if (n < 0)
         return DITTO_ERR_INVAL;
@@ -701,10 +738,16 @@ int ditto_verify_output(DittoVerifyRun *r, int ndim, const int64_t *shape, Ditto
         return DITTO_ERR_NOMEM;
     for (int64_t i = 0; i < n; i++)
         nan[i] = NAN;
+    if (dt == DITTO_F16) {   /* a quiet float16 NaN */
+        uint16_t *h = (uint16_t *)nan;
+        for (int64_t i = 0; i < n; i++)
+            h[i] = 0x7e00;
+    }
+    size_t bytes = ditto_tensor_nbytes(&v);
     DittoBuffer *b;
-    int rc = track_buffer(s, (size_t)n * sizeof(float), &b);
+    int rc = track_buffer(s, bytes, &b);
     if (rc >= 0)
-        rc = r->be->upload(r->be, b->ptr, nan, (size_t)n * sizeof(float));
+        rc = r->be->upload(r->be, b->ptr, nan, bytes);
     ditto_free(nan);
     if (rc < 0)
         return ditto_fail(&r->log, rc, "%s: cannot allocate an output on the %s backend: %s", r->name, r->be->name, ditto_strerror(rc));
@@ -712,6 +755,16 @@ int ditto_verify_output(DittoVerifyRun *r, int ndim, const int64_t *shape, Ditto
     v.device = r->be->allocator.device;
     *t = v;
     return 0;
+}
+
+int ditto_verify_output(DittoVerifyRun *r, int ndim, const int64_t *shape, DittoTensor *t)
+{
+    return ditto_verify_output_as(r, DITTO_F32, ndim, shape, t);
+}
+
+int ditto_verify_output_act(DittoVerifyRun *r, int ndim, const int64_t *shape, DittoTensor *t)
+{
+    return ditto_verify_output_as(r, r->be->act_dtype, ndim, shape, t);
 }
 
 static void shape_mismatch(Row *row, const char *what, int na, const int64_t *a, int nb, const int64_t *b)
@@ -1206,6 +1259,8 @@ static int parse_args(Options *o, int argc, char **argv, char ***owned, int *now
             o->intermediates = true;
         } else if (!strcmp(a, "--strict-intermediates")) {
             o->intermediates = o->strict_intermediates = true;
+        } else if (!strcmp(a, "--fp16")) {
+            o->fp16 = true;
         } else if ((v = opt_value(argc, argv, &i, "-f", "--fixtures", &missing))) {
             o->fixtures = v;
         } else if ((v = opt_value(argc, argv, &i, "-c", "--case", &missing))) {
@@ -1237,6 +1292,10 @@ static int parse_args(Options *o, int argc, char **argv, char ***owned, int *now
     }
     if (!o->fixtures) {
         fprintf(stderr, "ditto verify: --fixtures DIR is required (see 'ditto verify --help')\n");
+        return 2;
+    }
+    if (o->fp16 && strcmp(o->backend, "cuda")) {
+        fprintf(stderr, "ditto verify: --fp16 needs --backend cuda (the CPU backend is the fp32 oracle)\n");
         return 2;
     }
     return -1;   /* go on */
@@ -1290,6 +1349,7 @@ int ditto_cmd_verify(int argc, char **argv)
         DittoBackendParams bp;
         ditto_backend_params_default(&bp);
         bp.nthreads = opt.threads;
+        bp.fp16 = opt.fp16;
         bp.log = (DittoLogger){ capture_log, &st, DITTO_LOG_WARN };
         rc = ditto_backend_open(&be, opt.backend, &bp);
         if (rc < 0) {
@@ -1324,8 +1384,8 @@ int ditto_cmd_verify(int argc, char **argv)
         else
             snprintf(threads, sizeof threads, ", all cores");
     }
-    printf("ditto verify: %s (%d of %d case%s), backend %s%s, %s tolerances\n\n", mf.path, nsel, mf.ncases, mf.ncases == 1 ? "" : "s",
-           opt.backend, threads, mixed ? "fp16_or_mixed (else fp32)" : "fp32");
+    printf("ditto verify: %s (%d of %d case%s), backend %s%s%s, %s tolerances\n\n", mf.path, nsel, mf.ncases, mf.ncases == 1 ? "" : "s",
+           opt.backend, threads, opt.fp16 ? ", fp16 storage" : "", mixed ? "fp16_or_mixed (else fp32)" : "fp32");
     print_header(&l);
 
     int npass = 0, nfail = 0, nunsup = 0;
@@ -1349,8 +1409,8 @@ int ditto_cmd_verify(int argc, char **argv)
     }
     double secs = now_s() - t0;
 
-    printf("\n%d passed, %d failed, %d unsupported  (%d case%s, backend %s, %.1f s)\n", npass, nfail, nunsup, nsel,
-           nsel == 1 ? "" : "s", opt.backend, secs);
+    printf("\n%d passed, %d failed, %d unsupported  (%d case%s, backend %s%s, %.1f s)\n", npass, nfail, nunsup, nsel,
+           nsel == 1 ? "" : "s", opt.backend, opt.fp16 ? " fp16" : "", secs);
     if (nfail) {
         printf("failed:");
         for (int i = 0; i < mf.ncases; i++)

@@ -3,6 +3,11 @@
  * feeding the io inputs to one network or function and submitting its
  * outputs under the io names (see tools/verify.h). To support a new kind of
  * case, add a runner and a line to the table at the end.
+ *
+ * Dtypes (models.h, "Precision"): images, f_s, the warp output and the
+ * decoder feature and image travel in the backend's act_dtype (float16 with
+ * `--fp16`); keypoints, grids, the motion extractor's outputs and the
+ * function cases (fp32 tolerances only) float32.
  */
 #include <string.h>
 
@@ -36,9 +41,9 @@ static int appearance_forward(DittoVerifyRun *r, void *model)
     DittoAppearance *m = model;
     DittoTensor image, f_s;
     int64_t shape[5];
-    DITTO_TRY(ditto_verify_input(r, "image", &image));
+    DITTO_TRY(ditto_verify_input_act(r, "image", &image));
     DITTO_TRY(ditto_appearance_out_shape(m, &image, shape));
-    DITTO_TRY(ditto_verify_output(r, 5, shape, &f_s));
+    DITTO_TRY(ditto_verify_output_act(r, 5, shape, &f_s));
     DITTO_TRY(ditto_appearance_forward(m, r->ws, &image, &f_s, r->tap));
     return ditto_verify_submit(r, "f_s", &f_s);
 }
@@ -68,7 +73,7 @@ static int motion_forward(DittoVerifyRun *r, void *model)
     DittoMotionInfo info;
     DittoTensor *outs[7] = { &info.pitch, &info.yaw, &info.roll, &info.t, &info.exp, &info.scale, &info.kp };
     int64_t dims[7];
-    DITTO_TRY(ditto_verify_input(r, "image", &image));
+    DITTO_TRY(ditto_verify_input_act(r, "image", &image));
     ditto_motion_extractor_dims(m, dims);
     for (int i = 0; i < 7; i++)
         DITTO_TRY(ditto_verify_output(r, 2, (int64_t[]){ image.shape[0], dims[i] }, outs[i]));
@@ -100,11 +105,11 @@ static int warp_forward(DittoVerifyRun *r, void *model)
     DittoWarp *m = model;
     DittoTensor f_s, kp_s, kp_d, out;
     int64_t shape[4];
-    DITTO_TRY(ditto_verify_input(r, "feature_3d", &f_s));
+    DITTO_TRY(ditto_verify_input_act(r, "feature_3d", &f_s));
     DITTO_TRY(ditto_verify_input(r, "kp_source", &kp_s));
     DITTO_TRY(ditto_verify_input(r, "kp_driving", &kp_d));
     DITTO_TRY(ditto_warp_out_shape(m, &f_s, shape));
-    DITTO_TRY(ditto_verify_output(r, 4, shape, &out));
+    DITTO_TRY(ditto_verify_output_act(r, 4, shape, &out));
     DITTO_TRY(ditto_warp_forward(m, r->ws, &f_s, &kp_s, &kp_d, &out, r->tap));
     return ditto_verify_submit(r, "out", &out);
 }
@@ -131,9 +136,9 @@ static int decoder_forward(DittoVerifyRun *r, void *model)
     DittoDecoder *m = model;
     DittoTensor feature, img;
     int64_t shape[4];
-    DITTO_TRY(ditto_verify_input(r, "feature", &feature));
+    DITTO_TRY(ditto_verify_input_act(r, "feature", &feature));
     DITTO_TRY(ditto_decoder_out_shape(m, &feature, shape));
-    DITTO_TRY(ditto_verify_output(r, 4, shape, &img));
+    DITTO_TRY(ditto_verify_output_act(r, 4, shape, &img));
     DITTO_TRY(ditto_decoder_forward(m, r->ws, &feature, &img, r->tap));
     return ditto_verify_submit(r, "img", &img);
 }
@@ -178,6 +183,7 @@ static int grid_sample_forward(DittoVerifyRun *r, void *model)
 {
     (void)model;
     DittoTensor x, grid, y;
+    /* float32 storage also with --fp16: the function cases carry fp32 tolerances only (test_ops -p f16 covers f16 grid_sample) */
     DITTO_TRY(ditto_verify_input(r, "input", &x));
     DITTO_TRY(ditto_verify_input(r, "grid", &grid));
     if (x.ndim != grid.ndim || (x.ndim != 4 && x.ndim != 5))

@@ -6,6 +6,7 @@
 #ifndef DITTO_BACKEND_BACKEND_H
 #define DITTO_BACKEND_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "core/buffer.h"
@@ -16,14 +17,34 @@
 typedef struct DittoBackendParams {
     int nthreads;          /* CPU worker threads; <= 0: all cores */
     int device_index;      /* CUDA device */
+    bool fp16;             /* activations and network weights in float16 storage (act_dtype F16); CUDA only */
     DittoLogger log;
 } DittoBackendParams;
 
 void ditto_backend_params_default(DittoBackendParams *p);
 
+/*
+ * Device memory as a backend sees it. used / peak: bytes held through the
+ * backend's allocator plus its scratch workspace, now and at the high-water
+ * mark since open (what ditto itself allocates: weights, arenas, buffers).
+ * device_used / device_total: the whole device at the time of the call
+ * (cudaMemGetInfo: also the CUDA context, library handles and other processes).
+ */
+typedef struct DittoMemInfo {
+    size_t used, peak;
+    size_t device_used, device_total;
+} DittoMemInfo;
+
 typedef struct DittoBackend {
     const char *name;      /* "cpu", "cuda" */
     DittoDevice device;
+    /*
+     * Storage dtype of network activations and conv/linear/norm-affine
+     * weights: DITTO_F32 (default; the only choice on the CPU) or DITTO_F16
+     * (CUDA with DittoBackendParams.fp16; fp32 math inside every op).
+     * Coordinates, sampling grids, keypoints and norm statistics stay F32.
+     */
+    DittoDType act_dtype;
     DittoAllocator allocator;
     DittoOps ops;
     DittoLogger log;
@@ -33,6 +54,8 @@ typedef struct DittoBackend {
     int (*upload)(struct DittoBackend *be, void *dst, const void *src, size_t n);
     int (*download)(struct DittoBackend *be, void *dst, const void *src, size_t n);
     int (*sync)(struct DittoBackend *be);
+    /* Device memory (DittoMemInfo); NULL on backends that do not track it (the CPU: see peak RSS). */
+    int (*mem_info)(struct DittoBackend *be, DittoMemInfo *info);
     void (*destroy)(struct DittoBackend *be);
     void *priv;
 } DittoBackend;

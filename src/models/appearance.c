@@ -11,6 +11,11 @@
  * Every width comes from the checkpoint: C0 from first.conv, n and the Ci
  * from down_blocks.{i}.conv, C*D from second, C from the first ResBlock3d
  * (so D = C*D / C), r from the 3dr{i} keys present.
+ *
+ * Storage: activations and weights in be->act_dtype (BatchNorm running
+ * statistics float32). The image may be float32 or that dtype (converted
+ * once on entry); f_s may be float32 or that dtype (the warp network takes it
+ * in the act dtype).
  */
 #include <stdio.h>
 #include <string.h>
@@ -37,6 +42,7 @@ typedef struct AppResBlock {
 struct DittoAppearance {
     DittoBackend *be;
     DittoWeights weights;
+    DittoDType act;                 /* activation and weight storage (be->act_dtype at load) */
     /* hyper-parameters read from the checkpoint */
     int64_t c_in;                   /* image channels (3) */
     int64_t c_first;                /* block_expansion (64) */
@@ -72,8 +78,10 @@ int ditto_appearance_load(DittoAppearance **out, DittoBackend *be, DittoCatalog 
     if (!m)
         return DITTO_ERR_NOMEM;
     m->be = be;
+    m->act = be->act_dtype;
     DittoLoader l;
     ditto_loader_init(&l, cat, be, &m->weights, "appearance feature extractor", "");
+    l.dtype = m->act;
 
     /* sizes from the checkpoint */
     m->c_first = ditto_loader_dim(&l, 4, 0, "%s", "first.conv.weight");
@@ -180,13 +188,13 @@ static int down_block(DittoBackend *be, DittoArena *ws, const DittoConvBn *p, co
     return 0;
 }
 
-/* ResBlock3d: x (B,C,D,H,W) -> y = x + conv2(relu(norm2(conv1(relu(norm1(x)))))) */
+/* ResBlock3d: x (B,C,D,H,W) -> y = x + conv2(relu(norm2(conv1(relu(norm1(x)))))); scratch in x's dtype, y float32 or that */
 static int res_block(DittoBackend *be, DittoArena *ws, const AppResBlock *r, const DittoTensor *x, DittoTensor *y)
 {
     DittoArenaMark mark = ditto_arena_mark(ws);
     DittoTensor a, b;
-    DITTO_TRY(ditto_arena_tensor(ws, y->dtype, 5, x->shape, &a));
-    DITTO_TRY(ditto_arena_tensor(ws, y->dtype, 5, x->shape, &b));
+    DITTO_TRY(ditto_arena_tensor(ws, x->dtype, 5, x->shape, &a));
+    DITTO_TRY(ditto_arena_tensor(ws, x->dtype, 5, x->shape, &b));
     DITTO_TRY(ditto_nn_batch_norm(be, &r->norm1, x, &a));                       /* (B,C,D,H,W) */
     DITTO_TRY(ditto_op_act(be, DITTO_UNARY_RELU, 0, &a, &a));
     DITTO_TRY(ditto_op_conv(be, &conv3_pad1, &a, &r->conv1_w, &r->conv1_b, &b)); /* (B,C,D,H,W) */
@@ -201,14 +209,15 @@ static int res_block(DittoBackend *be, DittoArena *ws, const AppResBlock *r, con
 static int forward(DittoAppearance *m, DittoArena *ws, const DittoTensor *image, DittoTensor *f_s, const DittoTap *tap)
 {
     DittoBackend *be = m->be;
-    const DittoDType dt = f_s->dtype;
+    const DittoDType dt = m->act;
     const int64_t B = image->shape[0];
     int64_t h = image->shape[2], w = image->shape[3];
 
     /* out = self.first(x) */
-    DittoTensor x;
+    DittoTensor img, x;
+    DITTO_TRY(ditto_nn_as_dtype(be, ws, image, dt, &img));             /* the convs take the act dtype */
     DITTO_TRY(ditto_arena_tensor(ws, dt, 4, (int64_t[]){ B, m->c_first, h, w }, &x));
-    DITTO_TRY(same_block(be, ws, &m->first, image, &x));              /* (B,C0,H,W) */
+    DITTO_TRY(same_block(be, ws, &m->first, &img, &x));               /* (B,C0,H,W) */
     ditto_tap(tap, "first_out", &x);
 
     /* for down_block in self.down_blocks: out = down_block(out) */
@@ -255,6 +264,8 @@ int ditto_appearance_forward(DittoAppearance *m, DittoArena *ws, const DittoTens
         return ditto_fail(&m->be->log, DITTO_ERR_SHAPE, "appearance feature extractor: f_s has shape %s, expected %s",
                           ditto_shape_str(f_s->shape, f_s->ndim, have, sizeof have), ditto_shape_str(shape, 5, want, sizeof want));
     }
+    DITTO_TRY(ditto_nn_check_float(m->be, "appearance feature extractor", "image", image, m->act));
+    DITTO_TRY(ditto_nn_check_float(m->be, "appearance feature extractor", "f_s", f_s, m->act));
     DittoArenaMark mark = ditto_arena_mark(ws);
     int rc = forward(m, ws, image, f_s, tap);
     ditto_arena_release(ws, mark);

@@ -53,6 +53,7 @@ typedef struct DecBlock {
 struct DittoDecoder {
     DittoBackend *be;
     DittoWeights weights;
+    DittoDType act;                     /* activation and weight storage (be->act_dtype at load) */
 
     /* sizes read from the checkpoint shapes (full size in comments) */
     int64_t c_in;                       /* input feature = SPADE label channels (256) */
@@ -119,8 +120,10 @@ int ditto_decoder_load(DittoDecoder **out, DittoBackend *be, DittoCatalog *cat)
     if (!m)
         return ditto_fail(&be->log, DITTO_ERR_NOMEM, "decoder: out of memory");
     m->be = be;
+    m->act = be->act_dtype;
     DittoLoader l;
     ditto_loader_init(&l, cat, be, &m->weights, "SPADE decoder", "");
+    l.dtype = m->act;
     const DittoCatalogEntry *e;
     int rc;
     char key[64];
@@ -201,8 +204,9 @@ int ditto_decoder_out_shape(const DittoDecoder *m, const DittoTensor *feature, i
     return 0;
 }
 
-/* SPADE: y = instance_norm(x) * (1 + gamma(seg)) + beta(seg); seg already at x's size; y must not alias x. */
-static int spade(DittoBackend *be, DittoArena *ws, const DecSpade *s, const DittoTensor *x, const DittoTensor *seg, DittoTensor *y)
+/* SPADE: y = instance_norm(x) * (1 + gamma(seg)) + beta(seg); seg already at x's size; y must not alias x; scratch in act. */
+static int spade(DittoBackend *be, DittoArena *ws, DittoDType act, const DecSpade *s, const DittoTensor *x, const DittoTensor *seg,
+                 DittoTensor *y)
 {
     const int64_t B = x->shape[0], C = s->c, H = x->shape[2], W = x->shape[3];
     const DittoConvParams pad1 = ditto_nn_conv_pad(1);
@@ -210,9 +214,9 @@ static int spade(DittoBackend *be, DittoArena *ws, const DecSpade *s, const Ditt
     DittoArenaMark top = ditto_arena_mark(ws);
     DittoTensor actv, gamma, beta;
     int rc;
-    TRY(ditto_nn_new_f32(ws, &actv, DITTO_SHAPE(B, s->shared_w.shape[0], H, W)));
-    TRY(ditto_nn_new_f32(ws, &gamma, DITTO_SHAPE(B, C, H, W)));
-    TRY(ditto_nn_new_f32(ws, &beta, DITTO_SHAPE(B, C, H, W)));
+    TRY(ditto_nn_new(ws, act, &actv, DITTO_SHAPE(B, s->shared_w.shape[0], H, W)));
+    TRY(ditto_nn_new(ws, act, &gamma, DITTO_SHAPE(B, C, H, W)));
+    TRY(ditto_nn_new(ws, act, &beta, DITTO_SHAPE(B, C, H, W)));
     TRY(ditto_op_instance_norm(be, DEC_IN_EPS, x, NULL, NULL, y));                         /* normalized = param_free_norm(x) (B,C,H,W) */
     TRY(ditto_op_conv(be, &pad1, seg, &s->shared_w, &s->shared_b, &actv));                 /* mlp_shared (B,128,H,W) */
     TRY(ditto_op_act(be, DITTO_UNARY_RELU, 0.0f, &actv, &actv));
@@ -237,30 +241,30 @@ static int resblock(DittoDecoder *m, DittoArena *ws, const DecBlock *b, const Di
     int rc;
     /* seg = F.interpolate(feature, size=x's (H,W), mode='nearest'), shared by the block's SPADEs */
     if (feature->shape[2] != H || feature->shape[3] != W) {
-        TRY(ditto_nn_new_f32(ws, &seg, DITTO_SHAPE(B, m->c_in, H, W)));
+        TRY(ditto_nn_new(ws, m->act, &seg, DITTO_SHAPE(B, m->c_in, H, W)));
         TRY(ditto_op_upsample_nearest(be, feature, &seg));                                 /* (B,256,H,W) */
     }
     /* x_s = conv_s(norm_s(x)) if fin != fout, else x */
     if (b->learned_shortcut) {
         mk = ditto_arena_mark(ws);
-        TRY(ditto_nn_new_f32(ws, &n_s, DITTO_SHAPE(B, b->fin, H, W)));
-        TRY(spade(be, ws, &b->norm_s, x, &seg, &n_s));                                     /* (B,fin,H,W) */
+        TRY(ditto_nn_new(ws, m->act, &n_s, DITTO_SHAPE(B, b->fin, H, W)));
+        TRY(spade(be, ws, m->act, &b->norm_s, x, &seg, &n_s));                                     /* (B,fin,H,W) */
         TRY(ditto_op_conv(be, &pad0, &n_s, &b->conv_s_w, NULL, y));                        /* (B,fout,H,W) */
         ditto_arena_release(ws, mk);
     }
     /* dx = conv_0(lrelu(norm_0(x))) */
-    TRY(ditto_nn_new_f32(ws, &dx_0, DITTO_SHAPE(B, b->fmid, H, W)));
+    TRY(ditto_nn_new(ws, m->act, &dx_0, DITTO_SHAPE(B, b->fmid, H, W)));
     mk = ditto_arena_mark(ws);
-    TRY(ditto_nn_new_f32(ws, &n_0, DITTO_SHAPE(B, b->fin, H, W)));
-    TRY(spade(be, ws, &b->norm_0, x, &seg, &n_0));                                         /* (B,fin,H,W) */
+    TRY(ditto_nn_new(ws, m->act, &n_0, DITTO_SHAPE(B, b->fin, H, W)));
+    TRY(spade(be, ws, m->act, &b->norm_0, x, &seg, &n_0));                                         /* (B,fin,H,W) */
     TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &n_0, &n_0));
     TRY(ditto_op_conv(be, &pad1, &n_0, &b->conv_0_w, &b->conv_0_b, &dx_0));                /* (B,fmid,H,W) */
     ditto_arena_release(ws, mk);
     /* dx = conv_1(lrelu(norm_1(dx))) */
-    TRY(ditto_nn_new_f32(ws, &dx_1, DITTO_SHAPE(B, b->fout, H, W)));
+    TRY(ditto_nn_new(ws, m->act, &dx_1, DITTO_SHAPE(B, b->fout, H, W)));
     mk = ditto_arena_mark(ws);
-    TRY(ditto_nn_new_f32(ws, &n_1, DITTO_SHAPE(B, b->fmid, H, W)));
-    TRY(spade(be, ws, &b->norm_1, &dx_0, &seg, &n_1));                                     /* (B,fmid,H,W) */
+    TRY(ditto_nn_new(ws, m->act, &n_1, DITTO_SHAPE(B, b->fmid, H, W)));
+    TRY(spade(be, ws, m->act, &b->norm_1, &dx_0, &seg, &n_1));                                     /* (B,fmid,H,W) */
     TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &n_1, &n_1));
     TRY(ditto_op_conv(be, &pad1, &n_1, &b->conv_1_w, &b->conv_1_b, &dx_1));                /* (B,fout,H,W) */
     ditto_arena_release(ws, mk);
@@ -281,6 +285,11 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
         return ditto_fail(&be->log, DITTO_ERR_SHAPE, "decoder: img has shape %s, expected contiguous %s",
                           ditto_shape_str(img->shape, img->ndim, have, sizeof have), ditto_shape_str(oshape, 4, want, sizeof want));
     }
+    /* feature feeds convolutions: the network's storage dtype; img (written by the final sigmoid) float32 or that */
+    if (feature->dtype != m->act || feature->device != be->device)
+        return ditto_fail(&be->log, DITTO_ERR_INVAL, "decoder: feature has dtype %s, expected %s on the %s backend",
+                          ditto_dtype_name(feature->dtype), ditto_dtype_name(m->act), be->name);
+    DITTO_TRY(ditto_nn_check_float(be, "decoder", "img", img, m->act));
     const int64_t B = feature->shape[0];
     int64_t H = feature->shape[2], W = feature->shape[3];
     const DittoConvParams pad1 = ditto_nn_conv_pad(1);
@@ -290,8 +299,8 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
     int rc;
 
     /* x = fc(feature) */
-    TRY(ditto_nn_new_f32(ws, &x, DITTO_SHAPE(B, m->c_fc, H, W)));
-    TRY(ditto_nn_new_f32(ws, &y, DITTO_SHAPE(B, m->c_fc, H, W)));
+    TRY(ditto_nn_new(ws, m->act, &x, DITTO_SHAPE(B, m->c_fc, H, W)));
+    TRY(ditto_nn_new(ws, m->act, &y, DITTO_SHAPE(B, m->c_fc, H, W)));
     TRY(ditto_op_conv(be, &pad1, feature, &m->fc_w, &m->fc_b, &x));                          /* (B,512,64,64) */
     ditto_tap(tap, "fc_out", &x);
 
@@ -309,8 +318,8 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
     for (int i = 0; i < m->nup; i++) {
         H *= 2;
         W *= 2;
-        TRY(ditto_nn_new_f32(ws, &xu, DITTO_SHAPE(B, m->up[i].fin, H, W)));
-        TRY(ditto_nn_new_f32(ws, &y, DITTO_SHAPE(B, m->up[i].fout, H, W)));
+        TRY(ditto_nn_new(ws, m->act, &xu, DITTO_SHAPE(B, m->up[i].fin, H, W)));
+        TRY(ditto_nn_new(ws, m->act, &y, DITTO_SHAPE(B, m->up[i].fout, H, W)));
         TRY(ditto_op_upsample_nearest(be, &x, &xu));                                        /* (B,512,128,128) for up_0 */
         TRY(resblock(m, ws, &m->up[i], &xu, feature, &y));                                  /* (B,256,128,128) for up_0 */
         x = y;
@@ -321,11 +330,11 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
     /* x = conv_img(leaky_relu(x, 0.2)); conv_img = conv 3x3 -> PixelShuffle(2) */
     TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &x, &x));
     const int r = m->upscale;
-    TRY(ditto_nn_new_f32(ws, &c_img, DITTO_SHAPE(B, 3 * r * r, H, W)));
+    TRY(ditto_nn_new(ws, m->act, &c_img, DITTO_SHAPE(B, 3 * r * r, H, W)));
     TRY(ditto_op_conv(be, &pad1, &x, &m->img_w, &m->img_b, &c_img));                        /* (B,12,256,256) */
     logits = c_img;
     if (r > 1) {
-        TRY(ditto_nn_new_f32(ws, &logits, DITTO_SHAPE(B, 3, H * r, W * r)));
+        TRY(ditto_nn_new(ws, m->act, &logits, DITTO_SHAPE(B, 3, H * r, W * r)));
         TRY(ditto_op_pixel_shuffle(be, r, &c_img, &logits));                                /* (B,3,512,512) */
     }
     ditto_tap(tap, "logits", &logits);

@@ -12,6 +12,20 @@
  *     follow the fixture manifest's "intermediates").
  * Weights are immutable after load; forward calls on one network object
  * must not run concurrently (they share the backend's thread pool).
+ *
+ * Precision: a network loaded on a backend with act_dtype F16 (CUDA,
+ * DittoBackendParams.fp16) stores its conv/linear weights, biases and norm
+ * affines in float16 and its activations in float16, with fp32 math inside
+ * every op; BatchNorm running statistics, keypoints, coordinate grids,
+ * sparse motions, the softmax mask and the deformation stay float32. Per
+ * network:
+ *   appearance: image float32 or act; f_s float32 or act (act for the warp).
+ *   motion:     image float32 or act; outputs float32 (the final norm and the
+ *               heads run in float32).
+ *   warp:       f_s act, kp float32, out act.
+ *   decoder:    feature act, img float32 or act.
+ *   stitch:     float32 throughout.
+ * With act_dtype F32 (always on the CPU) everything is float32, as before.
  */
 #ifndef DITTO_MODELS_MODELS_H
 #define DITTO_MODELS_MODELS_H

@@ -14,6 +14,11 @@
  * Block(C): dwconv7x7 -> NHWC -> LayerNorm -> Linear C->4C -> GELU -> GRN
  * -> Linear 4C->C -> NCHW -> + input. Depths, widths and head sizes come from
  * the checkpoint (stages.{s}.{j} present, weight shapes).
+ *
+ * Storage: the backbone's activations and weights in be->act_dtype (GRN's
+ * norms float32); the image may be float32 or that dtype (converted once on
+ * entry). The pooled features, the final LayerNorm and the seven heads stay
+ * float32 (they produce the pose / keypoint parameters); outputs are float32.
  */
 #include <stdio.h>
 #include <string.h>
@@ -21,6 +26,7 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "models/models.h"
+#include "nn/blocks.h"
 #include "nn/weights.h"
 
 #define ME_STAGES 4
@@ -57,6 +63,7 @@ static const char *const head_names[ME_HEADS] = { "pitch", "yaw", "roll", "t", "
 struct DittoMotionExtractor {
     DittoBackend *be;
     DittoWeights weights;
+    DittoDType act;                   /* backbone activation and weight storage (be->act_dtype at load) */
     /* hyper-parameters read from the checkpoint */
     int64_t c_in;                     /* in_chans (3) */
     int64_t dims[ME_STAGES];          /* (96, 192, 384, 768) */
@@ -99,8 +106,10 @@ int ditto_motion_extractor_load(DittoMotionExtractor **out, DittoBackend *be, Di
     if (!m)
         return DITTO_ERR_NOMEM;
     m->be = be;
+    m->act = be->act_dtype;
     DittoLoader l;
     ditto_loader_init(&l, cat, be, &m->weights, "motion extractor", "detector.");
+    l.dtype = m->act;
 
     /* sizes from the checkpoint */
     m->c_in = ditto_loader_dim(&l, 4, 1, "%s", "downsample_layers.0.0.weight");
@@ -149,6 +158,7 @@ int ditto_motion_extractor_load(DittoMotionExtractor **out, DittoBackend *be, Di
     for (int s = 0; s < ME_STAGES; s++)
         for (int j = 0; j < m->depths[s] && !l.err; j++)
             load_block(&l, &m->blocks[s][j], m->dims[s], m->hidden[s], s, j);
+    l.dtype = DITTO_F32;   /* final norm and heads: float32 (pose and keypoint parameters) */
     ditto_loader_get(&l, &m->norm_w, DITTO_SHAPE(c), "norm.weight");
     ditto_loader_get(&l, &m->norm_b, DITTO_SHAPE(c), "norm.bias");
     for (int k = 0; k < ME_HEADS; k++) {
@@ -192,8 +202,8 @@ static int grn(DittoBackend *be, DittoArena *ws, const MeBlock *p, const DittoTe
     DittoTensor xv, yv, g, gm;
     DITTO_TRY(ditto_tensor_reshape(x, 3, (int64_t[]){ B, HW, K }, &xv));              /* (B,HW,K) */
     DITTO_TRY(ditto_tensor_reshape(y, 3, (int64_t[]){ B, HW, K }, &yv));
-    DITTO_TRY(ditto_arena_tensor(ws, x->dtype, 3, (int64_t[]){ B, 1, K }, &g));
-    DITTO_TRY(ditto_arena_tensor(ws, x->dtype, 3, (int64_t[]){ B, 1, 1 }, &gm));
+    DITTO_TRY(ditto_arena_tensor(ws, DITTO_F32, 3, (int64_t[]){ B, 1, K }, &g));   /* norms: float32 */
+    DITTO_TRY(ditto_arena_tensor(ws, DITTO_F32, 3, (int64_t[]){ B, 1, 1 }, &gm));
     DITTO_TRY(ditto_op_reduce(be, DITTO_REDUCE_L2, 1, &xv, &g));                      /* Gx = torch.norm(x, p=2, dim=(1,2)): (B,1,K) */
     DITTO_TRY(ditto_op_reduce(be, DITTO_REDUCE_MEAN, 2, &g, &gm));                    /* Gx.mean(dim=-1): (B,1,1) */
     DITTO_TRY(ditto_op_unary(be, &(DittoUnaryParams){ DITTO_UNARY_AFFINE, 1.0f, ME_GRN_EPS }, &gm, &gm)); /* + 1e-6 */
@@ -235,8 +245,12 @@ static int block(DittoBackend *be, DittoArena *ws, const MeBlock *p, const Ditto
 
 static int check_out(DittoBackend *be, const char *name, const DittoTensor *t, int64_t B, int64_t n)
 {
-    if (t->ndim == 2 && t->shape[0] == B && t->shape[1] == n)
+    if (t->ndim == 2 && t->shape[0] == B && t->shape[1] == n) {
+        if (t->dtype != DITTO_F32)
+            return ditto_fail(&be->log, DITTO_ERR_INVAL, "motion extractor: output %s has dtype %s, expected float32", name,
+                              ditto_dtype_name(t->dtype));
         return 0;
+    }
     char have[DITTO_SHAPE_STR_MAX];
     return ditto_fail(&be->log, DITTO_ERR_SHAPE, "motion extractor: output %s has shape %s, expected (%lld,%lld)", name,
                       ditto_shape_str(t->shape, t->ndim, have, sizeof have), (long long)B, (long long)n);
@@ -245,10 +259,11 @@ static int check_out(DittoBackend *be, const char *name, const DittoTensor *t, i
 static int forward(DittoMotionExtractor *m, DittoArena *ws, const DittoTensor *image, DittoMotionInfo *info, const DittoTap *tap)
 {
     DittoBackend *be = m->be;
-    const DittoDType dt = info->kp.dtype;
+    const DittoDType dt = m->act;
     const int64_t B = image->shape[0];
     int64_t h = image->shape[2] / 4, w = image->shape[3] / 4;
-    DittoTensor x, t;
+    DittoTensor x, t, img;
+    DITTO_TRY(ditto_nn_as_dtype(be, ws, image, dt, &img));                                     /* the stem conv takes the act dtype */
 
     /* forward_features: for i in range(4): x = self.downsample_layers[i](x); x = self.stages[i](x) */
     for (int s = 0; s < ME_STAGES; s++) {
@@ -257,7 +272,7 @@ static int forward(DittoMotionExtractor *m, DittoArena *ws, const DittoTensor *i
         if (s == 0) {
             DITTO_TRY(ditto_arena_tensor(ws, dt, 4, (int64_t[]){ B, c, h, w }, &t));
             DITTO_TRY(ditto_arena_tensor(ws, dt, 4, (int64_t[]){ B, c, h, w }, &x));
-            DITTO_TRY(ditto_op_conv(be, &conv_stem, image, &d->conv_w, &d->conv_b, &t));       /* conv4x4 s4: (B,C0,H/4,W/4) */
+            DITTO_TRY(ditto_op_conv(be, &conv_stem, &img, &d->conv_w, &d->conv_b, &t));        /* conv4x4 s4: (B,C0,H/4,W/4) */
             DITTO_TRY(ditto_op_layer_norm(be, ME_LN_EPS, true, &t, &d->ln_w, &d->ln_b, &x));    /* LayerNorm channels_first */
         } else {
             DITTO_TRY(ditto_arena_tensor(ws, dt, 4, x.shape, &t));
@@ -282,10 +297,10 @@ static int forward(DittoMotionExtractor *m, DittoArena *ws, const DittoTensor *i
     const int64_t C = m->dims[ME_STAGES - 1];
     DittoTensor xv, pooled, pv, feat;
     DITTO_TRY(ditto_tensor_reshape(&x, 3, (int64_t[]){ B, C, h * w }, &xv));           /* (B,C,h*w) */
-    DITTO_TRY(ditto_arena_tensor(ws, dt, 3, (int64_t[]){ B, C, 1 }, &pooled));
-    DITTO_TRY(ditto_op_reduce(be, DITTO_REDUCE_MEAN, 2, &xv, &pooled));               /* (B,C,1) */
+    DITTO_TRY(ditto_arena_tensor(ws, DITTO_F32, 3, (int64_t[]){ B, C, 1 }, &pooled));
+    DITTO_TRY(ditto_op_reduce(be, DITTO_REDUCE_MEAN, 2, &xv, &pooled));               /* (B,C,1), float32 */
     DITTO_TRY(ditto_tensor_reshape(&pooled, 2, (int64_t[]){ B, C }, &pv));            /* (B,C) */
-    DITTO_TRY(ditto_arena_tensor(ws, dt, 2, (int64_t[]){ B, C }, &feat));
+    DITTO_TRY(ditto_arena_tensor(ws, DITTO_F32, 2, (int64_t[]){ B, C }, &feat));
     DITTO_TRY(ditto_op_layer_norm(be, ME_LN_EPS, false, &pv, &m->norm_w, &m->norm_b, &feat)); /* (B,C) */
     ditto_tap(tap, "features", &feat);
 
@@ -313,6 +328,7 @@ int ditto_motion_extractor_forward(DittoMotionExtractor *m, DittoArena *ws, cons
     const DittoTensor *outs[ME_HEADS] = { &info->pitch, &info->yaw, &info->roll, &info->t, &info->exp, &info->scale, &info->kp };
     for (int k = 0; k < ME_HEADS; k++)
         DITTO_TRY(check_out(m->be, head_names[k], outs[k], image->shape[0], m->head_dims[k]));
+    DITTO_TRY(ditto_nn_check_float(m->be, "motion extractor", "image", image, m->act));
     DittoArenaMark mark = ditto_arena_mark(ws);
     int rc = forward(m, ws, image, info, tap);
     ditto_arena_release(ws, mark);

@@ -10,6 +10,9 @@
  * mlp = Linear, ReLU, Linear, ReLU, ..., Linear (keys mlp.{0,2,4,...}); the
  * widths come from the checkpoint (126 -> 128 -> 128 -> 64 -> 65 for K = 21).
  * Upstream deletes every "module." substring of the keys before loading.
+ *
+ * Keypoint math: the MLP, its weights and every tensor stay float32 whatever
+ * be->act_dtype (the loader's default dtype; the network is a few kFLOP).
  */
 #include <stdio.h>
 #include <string.h>

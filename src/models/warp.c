@@ -29,6 +29,7 @@
 struct DittoWarp {
     DittoBackend *be;
     DittoWeights weights;
+    DittoDType act;                     /* activation and weight storage (be->act_dtype at load) */
 
     /* sizes read from the checkpoint shapes (full size in comments) */
     int64_t c_feat;                     /* f_s channels (32) */
@@ -177,8 +178,10 @@ int ditto_warp_load(DittoWarp **out, DittoBackend *be, DittoCatalog *cat)
     if (!m)
         return ditto_fail(&be->log, DITTO_ERR_NOMEM, "warp network: out of memory");
     m->be = be;
+    m->act = be->act_dtype;
     DittoLoader l;
     ditto_loader_init(&l, cat, be, &m->weights, "warp network", "");
+    l.dtype = m->act;
     int rc = read_config(m, &l);
     if (rc < 0)
         goto fail;
@@ -297,9 +300,9 @@ static int hourglass(DittoWarp *m, DittoArena *ws, const DittoTensor *x, DittoTe
     enc[0] = *x;
     for (int i = 0; i < n; i++) {
         const int64_t h = enc[i].shape[3], w = enc[i].shape[4];
-        TRY(ditto_nn_new_f32(ws, &enc[i + 1], DITTO_SHAPE(B, m->c_enc[i], D, h / 2, w / 2)));
+        TRY(ditto_nn_new(ws, m->act, &enc[i + 1], DITTO_SHAPE(B, m->c_enc[i], D, h / 2, w / 2)));
         mk = ditto_arena_mark(ws);
-        TRY(ditto_nn_new_f32(ws, &tn, DITTO_SHAPE(B, m->c_enc[i], D, h, w)));
+        TRY(ditto_nn_new(ws, m->act, &tn, DITTO_SHAPE(B, m->c_enc[i], D, h, w)));
         TRY(ditto_nn_conv_bn_act(be, ws, &pad1, &m->down[i], DITTO_UNARY_RELU, 0.0f, &enc[i], &tn)); /* (B,64<<i,16,h,w) */
         TRY(ditto_op_pool(be, &pool, &tn, &enc[i + 1]));                                    /* (B,64<<i,16,h/2,w/2) */
         ditto_arena_release(ws, mk);
@@ -310,10 +313,10 @@ static int hourglass(DittoWarp *m, DittoArena *ws, const DittoTensor *x, DittoTe
         const DittoTensor *skip = &enc[n - 1 - j];
         const int64_t h = skip->shape[3], w = skip->shape[4];
         DittoTensor cat;
-        TRY(ditto_nn_new_f32(ws, &cat, DITTO_SHAPE(B, m->c_dec[j] + skip->shape[1], D, h, w)));
+        TRY(ditto_nn_new(ws, m->act, &cat, DITTO_SHAPE(B, m->c_dec[j] + skip->shape[1], D, h, w)));
         mk = ditto_arena_mark(ws);
-        TRY(ditto_nn_new_f32(ws, &u, DITTO_SHAPE(B, cur.shape[1], D, h, w)));
-        TRY(ditto_nn_new_f32(ws, &tn, DITTO_SHAPE(B, m->c_dec[j], D, h, w)));
+        TRY(ditto_nn_new(ws, m->act, &u, DITTO_SHAPE(B, cur.shape[1], D, h, w)));
+        TRY(ditto_nn_new(ws, m->act, &tn, DITTO_SHAPE(B, m->c_dec[j], D, h, w)));
         TRY(ditto_op_upsample_nearest(be, &cur, &u));                                       /* (B,1024,16,4,4) for j=0 */
         TRY(ditto_nn_conv_bn_act(be, ws, &pad1, &m->up[j], DITTO_UNARY_RELU, 0.0f, &u, &tn)); /* (B,512,16,4,4) */
         TRY(ditto_op_concat(be, 1, 2, (const DittoTensor *const[]){ &tn, skip }, &cat));   /* (B,512+512,16,4,4) */
@@ -330,6 +333,13 @@ done:
 /*
  * DenseMotionNetwork (5.4 steps 1-9): f_s (B,32,16,64,64), kp (B,21,3) ->
  * deformation (B,16,64,64,3) and occlusion (B,1,64,64).
+ *
+ * Storage (act = m->act, float32 or float16): the compressed features, the
+ * heatmaps as the hourglass reads them, the hourglass, the mask logits and
+ * the occlusion map are act; keypoints, the coordinate grid, the sparse
+ * motions, the Gaussians, the softmax mask and the deformation stay float32
+ * (with act float32 the mask softmax runs in place and the heatmaps are the
+ * Gaussians' difference buffer, exactly as before).
  */
 static int dense_motion(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, const DittoTensor *kp_source, const DittoTensor *kp_driving,
                         DittoTensor *deformation, DittoTensor *occlusion, const DittoTap *tap)
@@ -341,15 +351,16 @@ static int dense_motion(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, co
     DittoArenaMark top = ditto_arena_mark(ws), mk;
     DittoTensor motion, hg_in, pred, mask;
     DittoTensor cmp, feat, zero, kpd, kps, kpd6, kps6, grid6, gd, gs, tmp, deformed, deformed6, deformed_p, heat6, hg_in6;
-    DittoTensor motion_v, mask6, def6, pred2d;
+    DittoTensor motion_v, mask6, def6, pred2d, heat, logits;
+    const DittoDType act = m->act;
     int rc;
     TRY(ditto_nn_new_f32(ws, &motion, DITTO_SHAPE(B, K1, D, H, W, 3)));
-    TRY(ditto_nn_new_f32(ws, &hg_in, DITTO_SHAPE(B, K1 * (c + 1), D, H, W)));
+    TRY(ditto_nn_new(ws, act, &hg_in, DITTO_SHAPE(B, K1 * (c + 1), D, H, W)));
     mk = ditto_arena_mark(ws);
 
     /* feature = relu(norm(compress(feature))) */
-    TRY(ditto_nn_new_f32(ws, &cmp, DITTO_SHAPE(B, c, D, H, W)));
-    TRY(ditto_nn_new_f32(ws, &feat, DITTO_SHAPE(B, c, D, H, W)));
+    TRY(ditto_nn_new(ws, act, &cmp, DITTO_SHAPE(B, c, D, H, W)));
+    TRY(ditto_nn_new(ws, act, &feat, DITTO_SHAPE(B, c, D, H, W)));
     TRY(ditto_op_conv(be, &pad0, f_s, &m->compress_w, &m->compress_b, &cmp));                 /* (B,4,16,64,64) */
     TRY(ditto_nn_batch_norm(be, &m->compress_norm, &cmp, &feat));
     ditto_tap(tap, "dm_compress_bn", &feat);
@@ -372,11 +383,14 @@ static int dense_motion(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, co
     TRY(ditto_nn_new_f32(ws, &gd, DITTO_SHAPE(B, K1, D, H, W, 1)));
     TRY(ditto_nn_new_f32(ws, &gs, DITTO_SHAPE(B, K1, D, H, W, 1)));
     TRY(ditto_nn_new_f32(ws, &tmp, DITTO_SHAPE(B, K1, D, H, W, 3)));
+    heat = gd;
+    if (act != DITTO_F32)
+        TRY(ditto_nn_new(ws, act, &heat, DITTO_SHAPE(B, K1, D, H, W, 1)));
     TRY(ditto_op_binary(be, DITTO_BINARY_SUB, &grid6, &kpd6, &motion));                       /* G - kp_driving (B,22,16,64,64,3) */
     TRY(gaussian(be, &motion, DITTO_WARP_KP_VARIANCE, &gd));                                   /* gaussian_driving (B,22,16,64,64,1) */
     TRY(ditto_op_binary(be, DITTO_BINARY_SUB, &grid6, &kps6, &tmp));                          /* G - kp_source */
     TRY(gaussian(be, &tmp, DITTO_WARP_KP_VARIANCE, &gs));                                      /* gaussian_source */
-    TRY(ditto_op_binary(be, DITTO_BINARY_SUB, &gd, &gs, &gd));                                /* heatmap (B,22,16,64,64,1) */
+    TRY(ditto_op_binary(be, DITTO_BINARY_SUB, &gd, &gs, &heat));                              /* heatmap (B,22,16,64,64,1), act */
     TRY(ditto_op_binary(be, DITTO_BINARY_ADD, &motion, &kps6, &motion));                      /* sparse motions G - kp_d + kp_s */
 
     /*
@@ -385,32 +399,35 @@ static int dense_motion(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, co
      * out[:, :, m*D + d] = grid_sample(feat, S_m)[:, :, d].
      */
     TRY(ditto_tensor_reshape(&motion, DITTO_SHAPE(B, K1 * D, H, W, 3), &motion_v));
-    TRY(ditto_nn_new_f32(ws, &deformed, DITTO_SHAPE(B, c, K1 * D, H, W)));
-    TRY(ditto_op_grid_sample(be, false, &feat, &motion_v, &deformed));                       /* (B,4,22*16,64,64) */
+    TRY(ditto_nn_new(ws, act, &deformed, DITTO_SHAPE(B, c, K1 * D, H, W)));
+    TRY(ditto_op_grid_sample(be, false, &feat, &motion_v, &deformed));                       /* (B,4,22*16,64,64), float32 grid */
     TRY(ditto_tensor_reshape(&deformed, DITTO_SHAPE(B, c, K1, D, H, W), &deformed6));
     TRY(ditto_tensor_permute(&deformed6, (const int[]){ 0, 2, 1, 3, 4, 5 }, &deformed_p));     /* (B,22,4,16,64,64) view */
-    TRY(ditto_tensor_reshape(&gd, DITTO_SHAPE(B, K1, 1, D, H, W), &heat6));                   /* (B,22,1,16,64,64) */
+    TRY(ditto_tensor_reshape(&heat, DITTO_SHAPE(B, K1, 1, D, H, W), &heat6));                 /* (B,22,1,16,64,64) */
     TRY(ditto_tensor_reshape(&hg_in, DITTO_SHAPE(B, K1, c + 1, D, H, W), &hg_in6));
     TRY(ditto_op_concat(be, 2, 2, (const DittoTensor *const[]){ &heat6, &deformed_p }, &hg_in6)); /* (B,22,5,16,64,64) */
     ditto_arena_release(ws, mk);
     ditto_tap(tap, "dm_hourglass_in", &hg_in);                                                /* (B,110,16,64,64) */
 
     /* prediction = hourglass(input) */
-    TRY(ditto_nn_new_f32(ws, &pred, DITTO_SHAPE(B, P, D, H, W)));
+    TRY(ditto_nn_new(ws, act, &pred, DITTO_SHAPE(B, P, D, H, W)));
     TRY(hourglass(m, ws, &hg_in, &pred));                                                     /* (B,142,16,64,64) */
     ditto_tap(tap, "dm_hourglass_out", &pred);
 
-    /* mask = softmax(mask(prediction), dim=1) */
+    /* mask = softmax(mask(prediction), dim=1): logits act, the mask float32 (in place when act is float32) */
     TRY(ditto_nn_new_f32(ws, &mask, DITTO_SHAPE(B, K1, D, H, W)));
-    TRY(ditto_op_conv(be, &pad3, &pred, &m->mask_w, &m->mask_b, &mask));                      /* (B,22,16,64,64) */
-    TRY(ditto_op_softmax(be, 1, &mask, &mask));
+    logits = mask;
+    if (act != DITTO_F32)
+        TRY(ditto_nn_new(ws, act, &logits, DITTO_SHAPE(B, K1, D, H, W)));
+    TRY(ditto_op_conv(be, &pad3, &pred, &m->mask_w, &m->mask_b, &logits));                    /* (B,22,16,64,64) */
+    TRY(ditto_op_softmax(be, 1, &logits, &mask));
     ditto_tap(tap, "dm_mask", &mask);
 
     /* deformation = sum_m mask_m * S_m */
     TRY(ditto_tensor_reshape(&mask, DITTO_SHAPE(B, K1, D, H, W, 1), &mask6));
     TRY(ditto_tensor_reshape(deformation, DITTO_SHAPE(B, 1, D, H, W, 3), &def6));
-    TRY(ditto_op_binary(be, DITTO_BINARY_MUL, &motion, &mask6, &motion));                     /* (B,22,16,64,64,3) */
-    TRY(ditto_op_reduce(be, DITTO_REDUCE_SUM, 1, &motion, &def6));                            /* (B,1,16,64,64,3) */
+    TRY(ditto_op_binary(be, DITTO_BINARY_MUL, &motion, &mask6, &motion));                     /* (B,22,16,64,64,3), float32 */
+    TRY(ditto_op_reduce(be, DITTO_REDUCE_SUM, 1, &motion, &def6));                            /* (B,1,16,64,64,3), float32 */
     ditto_tap(tap, "dm_deformation", deformation);                                            /* (B,16,64,64,3) */
 
     /* occlusion_map = sigmoid(occlusion(prediction viewed (B, 142*16, 64, 64))) */
@@ -450,23 +467,27 @@ int ditto_warp_forward(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, con
         return ditto_fail(&be->log, DITTO_ERR_SHAPE, "warp network: out has shape %s, expected contiguous %s",
                           ditto_shape_str(out->shape, out->ndim, have, sizeof have), ditto_shape_str(oshape, 4, want, sizeof want));
     }
+    /* f_s feeds convolutions and out is one: both in the network's storage dtype */
+    if (f_s->dtype != m->act || out->dtype != m->act || f_s->device != be->device || out->device != be->device)
+        return ditto_fail(&be->log, DITTO_ERR_INVAL, "warp network: f_s (%s) and out (%s) must be %s on the %s backend",
+                          ditto_dtype_name(f_s->dtype), ditto_dtype_name(out->dtype), ditto_dtype_name(m->act), be->name);
     DITTO_TRY(ensure_grid(m, D, H, W));
     const DittoConvParams pad0 = ditto_nn_conv_pad(0), pad1 = ditto_nn_conv_pad(1);
     DittoArenaMark top = ditto_arena_mark(ws);
     DittoTensor deformation, occlusion, warped, warped2d, t3n;
     int rc;
-    TRY(ditto_nn_new_f32(ws, &deformation, DITTO_SHAPE(B, D, H, W, 3)));
-    TRY(ditto_nn_new_f32(ws, &occlusion, DITTO_SHAPE(B, 1, H, W)));
+    TRY(ditto_nn_new_f32(ws, &deformation, DITTO_SHAPE(B, D, H, W, 3)));             /* a sampling grid: float32 */
+    TRY(ditto_nn_new(ws, m->act, &occlusion, DITTO_SHAPE(B, 1, H, W)));
     TRY(dense_motion(m, ws, f_s, kp_source, kp_driving, &deformation, &occlusion, tap));
 
     /* out = deform_input(feature_3d, deformation).view(bs, c * d, h, w) */
-    TRY(ditto_nn_new_f32(ws, &warped, DITTO_SHAPE(B, C, D, H, W)));
+    TRY(ditto_nn_new(ws, m->act, &warped, DITTO_SHAPE(B, C, D, H, W)));
     TRY(ditto_op_grid_sample(be, false, f_s, &deformation, &warped));                       /* (B,32,16,64,64) */
     TRY(ditto_tensor_reshape(&warped, DITTO_SHAPE(B, C * D, H, W), &warped2d));             /* (B,512,64,64), channel 16c+d */
     ditto_tap(tap, "warped_feature", &warped2d);
 
     /* out = third(out): conv 3x3, BN, LeakyReLU(0.01) */
-    TRY(ditto_nn_new_f32(ws, &t3n, DITTO_SHAPE(B, m->c_third, H, W)));
+    TRY(ditto_nn_new(ws, m->act, &t3n, DITTO_SHAPE(B, m->c_third, H, W)));
     TRY(ditto_nn_conv_bn_act(be, ws, &pad1, &m->third, DITTO_UNARY_LEAKY_RELU, 0.01f, &warped2d, &t3n)); /* (B,256,64,64) */
 
     /* out = fourth(out): conv 1x1 */

@@ -4,9 +4,36 @@
 
 #include "core/log.h"
 
+int ditto_nn_new(DittoArena *ws, DittoDType dt, DittoTensor *t, int ndim, const int64_t *shape)
+{
+    return ditto_arena_tensor(ws, dt, ndim, shape, t);
+}
+
 int ditto_nn_new_f32(DittoArena *ws, DittoTensor *t, int ndim, const int64_t *shape)
 {
     return ditto_arena_tensor(ws, DITTO_F32, ndim, shape, t);
+}
+
+int ditto_nn_as_dtype(DittoBackend *be, DittoArena *ws, const DittoTensor *x, DittoDType dt, DittoTensor *out)
+{
+    if (x->dtype == dt) {
+        *out = *x;
+        return 0;
+    }
+    DITTO_TRY(ditto_arena_tensor(ws, dt, x->ndim, x->shape, out));
+    return ditto_op_copy(be, x, out);
+}
+
+int ditto_nn_check_float(DittoBackend *be, const char *what, const char *name, const DittoTensor *t, DittoDType act)
+{
+    if ((t->dtype == DITTO_F32 || t->dtype == act) && t->device == be->device)
+        return 0;
+    if (t->device != be->device)
+        return ditto_fail(&be->log, DITTO_ERR_INVAL, "%s: %s is not on the %s backend's device", what, name, be->name);
+    if (act == DITTO_F32)
+        return ditto_fail(&be->log, DITTO_ERR_INVAL, "%s: %s has dtype %s, expected float32", what, name, ditto_dtype_name(t->dtype));
+    return ditto_fail(&be->log, DITTO_ERR_INVAL, "%s: %s has dtype %s, expected float32 or %s", what, name, ditto_dtype_name(t->dtype),
+                      ditto_dtype_name(act));
 }
 
 DittoConvParams ditto_nn_conv_pad(int pad)

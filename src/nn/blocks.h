@@ -15,8 +15,21 @@
 /* eps of every torch.nn.BatchNorm in the networks (PyTorch's default) */
 #define DITTO_BN_EPS 1e-5f
 
-/* A float32 activation of (ndim, shape) from the arena. */
+/* A contiguous tensor of dtype dt and (ndim, shape) from the arena (activations: the network's act dtype). */
+int ditto_nn_new(DittoArena *ws, DittoDType dt, DittoTensor *t, int ndim, const int64_t *shape);
+/* A float32 tensor of (ndim, shape) from the arena (coordinates, grids, keypoints, statistics). */
 int ditto_nn_new_f32(DittoArena *ws, DittoTensor *t, int ndim, const int64_t *shape);
+/*
+ * x in dtype dt: *out = *x when it already is, else a converted contiguous
+ * copy from ws (one cast; for network inputs that arrive in another float
+ * dtype, e.g. a float32 image into an fp16 network).
+ */
+int ditto_nn_as_dtype(DittoBackend *be, DittoArena *ws, const DittoTensor *x, DittoDType dt, DittoTensor *out);
+/*
+ * 0 when t is a float32 tensor or one of dtype act, on be's device; else
+ * DITTO_ERR_INVAL, logged as "<what>: <name> has dtype D, expected ...".
+ */
+int ditto_nn_check_float(DittoBackend *be, const char *what, const char *name, const DittoTensor *t, DittoDType act);
 /* Stride 1, symmetric zero padding `pad` in every spatial dim. */
 DittoConvParams ditto_nn_conv_pad(int pad);
 /* y = BatchNorm(x) with the running statistics, eps DITTO_BN_EPS. */

@@ -23,6 +23,7 @@ void ditto_loader_init(DittoLoader *l, DittoCatalog *cat, DittoBackend *be, Ditt
     l->be = be;
     l->dst = dst;
     l->what = what;
+    l->dtype = DITTO_F32;
     snprintf(l->prefix, sizeof l->prefix, "%s", prefix ? prefix : "");
 }
 
@@ -164,15 +165,30 @@ static int store(DittoLoader *l, DittoBuffer *out, size_t bytes)
     return 0;
 }
 
-/* Upload host float32 data as a new parameter tensor. */
-static int bind_f32(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape, const float *host)
+/* Upload host float32 data as a new parameter tensor of dtype dt (F32 or F16, converted on the host). */
+static int bind(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape, const float *host, DittoDType dt)
 {
-    DittoTensor t = ditto_tensor(NULL, DITTO_F32, ndim, shape);
+    if (dt != DITTO_F32 && dt != DITTO_F16)
+        return ditto_loader_fail(l, DITTO_ERR_INVAL, "parameters cannot be stored as %s", ditto_dtype_name(dt));
+    DittoTensor t = ditto_tensor(NULL, dt, ndim, shape);
+    size_t bytes = ditto_tensor_nbytes(&t);
+    const void *src = host;
+    void *conv = NULL;
+    if (dt != DITTO_F32) {
+        conv = ditto_malloc_aligned(bytes ? bytes : 1);
+        if (!conv)
+            return ditto_loader_fail(l, DITTO_ERR_NOMEM, "out of memory for parameters");
+        ditto_convert(conv, dt, host, DITTO_F32, (size_t)ditto_tensor_numel(&t));
+        src = conv;
+    }
     DittoBuffer b;
-    int rc = store(l, &b, ditto_tensor_nbytes(&t));
-    if (rc < 0)
+    int rc = store(l, &b, bytes);
+    if (rc < 0) {
+        ditto_free_aligned(conv);
         return ditto_loader_fail(l, rc, "out of memory for parameters");
-    rc = l->be->upload(l->be, b.ptr, host, ditto_tensor_nbytes(&t));
+    }
+    rc = l->be->upload(l->be, b.ptr, src, bytes);
+    ditto_free_aligned(conv);
     if (rc < 0)
         return ditto_loader_fail(l, rc, "upload of parameters failed");
     t.data = b.ptr;
@@ -197,6 +213,22 @@ static float *read_host(DittoLoader *l, const DittoCatalogEntry *e)
     return h;
 }
 
+static int get_key(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape, const char *key, DittoDType dt)
+{
+    memset(out, 0, sizeof *out);
+    if (l->err)
+        return l->err;
+    DittoCatalogEntry *e = expect(l, key, ndim, shape);
+    if (!e)
+        return l->err;
+    float *h = read_host(l, e);
+    if (!h)
+        return l->err;
+    bind(l, out, ndim, shape, h, dt);
+    ditto_free_aligned(h);
+    return l->err;
+}
+
 int ditto_loader_get(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape, const char *fmt, ...)
 {
     memset(out, 0, sizeof *out);
@@ -207,15 +239,7 @@ int ditto_loader_get(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *
     va_start(ap, fmt);
     vkey(l, key, sizeof key, fmt, ap);
     va_end(ap);
-    DittoCatalogEntry *e = expect(l, key, ndim, shape);
-    if (!e)
-        return l->err;
-    float *h = read_host(l, e);
-    if (!h)
-        return l->err;
-    bind_f32(l, out, ndim, shape, h);
-    ditto_free_aligned(h);
-    return l->err;
+    return get_key(l, out, ndim, shape, key, l->dtype);
 }
 
 int ditto_loader_skip(DittoLoader *l, const char *fmt, ...)
@@ -272,7 +296,7 @@ int ditto_loader_get_sn(DittoLoader *l, DittoTensor *out, int ndim, const int64_
             float fs = (float)sigma;
             for (int64_t i = 0; i < rows * cols; i++)
                 w[i] = w[i] / fs;
-            bind_f32(l, out, ndim, shape, w);
+            bind(l, out, ndim, shape, w, l->dtype);   /* folded in fp32, then rounded once */
         }
     }
     ditto_free_aligned(w);
@@ -288,10 +312,14 @@ int ditto_loader_get_bn(DittoLoader *l, DittoBatchNorm *bn, int64_t c, const cha
     va_start(ap, fmt);
     vsnprintf(base, sizeof base, fmt, ap);
     va_end(ap);
+    char key[sizeof l->prefix + 200 + 16];
     ditto_loader_get(l, &bn->weight, DITTO_SHAPE(c), "%s.weight", base);
     ditto_loader_get(l, &bn->bias, DITTO_SHAPE(c), "%s.bias", base);
-    ditto_loader_get(l, &bn->mean, DITTO_SHAPE(c), "%s.running_mean", base);
-    ditto_loader_get(l, &bn->var, DITTO_SHAPE(c), "%s.running_var", base);
+    /* running statistics stay float32 whatever l->dtype */
+    snprintf(key, sizeof key, "%s%s.running_mean", l->prefix, base);
+    get_key(l, &bn->mean, DITTO_SHAPE(c), key, DITTO_F32);
+    snprintf(key, sizeof key, "%s%s.running_var", l->prefix, base);
+    get_key(l, &bn->var, DITTO_SHAPE(c), key, DITTO_F32);
     /* an int64 scalar only used in training; absent in some exports */
     if (ditto_loader_peek(l, "%s.num_batches_tracked", base))
         ditto_loader_skip(l, "%s.num_batches_tracked", base);

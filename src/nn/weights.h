@@ -36,6 +36,14 @@ typedef struct DittoLoader {
     const char *what;        /* network name for messages, e.g. "warp network" */
     char prefix[96];         /* prepended to every key, e.g. "retarget_shoulder." */
     bool strip_module;       /* ignore "module." substrings in checkpoint keys (DDP) */
+    /*
+     * Storage dtype of what get / get_sn / get_bn bind: DITTO_F32 (set by
+     * ditto_loader_init) or DITTO_F16 (a network loading for be->act_dtype).
+     * Checkpoint data is read as float32, spectral norms are folded in fp32,
+     * then each tensor is rounded once (nearest even) to this dtype.
+     * BatchNorm running_mean / running_var always stay float32 (statistics).
+     */
+    DittoDType dtype;
     int err;                 /* first error; later calls are no-ops */
 } DittoLoader;
 
@@ -51,7 +59,7 @@ const DittoCatalogEntry *ditto_loader_peek(DittoLoader *l, const char *fmt, ...)
 const DittoCatalogEntry *ditto_loader_peek_rank(DittoLoader *l, int ndim, const char *fmt, ...) DITTO_LOADER_PRINTF(3, 4);
 /* Dimension axis of prefix+key (as ditto_loader_peek_rank); 0 after an error. */
 int64_t ditto_loader_dim(DittoLoader *l, int ndim, int axis, const char *fmt, ...) DITTO_LOADER_PRINTF(4, 5);
-/* Bind prefix+key with exactly this shape as a float32 tensor on the backend. */
+/* Bind prefix+key with exactly this shape as a tensor of l->dtype on the backend. */
 int ditto_loader_get(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape, const char *fmt, ...) DITTO_LOADER_PRINTF(5, 6);
 /* Mark prefix+key as known without loading it (e.g. num_batches_tracked); missing is an error. */
 int ditto_loader_skip(DittoLoader *l, const char *fmt, ...) DITTO_LOADER_PRINTF(2, 3);
@@ -62,7 +70,7 @@ int ditto_loader_skip(DittoLoader *l, const char *fmt, ...) DITTO_LOADER_PRINTF(
  * torch.nn.utils.spectral_norm: no power iteration).
  */
 int ditto_loader_get_sn(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape, const char *fmt, ...) DITTO_LOADER_PRINTF(5, 6);
-/* BatchNorm K.{weight,bias,running_mean,running_var} of size c (+ num_batches_tracked). */
+/* BatchNorm K.{weight,bias,running_mean,running_var} of size c (+ num_batches_tracked); weight, bias in l->dtype, running stats float32. */
 typedef struct DittoBatchNorm {
     DittoTensor weight, bias, mean, var;
 } DittoBatchNorm;

@@ -13,7 +13,23 @@
 #define GUARD_WORDS 16
 #define GUARD_BYTE 0x5c
 
-TT *tt_new(TestCtx *c, DittoDType dtype, int ndim, const int64_t *shape)
+bool test_fp16(const TestCtx *c)
+{
+    return c->fp16 && c->fp16_suspended == 0;
+}
+
+void test_fp16_suspend(TestCtx *c)
+{
+    c->fp16_suspended++;
+}
+
+void test_fp16_resume(TestCtx *c)
+{
+    if (c->fp16_suspended > 0)
+        c->fp16_suspended--;
+}
+
+static TT *new_tt(TestCtx *c, DittoDType dtype, DittoDType dev_dtype, int ndim, const int64_t *shape)
 {
     TT *t = calloc(1, sizeof *t);
     if (!t)
@@ -36,12 +52,31 @@ TT *tt_new(TestCtx *c, DittoDType dtype, int ndim, const int64_t *shape)
     }
     t->dev = t->host;
     if (c->be->device != DITTO_DEVICE_CPU) {
-        if (ditto_buffer_alloc(&t->dev_buf, &c->be->allocator, n ? n : 1) < 0)
+        t->dev.dtype = dev_dtype;   /* same element strides: a float16 copy is half the bytes */
+        size_t dn = ditto_tensor_nbytes(&t->dev);
+        if (ditto_buffer_alloc(&t->dev_buf, &c->be->allocator, dn ? dn : 1) < 0)
             abort();
         t->dev.data = t->dev_buf.ptr;
         t->dev.device = c->be->device;
     }
     return t;
+}
+
+TT *tt_new(TestCtx *c, DittoDType dtype, int ndim, const int64_t *shape)
+{
+    bool half = dtype == DITTO_F32 && test_fp16(c) && c->be->device != DITTO_DEVICE_CPU;
+    return new_tt(c, dtype, half ? DITTO_F16 : dtype, ndim, shape);
+}
+
+TT *tt_new_f32dev(TestCtx *c, int ndim, const int64_t *shape)
+{
+    return new_tt(c, DITTO_F32, DITTO_F32, ndim, shape);
+}
+
+/* Device copy in another dtype than the host (fp16 mode): bytes of the device copy. */
+static size_t dev_bytes(const TT *t)
+{
+    return ditto_tensor_nbytes(&t->dev);
 }
 
 bool tt_guards_ok(const TT *t)
@@ -99,19 +134,42 @@ void tt_fill_normal(TT *t, float mean, float std)
 
 int tt_to_dev(TT *t)
 {
-    if (t->ctx->be->device == DITTO_DEVICE_CPU)
+    DittoBackend *be = t->ctx->be;
+    if (be->device == DITTO_DEVICE_CPU)
         return 0;
-    return t->ctx->be->upload(t->ctx->be, t->dev.data, t->host.data, t->host_bytes);
+    if (t->dev.dtype == t->host.dtype)
+        return be->upload(be, t->dev.data, t->host.data, t->host_bytes);
+    /* fp16 mode: round the host values to the device dtype (in place), upload the converted copy */
+    size_t n = (size_t)ditto_tensor_numel(&t->host), bytes = dev_bytes(t);
+    void *tmp = malloc(bytes ? bytes : 1);
+    if (!tmp)
+        abort();
+    ditto_convert(tmp, t->dev.dtype, t->host.data, t->host.dtype, n);
+    ditto_convert(t->host.data, t->host.dtype, tmp, t->dev.dtype, n);
+    int rc = be->upload(be, t->dev.data, tmp, bytes);
+    free(tmp);
+    return rc;
 }
 
 int tt_to_host(TT *t)
 {
-    if (t->ctx->be->device == DITTO_DEVICE_CPU)
+    DittoBackend *be = t->ctx->be;
+    if (be->device == DITTO_DEVICE_CPU)
         return 0;
-    int rc = t->ctx->be->sync(t->ctx->be);
+    int rc = be->sync(be);
     if (rc < 0)
         return rc;
-    return t->ctx->be->download(t->ctx->be, t->host.data, t->dev.data, t->host_bytes);
+    if (t->dev.dtype == t->host.dtype)
+        return be->download(be, t->host.data, t->dev.data, t->host_bytes);
+    size_t n = (size_t)ditto_tensor_numel(&t->host), bytes = dev_bytes(t);
+    void *tmp = malloc(bytes ? bytes : 1);
+    if (!tmp)
+        abort();
+    rc = be->download(be, tmp, t->dev.data, bytes);
+    if (rc >= 0)
+        ditto_convert(t->host.data, t->host.dtype, tmp, t->dev.dtype, n);
+    free(tmp);
+    return rc;
 }
 
 TestErr test_compare(const float *out, const double *ref, size_t n)
@@ -167,9 +225,14 @@ bool test_check(TestCtx *c, const char *name, TT *t, const double *ref, double t
     TestErr e = test_compare(tt_f32(t), ref, n);
     double rmax = e.max_ref > 0 ? e.max_abs / e.max_ref : e.max_abs;
     bool guards = tt_guards_ok(t);
+    bool fp16_floor = test_fp16(c);
+    if (fp16_floor) {
+        tol = tol > TEST_FP16_REL_L2 ? tol : TEST_FP16_REL_L2;
+        tol_max = tol_max > TEST_FP16_MAX ? tol_max : TEST_FP16_MAX;
+    }
     bool ok = e.nonfinite == 0 && e.rel_l2 <= tol && rmax <= tol_max && guards;
-    return test_report(c, name, ok, "rel_l2 %.3g (tol %.1g) max_abs/max_ref %.3g (tol %.1g)%s%s", e.rel_l2, tol, rmax, tol_max,
-                       e.nonfinite ? " NON-FINITE" : "", guards ? "" : " GUARDS-OVERWRITTEN");
+    return test_report(c, name, ok, "rel_l2 %.3g (tol %.1g) max_abs/max_ref %.3g (tol %.1g)%s%s%s", e.rel_l2, tol, rmax, tol_max,
+                       fp16_floor ? " [fp16 floor]" : "", e.nonfinite ? " NON-FINITE" : "", guards ? "" : " GUARDS-OVERWRITTEN");
 }
 
 int test_summary(const TestCtx *c)
@@ -180,12 +243,20 @@ int test_summary(const TestCtx *c)
 
 int test_init(TestCtx *c, int argc, char **argv)
 {
+    return test_init_opts(c, argc, argv, 0);
+}
+
+int test_init_opts(TestCtx *c, int argc, char **argv, unsigned flags)
+{
     memset(c, 0, sizeof *c);
     c->seed = 20261129;
     const char *backend = "cpu";
+    bool allow_fp16 = flags & TEST_ALLOW_FP16;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-b") && i + 1 < argc)
             backend = argv[++i];
+        else if (allow_fp16 && !strcmp(argv[i], "-p") && i + 1 < argc && (!strcmp(argv[i + 1], "f16") || !strcmp(argv[i + 1], "f32")))
+            c->fp16 = !strcmp(argv[++i], "f16");
         else if (!strcmp(argv[i], "-o") && i + 1 < argc)
             c->filter = argv[++i];
         else if (!strcmp(argv[i], "-s") && i + 1 < argc)
@@ -193,9 +264,13 @@ int test_init(TestCtx *c, int argc, char **argv)
         else if (!strcmp(argv[i], "-v"))
             c->verbose = 1;
         else {
-            fprintf(stderr, "usage: %s [-b cpu|cuda] [-o NAME-FILTER] [-s SEED] [-v]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-b cpu|cuda]%s [-o NAME-FILTER] [-s SEED] [-v]\n", argv[0], allow_fp16 ? " [-p f32|f16]" : "");
             return 2;
         }
+    }
+    if (c->fp16 && !strcmp(backend, "cpu")) {
+        fprintf(stderr, "%s: -p f16 (float16 device storage) needs a GPU backend (-b cuda); the CPU backend is the fp32 oracle\n", argv[0]);
+        return 2;
     }
     DittoBackendParams bp;
     ditto_backend_params_default(&bp);
@@ -204,9 +279,14 @@ int test_init(TestCtx *c, int argc, char **argv)
         return 1;
     if (!strcmp(backend, "cpu")) {
         c->be = c->cpu;
-    } else if (ditto_backend_open(&c->be, backend, &bp) < 0) {
-        return 1;
+    } else {
+        bp.fp16 = c->fp16;   /* the backend under test only; the oracle stays fp32 */
+        if (ditto_backend_open(&c->be, backend, &bp) < 0)
+            return 1;
     }
+    if (c->fp16)
+        printf("fp16 storage mode: float32 test tensors are float16 on the %s device; tolerance floor rel_l2 %g, max_abs/max_ref %g\n",
+               c->be->name, TEST_FP16_REL_L2, TEST_FP16_MAX);
     return 0;
 }
 

@@ -201,7 +201,7 @@ static void rotary_case(TestCtx *c, const char *name, int64_t B, int64_t L, int6
     TT *x = new_normal(c, 3, (int64_t[]){ B, L, C });
     TT *y = inplace ? x : new_out(c, DITTO_F32, 3, (int64_t[]){ B, L, C });
     /* the LMDM buffer: freq_k = 1 / 10000^(2k / C) in float32; strided variant: every other element of 2 C/2 */
-    TT *f = tt_new(c, DITTO_F32, 1, (int64_t[]){ strided_freqs ? 2 * half : half });
+    TT *f = tt_new_f32dev(c, 1, (int64_t[]){ strided_freqs ? 2 * half : half });   /* freqs: float32 by contract */
     for (int64_t k = 0; k < half; k++) {
         float fk = (float)(1.0 / pow(10000.0, 2.0 * (double)k / (double)C));
         if (strided_freqs) {
@@ -246,7 +246,11 @@ static void test_rotary(TestCtx *c)
     if (test_selected(c, "rotary/err")) {
         TT *x = new_normal(c, 3, (int64_t[]){ 2, 3, 5 }), *y = new_out(c, DITTO_F32, 3, (int64_t[]){ 2, 3, 5 });
         TT *x2 = new_normal(c, 3, (int64_t[]){ 2, 3, 6 }), *y2 = new_out(c, DITTO_F32, 3, (int64_t[]){ 2, 3, 6 });
-        TT *f2 = new_normal(c, 1, (int64_t[]){ 2 }), *f3 = new_normal(c, 1, (int64_t[]){ 3 });
+        TT *f2 = tt_new_f32dev(c, 1, (int64_t[]){ 2 }), *f3 = tt_new_f32dev(c, 1, (int64_t[]){ 3 });   /* float32: fail on size only */
+        tt_fill_normal(f2, 0, 1);
+        tt_fill_normal(f3, 0, 1);
+        tt_to_dev(f2);
+        tt_to_dev(f3);
         int rc = ditto_op_rotary(c->be, 0, &x->dev, &f2->dev, &y->dev);
         expect_rc(c, "rotary/err_odd_c", rc, DITTO_ERR_SHAPE);
         rc = ditto_op_rotary(c->be, 0, &x2->dev, &f2->dev, &y2->dev);

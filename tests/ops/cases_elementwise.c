@@ -143,12 +143,19 @@ static void test_copy(TestCtx *c)
 
 /* ---------------- casts (exact expected bytes) ---------------- */
 
+/* A tensor whose device dtype is exactly dt, also in fp16 storage mode (casts test exact dtypes). */
+static TT *new_exact(TestCtx *c, DittoDType dt, int ndim, const int64_t *shape)
+{
+    return dt == DITTO_F32 ? tt_new_f32dev(c, ndim, shape) : tt_new(c, dt, ndim, shape);
+}
+
 static void cast_case(TestCtx *c, const char *name, DittoDType st, const void *src, DittoDType dt, const void *want, int n)
 {
     if (!test_selected(c, name))
         return;
-    TT *x = tt_new(c, st, 1, (int64_t[]){ n });
-    TT *y = new_out(c, dt, 1, (int64_t[]){ n });
+    TT *x = new_exact(c, st, 1, (int64_t[]){ n });
+    TT *y = new_exact(c, dt, 1, (int64_t[]){ n });
+    tt_to_dev(y);
     memcpy(x->host.data, src, (size_t)n * ditto_dtype_size(st));
     tt_to_dev(x);
     int rc = ditto_op_copy(c->be, &x->dev, &y->dev);
@@ -207,7 +214,7 @@ static void test_cast(TestCtx *c)
 
     if (test_selected(c, "copy/cast_f32_f16_strided")) {
         /* x (3,4) f32 read transposed into y (4,3) f16 */
-        TT *x = tt_new(c, DITTO_F32, 2, (int64_t[]){ 3, 4 });
+        TT *x = tt_new_f32dev(c, 2, (int64_t[]){ 3, 4 });
         TT *y = new_out(c, DITTO_F16, 2, (int64_t[]){ 4, 3 });
         for (int i = 0; i < 12; i++)
             tt_f32(x)[i] = f32v[i];

@@ -245,7 +245,8 @@ static void case_grid(TestCtx *c, const char *name, bool ac, GridFill fill, int 
     for (int d = 0; d < ns; d++)
         gs[1 + d] = ys[2 + d] = out_spatial[d];
     gs[ndim - 1] = ns;
-    TT *x = tt_new(c, DITTO_F32, ndim, xs), *g = tt_new(c, DITTO_F32, ndim, gs), *y = tt_new(c, DITTO_F32, ndim, ys);
+    /* the grid is float32 by contract (also in fp16 storage mode) */
+    TT *x = tt_new(c, DITTO_F32, ndim, xs), *g = tt_new_f32dev(c, ndim, gs), *y = tt_new(c, DITTO_F32, ndim, ys);
     tt_fill_uniform(x, -1, 1);
     tt_fill_uniform(g, -1.15f, 1.15f);
     float *gd = tt_f32(g);
@@ -301,10 +302,10 @@ static void case_negative(TestCtx *c)
     TT *ps = tt_new(c, DITTO_F32, 4, (const int64_t[]){ 1, 1, 8, 10 });       /* 6 channels, r = 2: not divisible */
     expect_rc(c, "sample_reject_pixel_shuffle", ditto_op_pixel_shuffle(c->be, 2, &x4->dev, &ps->dev), DITTO_ERR_SHAPE);
 
-    TT *g3 = tt_new(c, DITTO_F32, 4, (const int64_t[]){ 1, 3, 3, 3 });        /* 2-D grid with 3 coords */
+    TT *g3 = tt_new_f32dev(c, 4, (const int64_t[]){ 1, 3, 3, 3 });           /* 2-D grid with 3 coords */
     TT *gy = tt_new(c, DITTO_F32, 4, (const int64_t[]){ 1, 6, 3, 3 });
     expect_rc(c, "sample_reject_grid_lastdim", ditto_op_grid_sample(c->be, false, &x4->dev, &g3->dev, &gy->dev), DITTO_ERR_SHAPE);
-    TT *g2b = tt_new(c, DITTO_F32, 4, (const int64_t[]){ 2, 3, 3, 2 });       /* batch 2 vs 1 */
+    TT *g2b = tt_new_f32dev(c, 4, (const int64_t[]){ 2, 3, 3, 2 });          /* batch 2 vs 1 */
     expect_rc(c, "sample_reject_grid_batch", ditto_op_grid_sample(c->be, false, &x4->dev, &g2b->dev, &gy->dev), DITTO_ERR_SHAPE);
     TT *gu8 = tt_new(c, DITTO_U8, 4, (const int64_t[]){ 1, 3, 3, 2 });
     expect_rc(c, "sample_reject_grid_dtype", ditto_op_grid_sample(c->be, false, &x4->dev, &gu8->dev, &gy->dev), DITTO_ERR_INVAL);

@@ -26,11 +26,15 @@ static void cpu_destroy(DittoBackend *be)
 int ditto_backend_cpu_open(DittoBackend **out, const DittoBackendParams *p)
 {
     *out = NULL;
+    if (p->fp16)
+        return ditto_fail(&p->log, DITTO_ERR_UNSUPPORTED,
+                          "cpu backend: fp16 storage is not supported (the CPU backend is the fp32 oracle; use --backend cuda for fp16)");
     DittoBackend *be = ditto_calloc(1, sizeof *be);
     if (!be)
         return DITTO_ERR_NOMEM;
     be->name = "cpu";
     be->device = DITTO_DEVICE_CPU;
+    be->act_dtype = DITTO_F32;
     be->allocator = ditto_host_allocator;
     be->log = p->log;
     be->upload = cpu_memcpy;

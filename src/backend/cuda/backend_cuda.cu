@@ -26,26 +26,65 @@ int ditto_cudnn_fail(DittoBackend *be, cudnnStatus_t st, const char *what, const
     return DITTO_ERR_BACKEND;
 }
 
+/* One live allocator block: its address and requested size. */
+struct DittoCudaAlloc {
+    void *ptr;
+    size_t size;
+};
+
+static void note_peak(DittoCuda *cu)
+{
+    size_t now = cu->bytes_in_use + cu->workspace_size;
+    if (now > cu->peak_bytes)
+        cu->peak_bytes = now;
+}
+
 static void *cuda_alloc(void *ctx, size_t n)
 {
     DittoBackend *be = (DittoBackend *)ctx;
+    DittoCuda *cu = ditto_cuda(be);
     void *p = NULL;
     if (cudaMalloc(&p, n ? n : 256) != cudaSuccess) {
         cudaGetLastError();
         return NULL;
     }
-    DittoCuda *cu = ditto_cuda(be);
+    pthread_mutex_lock(&cu->alloc_lock);
+    if (cu->nallocs == cu->capallocs) {
+        size_t cap = cu->capallocs ? 2 * cu->capallocs : 256;
+        DittoCudaAlloc *a = (DittoCudaAlloc *)ditto_realloc(cu->allocs, cap * sizeof *a);
+        if (!a) {
+            pthread_mutex_unlock(&cu->alloc_lock);
+            cudaFree(p);
+            return NULL;
+        }
+        cu->allocs = a;
+        cu->capallocs = cap;
+    }
+    cu->allocs[cu->nallocs].ptr = p;
+    cu->allocs[cu->nallocs].size = n;
+    cu->nallocs++;
     cu->bytes_in_use += n;
-    if (cu->bytes_in_use > cu->peak_bytes)
-        cu->peak_bytes = cu->bytes_in_use;
+    note_peak(cu);
+    pthread_mutex_unlock(&cu->alloc_lock);
     return p;
 }
 
 static void cuda_free(void *ctx, void *p)
 {
-    (void)ctx;
-    if (p)
-        cudaFree(p);
+    if (!p)
+        return;
+    DittoCuda *cu = ditto_cuda((DittoBackend *)ctx);
+    pthread_mutex_lock(&cu->alloc_lock);
+    /* newest first: scratch buffers are usually freed soon after they are made */
+    for (size_t i = cu->nallocs; i-- > 0;) {
+        if (cu->allocs[i].ptr == p) {
+            cu->bytes_in_use -= cu->allocs[i].size;
+            cu->allocs[i] = cu->allocs[--cu->nallocs];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&cu->alloc_lock);
+    cudaFree(p);
 }
 
 int ditto_cuda_workspace(DittoBackend *be, size_t n, void **out)
@@ -60,9 +99,27 @@ int ditto_cuda_workspace(DittoBackend *be, size_t n, void **out)
         }
         size_t want = n < ((size_t)32 << 20) ? ((size_t)32 << 20) : n;
         DITTO_CUDA_CHECK(be, cudaMalloc(&cu->workspace, want));
+        pthread_mutex_lock(&cu->alloc_lock);
         cu->workspace_size = want;
+        note_peak(cu);
+        pthread_mutex_unlock(&cu->alloc_lock);
     }
     *out = cu->workspace;
+    return 0;
+}
+
+static int cuda_mem_info(DittoBackend *be, DittoMemInfo *info)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    memset(info, 0, sizeof *info);
+    pthread_mutex_lock(&cu->alloc_lock);
+    info->used = cu->bytes_in_use + cu->workspace_size;
+    info->peak = cu->peak_bytes;
+    pthread_mutex_unlock(&cu->alloc_lock);
+    size_t free_b = 0, total_b = 0;
+    DITTO_CUDA_CHECK(be, cudaMemGetInfo(&free_b, &total_b));
+    info->device_used = total_b - free_b;
+    info->device_total = total_b;
     return 0;
 }
 
@@ -104,6 +161,9 @@ static void cuda_destroy(DittoBackend *be)
             cublasDestroy(cu->cublas);
         if (cu->stream)
             cudaStreamDestroy(cu->stream);
+        ditto_free(cu->allocs);
+        if (cu->alloc_lock_ok)
+            pthread_mutex_destroy(&cu->alloc_lock);
         ditto_free(cu);
     }
     ditto_pool_destroy(&be->pool);
@@ -129,8 +189,16 @@ extern "C" int ditto_backend_cuda_open(DittoBackend **out, const DittoBackendPar
         ditto_free(cu);
         return DITTO_ERR_NOMEM;
     }
+    if (pthread_mutex_init(&cu->alloc_lock, NULL) != 0) {
+        ditto_free(be);
+        ditto_free(cu);
+        return DITTO_ERR_NOMEM;
+    }
+    cu->alloc_lock_ok = true;
     be->name = "cuda";
     be->device = DITTO_DEVICE_CUDA;
+    /* activations and network weights in f16 storage on request (fp32 math inside every op) */
+    be->act_dtype = p->fp16 ? DITTO_F16 : DITTO_F32;
     be->log = p->log;
     be->priv = cu;
     be->allocator.alloc = cuda_alloc;
@@ -140,6 +208,7 @@ extern "C" int ditto_backend_cuda_open(DittoBackend **out, const DittoBackendPar
     be->upload = cuda_upload;
     be->download = cuda_download;
     be->sync = cuda_sync;
+    be->mem_info = cuda_mem_info;
     be->destroy = cuda_destroy;
     cu->device = p->device_index;
     int rc = 0;
@@ -164,6 +233,7 @@ extern "C" int ditto_backend_cuda_open(DittoBackend **out, const DittoBackendPar
     ditto_cuda_init_sample(&be->ops);
     ditto_cuda_init_attention(&be->ops);
     ditto_cuda_init_image(&be->ops);
+    ditto_cuda_init_onnx_ops(&be->ops);
     *out = be;
     return 0;
 }

@@ -6,6 +6,8 @@
 #ifndef DITTO_BACKEND_CUDA_H
 #define DITTO_BACKEND_CUDA_H
 
+#include <pthread.h>
+
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -23,7 +25,12 @@ typedef struct DittoCuda {
     cudnnHandle_t cudnn;
     void *workspace;          /* cuDNN / cuBLAS workspace, grown on demand (outside graph capture) */
     size_t workspace_size;
+    /* device memory accounting (mem_info): live allocator blocks, their bytes and the high-water mark incl. the workspace */
+    struct DittoCudaAlloc *allocs;
+    size_t nallocs, capallocs;
     size_t bytes_in_use, peak_bytes;
+    pthread_mutex_t alloc_lock;  /* guards the accounting (allocations may come from any thread) */
+    bool alloc_lock_ok;
     struct DittoCudaConvCache *conv_cache;  /* cuDNN plans per conv shape (conv.cu), created on first use */
 } DittoCuda;
 
@@ -73,6 +80,7 @@ void ditto_cuda_init_norm(DittoOps *ops);
 void ditto_cuda_init_sample(DittoOps *ops);
 void ditto_cuda_init_attention(DittoOps *ops);
 void ditto_cuda_init_image(DittoOps *ops);
+void ditto_cuda_init_onnx_ops(DittoOps *ops);
 
 /* Destroy the conv plan cache (descriptors and host memory); called by cuda_destroy. */
 void ditto_cuda_conv_cache_free(DittoCuda *cu);
