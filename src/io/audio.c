@@ -1,6 +1,6 @@
 /*
  * Audio decode (libavformat/libavcodec) and resampling (libswresample); see
- * audio.h. Also the small FFmpeg helpers the other src/io files share.
+ * audio.h.
  */
 #include "io/audio.h"
 
@@ -13,10 +13,9 @@
 
 #include "core/log.h"
 #include "core/mem.h"
+#include "io/av_util.h"
 
 #ifdef DITTO_HAVE_FFMPEG
-#include <pthread.h>
-
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
 #include <libavutil/channel_layout.h>
@@ -30,18 +29,6 @@ void ditto_pcm_free(DittoPcm *pcm)
         return;
     ditto_free(pcm->samples);
     memset(pcm, 0, sizeof *pcm);
-}
-
-int ditto_io_check_file(const char *path, const char *what, const DittoLogger *log)
-{
-    struct stat st;
-    if (stat(path, &st) != 0)
-        return ditto_fail(log, errno == ENOENT ? DITTO_ERR_NOENT : DITTO_ERR_IO, "%s: cannot open %s file: %s", path, what, strerror(errno));
-    if (S_ISDIR(st.st_mode))
-        return ditto_fail(log, DITTO_ERR_INVAL, "%s: is a directory, not an input %s file", path, what);
-    if (S_ISREG(st.st_mode) && st.st_size == 0)
-        return ditto_fail(log, DITTO_ERR_FORMAT, "%s: the %s file is empty (0 bytes)", path, what);
-    return 0;
 }
 
 #ifndef DITTO_HAVE_FFMPEG
@@ -91,72 +78,7 @@ int ditto_audio_reader_read(DittoAudioReader *r, const float **samples, int64_t 
     return DITTO_ERR_UNSUPPORTED;
 }
 
-void ditto_io_ffmpeg_quiet(void)
-{
-}
-
-const char *ditto_io_av_strerror(int averr, char *buf, size_t n)
-{
-    if (n)
-        snprintf(buf, n, "error %d", averr);
-    return buf;
-}
-
-int ditto_io_av_code(int averr)
-{
-    (void)averr;
-    return DITTO_ERR_UNSUPPORTED;
-}
-
 #else /* DITTO_HAVE_FFMPEG */
-
-/* Consecutive undecodable frames tolerated before the input counts as broken. */
-#define MAX_BAD_FRAMES 1000
-
-/* ---- shared helpers ---- */
-
-static void av_log_drop(void *avcl, int level, const char *fmt, va_list vl)
-{
-    (void)avcl;
-    (void)level;
-    (void)fmt;
-    (void)vl;
-}
-
-static void install_quiet(void)
-{
-    av_log_set_callback(av_log_drop);
-}
-
-void ditto_io_ffmpeg_quiet(void)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, install_quiet);
-}
-
-const char *ditto_io_av_strerror(int averr, char *buf, size_t n)
-{
-    if (av_strerror(averr, buf, n) < 0)
-        snprintf(buf, n, "FFmpeg error %d", averr);
-    return buf;
-}
-
-int ditto_io_av_code(int averr)
-{
-    switch (averr) {
-    case AVERROR(ENOENT): return DITTO_ERR_NOENT;
-    case AVERROR(ENOSPC): return DITTO_ERR_NOSPC;
-    case AVERROR(ENOMEM): return DITTO_ERR_NOMEM;
-    case AVERROR(EINVAL): return DITTO_ERR_INVAL;
-    case AVERROR_INVALIDDATA:
-    case AVERROR_EOF: return DITTO_ERR_FORMAT;
-    case AVERROR_DECODER_NOT_FOUND:
-    case AVERROR_DEMUXER_NOT_FOUND:
-    case AVERROR_ENCODER_NOT_FOUND:
-    case AVERROR_PATCHWELCOME: return DITTO_ERR_UNSUPPORTED;
-    default: return DITTO_ERR_IO;
-    }
-}
 
 /* ---- streaming reader ---- */
 
@@ -207,35 +129,12 @@ int ditto_audio_reader_open(DittoAudioReader **out, const char *path, const Ditt
     }
     r->log = log ? *log : (DittoLogger){ 0 };
     char eb[128];
-    int rc = 0;
-    int av = avformat_open_input(&r->fmt, path, NULL, NULL);
-    if (av < 0) {
-        rc = ditto_fail(log, ditto_io_av_code(av), "%s: not a readable audio file: %s", path, ditto_io_av_strerror(av, eb, sizeof eb));
-        goto fail;
-    }
-    av = avformat_find_stream_info(r->fmt, NULL);
-    if (av < 0) {
-        rc = ditto_fail(log, ditto_io_av_code(av), "%s: cannot read stream information: %s", path, ditto_io_av_strerror(av, eb, sizeof eb));
-        goto fail;
-    }
     const AVCodec *codec = NULL;
-    r->stream = av_find_best_stream(r->fmt, AVMEDIA_TYPE_AUDIO, -1, -1, &codec, 0);
-    if (r->stream == AVERROR_STREAM_NOT_FOUND) {
-        rc = ditto_fail(log, DITTO_ERR_FORMAT, "%s: no audio stream (container '%s')", path, r->fmt->iformat->name);
+    int rc = ditto_io_av_open_input(path, NULL, AVMEDIA_TYPE_AUDIO, "audio", "audio file", &r->fmt, &r->stream, &codec, &r->dec, &r->pkt,
+                                    &r->frame, log);
+    if (rc < 0)
         goto fail;
-    }
-    if (r->stream < 0 || !codec) {
-        const AVCodecDescriptor *d = r->stream >= 0 ? avcodec_descriptor_get(r->fmt->streams[r->stream]->codecpar->codec_id) : NULL;
-        rc = ditto_fail(log, DITTO_ERR_UNSUPPORTED, "%s: no decoder for its audio codec %s", path, d ? d->name : "(unknown)");
-        goto fail;
-    }
-    if (!(r->dec = avcodec_alloc_context3(codec)) || !(r->pkt = av_packet_alloc()) || !(r->frame = av_frame_alloc())) {
-        rc = ditto_fail(log, DITTO_ERR_NOMEM, "%s: out of memory", path);
-        goto fail;
-    }
-    av = avcodec_parameters_to_context(r->dec, r->fmt->streams[r->stream]->codecpar);
-    if (av >= 0)
-        av = avcodec_open2(r->dec, codec, NULL);
+    int av = avcodec_open2(r->dec, codec, NULL);
     if (av < 0) {
         rc = ditto_fail(log, ditto_io_av_code(av), "%s: cannot open the %s decoder: %s", path, codec->name, ditto_io_av_strerror(av, eb, sizeof eb));
         goto fail;
@@ -311,47 +210,19 @@ static int deliver(DittoAudioReader *r, const float **samples, int64_t *n)
 
 int ditto_audio_reader_read(DittoAudioReader *r, const float **samples, int64_t *n)
 {
-    char eb[128];
     *samples = NULL;
     *n = 0;
-    while (!r->done) {
-        int av = avcodec_receive_frame(r->dec, r->frame);
-        if (av >= 0) {
-            r->bad = 0;
-            int rc = r->frame->nb_samples > 0 ? deliver(r, samples, n) : 0;
-            av_frame_unref(r->frame);
-            if (rc < 0 || *n > 0)
-                return rc;
-            continue;
-        }
-        if (av == AVERROR_EOF) {
-            r->done = true;
+    for (;;) {
+        int got = ditto_io_av_next_frame(r->fmt, r->dec, r->pkt, r->frame, r->stream, &r->flushing, &r->done, &r->bad, r->path, "audio",
+                                         &r->log);
+        if (got < 0)
+            return got;
+        if (!got)
             break;
-        }
-        if (av != AVERROR(EAGAIN)) {
-            /* a corrupt frame: skip it, as ffmpeg does (but not forever) */
-            if (av == AVERROR_INVALIDDATA && ++r->bad < MAX_BAD_FRAMES)
-                continue;
-            return ditto_fail(&r->log, ditto_io_av_code(av), "%s: audio decoding failed: %s", r->path, ditto_io_av_strerror(av, eb, sizeof eb));
-        }
-        if (r->flushing)
-            return ditto_fail(&r->log, DITTO_ERR_IO, "%s: the audio decoder did not finish", r->path);
-        av = av_read_frame(r->fmt, r->pkt);
-        if (av == AVERROR_EOF) {
-            r->flushing = true;
-            avcodec_send_packet(r->dec, NULL);
-            continue;
-        }
-        if (av < 0)
-            return ditto_fail(&r->log, ditto_io_av_code(av), "%s: cannot read audio: %s", r->path, ditto_io_av_strerror(av, eb, sizeof eb));
-        if (r->pkt->stream_index == r->stream) {
-            av = avcodec_send_packet(r->dec, r->pkt);
-            if (av < 0 && av != AVERROR_INVALIDDATA && av != AVERROR(EAGAIN)) {
-                av_packet_unref(r->pkt);
-                return ditto_fail(&r->log, ditto_io_av_code(av), "%s: audio decoding failed: %s", r->path, ditto_io_av_strerror(av, eb, sizeof eb));
-            }
-        }
-        av_packet_unref(r->pkt);
+        int rc = r->frame->nb_samples > 0 ? deliver(r, samples, n) : 0;
+        av_frame_unref(r->frame);
+        if (rc < 0 || *n > 0)
+            return rc;
     }
     if (r->decoded == 0)
         return ditto_fail(&r->log, DITTO_ERR_FORMAT, "%s: no audio samples could be decoded", r->path);

@@ -72,23 +72,4 @@ int ditto_audio_reader_channels(const DittoAudioReader *r);
  */
 int ditto_audio_reader_read(DittoAudioReader *r, const float **samples, int64_t *n);
 
-/* ---- shared by the FFmpeg users of src/io (audio, image, video_in, video_out) ---- */
-
-/*
- * Send FFmpeg's own log output nowhere (installed once per process): the
- * library does not print, and its error lines already carry the file and
- * the problem. No-op without FFmpeg.
- */
-void ditto_io_ffmpeg_quiet(void);
-/* Text of an FFmpeg error code (AVERROR) in buf; returns buf. */
-const char *ditto_io_av_strerror(int averr, char *buf, size_t n);
-/*
- * Check that path names a non-empty file before FFmpeg sees it, so the
- * first error line says "missing", "a directory" or "empty" plainly. what:
- * "audio", "image", "video".
- */
-int ditto_io_check_file(const char *path, const char *what, const DittoLogger *log);
-/* Our code for an FFmpeg error code: ENOENT -> NOENT, ENOSPC -> NOSPC, ENOMEM, EACCES/EIO -> IO, INVALIDDATA -> FORMAT. */
-int ditto_io_av_code(int averr);
-
 #endif

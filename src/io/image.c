@@ -11,7 +11,7 @@
 
 #include "core/log.h"
 #include "core/mem.h"
-#include "io/audio.h"
+#include "io/av_util.h"
 #include "io/video_in.h"
 
 #ifdef DITTO_HAVE_FFMPEG

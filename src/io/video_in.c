@@ -9,7 +9,7 @@
 
 #include "core/log.h"
 #include "core/mem.h"
-#include "io/audio.h"
+#include "io/av_util.h"
 
 #ifdef DITTO_HAVE_FFMPEG
 #include <libavcodec/avcodec.h>
@@ -112,9 +112,6 @@ int ditto_video_load(const char *path, int64_t max_frames, DittoVideo *out, cons
 
 #else /* DITTO_HAVE_FFMPEG */
 
-/* Consecutive undecodable frames tolerated before the input counts as broken. */
-#define MAX_BAD_FRAMES 1000
-
 struct DittoVideoReader {
     AVFormatContext *fmt;
     AVCodecContext *dec;
@@ -210,42 +207,19 @@ int ditto_video_reader_open(DittoVideoReader **out, const char *path, const Ditt
         rc = ditto_fail(log, DITTO_ERR_UNSUPPORTED, "%s: this FFmpeg has no '%s' demuxer", path, p->format);
         goto fail;
     }
-    int av = avformat_open_input(&r->fmt, path, ifmt, NULL);
-    if (av < 0) {
-        rc = ditto_fail(log, ditto_io_av_code(av), "%s: not a readable image or video file: %s", path, ditto_io_av_strerror(av, eb, sizeof eb));
-        goto fail;
-    }
-    av = avformat_find_stream_info(r->fmt, NULL);
-    if (av < 0) {
-        rc = ditto_fail(log, ditto_io_av_code(av), "%s: cannot read stream information: %s", path, ditto_io_av_strerror(av, eb, sizeof eb));
-        goto fail;
-    }
     const AVCodec *codec = NULL;
-    r->stream = av_find_best_stream(r->fmt, AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0);
-    if (r->stream == AVERROR_STREAM_NOT_FOUND) {
-        rc = ditto_fail(log, DITTO_ERR_FORMAT, "%s: no video stream (container '%s')", path, r->fmt->iformat->name);
+    rc = ditto_io_av_open_input(path, ifmt, AVMEDIA_TYPE_VIDEO, "video", "image or video file", &r->fmt, &r->stream, &codec, &r->dec,
+                                &r->pkt, &r->frame, log);
+    if (rc < 0)
         goto fail;
-    }
-    if (r->stream < 0 || !codec) {
-        const AVCodecDescriptor *d = r->stream >= 0 ? avcodec_descriptor_get(r->fmt->streams[r->stream]->codecpar->codec_id) : NULL;
-        rc = ditto_fail(log, DITTO_ERR_UNSUPPORTED, "%s: no decoder for its video codec %s", path, d ? d->name : "(unknown)");
-        goto fail;
-    }
     AVStream *st = r->fmt->streams[r->stream];
-    if (!(r->dec = avcodec_alloc_context3(codec)) || !(r->pkt = av_packet_alloc()) || !(r->frame = av_frame_alloc())) {
-        rc = ditto_fail(log, DITTO_ERR_NOMEM, "%s: out of memory", path);
-        goto fail;
+    r->dec->thread_count = p->threads > 0 ? p->threads : 0;
+    if (codec->id == AV_CODEC_ID_MJPEG) {
+        /* the IJG integer IDCT (libjpeg's default JDCT_ISLOW) instead of FFmpeg's own */
+        r->dec->idct_algo = FF_IDCT_INT;
+        r->jfif = true;
     }
-    av = avcodec_parameters_to_context(r->dec, st->codecpar);
-    if (av >= 0) {
-        r->dec->thread_count = p->threads > 0 ? p->threads : 0;
-        if (codec->id == AV_CODEC_ID_MJPEG) {
-            /* the IJG integer IDCT (libjpeg's default JDCT_ISLOW) instead of FFmpeg's own */
-            r->dec->idct_algo = FF_IDCT_INT;
-            r->jfif = true;
-        }
-        av = avcodec_open2(r->dec, codec, NULL);
-    }
+    int av = avcodec_open2(r->dec, codec, NULL);
     if (av < 0) {
         rc = ditto_fail(log, ditto_io_av_code(av), "%s: cannot open the %s decoder: %s", path, codec->name, ditto_io_av_strerror(av, eb, sizeof eb));
         goto fail;
@@ -449,49 +423,20 @@ static int convert(DittoVideoReader *r, const uint8_t **rgb, int *width, int *he
 
 int ditto_video_reader_read(DittoVideoReader *r, const uint8_t **rgb, int *width, int *height)
 {
-    char eb[128];
     *rgb = NULL;
     *width = *height = 0;
     if (r->max_frames > 0 && r->delivered >= r->max_frames)
         return 0;
-    while (!r->done) {
-        int av = avcodec_receive_frame(r->dec, r->frame);
-        if (av >= 0) {
-            r->bad = 0;
-            int rc = convert(r, rgb, width, height);
-            av_frame_unref(r->frame);
-            if (rc >= 0)
-                r->delivered++;
-            return rc;
-        }
-        if (av == AVERROR_EOF) {
-            r->done = true;
-            break;
-        }
-        if (av != AVERROR(EAGAIN)) {
-            /* a corrupt frame: skip it, as ffmpeg does (but not forever) */
-            if (av == AVERROR_INVALIDDATA && ++r->bad < MAX_BAD_FRAMES)
-                continue;
-            return ditto_fail(&r->log, ditto_io_av_code(av), "%s: video decoding failed: %s", r->path, ditto_io_av_strerror(av, eb, sizeof eb));
-        }
-        if (r->flushing)
-            return ditto_fail(&r->log, DITTO_ERR_IO, "%s: the video decoder did not finish", r->path);
-        av = av_read_frame(r->fmt, r->pkt);
-        if (av == AVERROR_EOF) {
-            r->flushing = true;
-            avcodec_send_packet(r->dec, NULL);
-            continue;
-        }
-        if (av < 0)
-            return ditto_fail(&r->log, ditto_io_av_code(av), "%s: cannot read video: %s", r->path, ditto_io_av_strerror(av, eb, sizeof eb));
-        if (r->pkt->stream_index == r->stream) {
-            av = avcodec_send_packet(r->dec, r->pkt);
-            if (av < 0 && av != AVERROR_INVALIDDATA && av != AVERROR(EAGAIN)) {
-                av_packet_unref(r->pkt);
-                return ditto_fail(&r->log, ditto_io_av_code(av), "%s: video decoding failed: %s", r->path, ditto_io_av_strerror(av, eb, sizeof eb));
-            }
-        }
-        av_packet_unref(r->pkt);
+    int got = ditto_io_av_next_frame(r->fmt, r->dec, r->pkt, r->frame, r->stream, &r->flushing, &r->done, &r->bad, r->path, "video",
+                                     &r->log);
+    if (got < 0)
+        return got;
+    if (got) {
+        int rc = convert(r, rgb, width, height);
+        av_frame_unref(r->frame);
+        if (rc >= 0)
+            r->delivered++;
+        return rc;
     }
     if (r->delivered == 0)
         return ditto_fail(&r->log, DITTO_ERR_FORMAT, "%s: no frame could be decoded", r->path);

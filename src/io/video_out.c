@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "io/audio.h"
+#include "io/av_util.h"
 
 #ifdef DITTO_HAVE_FFMPEG
 #include <libavcodec/avcodec.h>

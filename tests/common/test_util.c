@@ -311,3 +311,49 @@ const char *test_shared_dir(void)
     }
     return NULL;
 }
+
+/* ---- log capture, byte buffers ---- */
+
+static void log_capture_cb(void *cookie, DittoLogLevel level, const char *msg)
+{
+    TestLogCapture *lc = cookie;
+    if (!lc->lines++)
+        snprintf(lc->first, sizeof lc->first, "%s", msg);
+    if (level == DITTO_LOG_ERROR)
+        lc->errors++;
+}
+
+DittoLogger test_log_capture(TestLogCapture *lc)
+{
+    memset(lc, 0, sizeof *lc);
+    DittoLogger lg = { log_capture_cb, lc, DITTO_LOG_DEBUG };
+    return lg;
+}
+
+void test_buf_put(TestBuf *b, const void *d, size_t n)
+{
+    if (b->n + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n)
+            cap *= 2;
+        b->p = realloc(b->p, cap);
+        if (!b->p)
+            abort();
+        b->cap = cap;
+    }
+    if (n)
+        memcpy(b->p + b->n, d, n);
+    b->n += n;
+}
+
+void test_buf_put8(TestBuf *b, unsigned v)
+{
+    uint8_t x = (uint8_t)v;
+    test_buf_put(b, &x, 1);
+}
+
+void test_buf_free(TestBuf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}

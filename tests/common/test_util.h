@@ -31,6 +31,7 @@
 #include <stdio.h>
 
 #include "backend/backend.h"
+#include "core/log.h"
 #include "core/tensor.h"
 
 /* fp16 storage mode tolerance floor (see above). */
@@ -104,5 +105,24 @@ void test_close(TestCtx *c);
 
 /* Path of ../shared (fixtures, models, media) or NULL when absent. */
 const char *test_shared_dir(void);
+
+/* Log capture for checks that an error is exactly one line naming the file. */
+typedef struct TestLogCapture {
+    int errors, lines;     /* error lines, all lines */
+    char first[1024];      /* the first line */
+} TestLogCapture;
+/* Zero *lc and return a logger (all levels) that counts into it. */
+DittoLogger test_log_capture(TestLogCapture *lc);
+
+/* Growable byte buffer for the file writers of the reader tests; zero-initialize. */
+typedef struct TestBuf {
+    uint8_t *p;
+    size_t n, cap;
+} TestBuf;
+/* Append n bytes (aborts when out of memory). */
+void test_buf_put(TestBuf *b, const void *d, size_t n);
+void test_buf_put8(TestBuf *b, unsigned v);
+/* Free and zero *b. */
+void test_buf_free(TestBuf *b);
 
 #endif

@@ -15,12 +15,10 @@
  * the heap (typed fields), read back through ditto_catalog_read_f32 so that
  * ASan sees every byte.
  */
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "core/log.h"
 #include "weights/onnx.h"
@@ -130,151 +128,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 #ifndef DITTO_LIBFUZZER
 
-/* splitmix64: deterministic mutation positions */
-static uint64_t next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+#include "fuzz_driver.h"
 
-/* A position, half the time within the first 4 KiB where the model's header, the graph's
- * first nodes and the tags of big fields live; otherwise anywhere. */
-static size_t pick(uint64_t *s, size_t n)
+static int one(const uint8_t *data, size_t size)
 {
-    uint64_t r = next(s);
-    size_t edge = n < 4096 ? n : 4096;
-    switch (r & 3) {
-    case 0: return (size_t)((r >> 2) % edge);
-    case 1: return n - 1 - (size_t)((r >> 2) % edge);
-    default: return (size_t)((r >> 2) % n);
-    }
-}
-
-static int run_copy(const uint8_t *d, size_t n)
-{
-    uint8_t *copy = malloc(n ? n : 1);   /* exact size: ASan flags any read past the end */
-    if (!copy)
-        abort();
-    memcpy(copy, d, n);
-    LLVMFuzzerTestOneInput(copy, n);
-    free(copy);
+    LLVMFuzzerTestOneInput(data, size);
     return last_loaded;
 }
 
-static void fuzz_file(const char *path, long muts, uint64_t seed)
+/* bit flips, protobuf-relevant bytes, lengths +-1 */
+static void mutate(uint8_t *b, long k, uint64_t r)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "fuzz_onnx: cannot open %s\n", path);
-        exit(1);
-    }
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    size_t n = sz > 0 ? (size_t)sz : 0;
-    uint8_t *d = malloc(n ? n : 1);
-    if (!d || fread(d, 1, n, f) != n) {
-        fprintf(stderr, "fuzz_onnx: cannot read %s\n", path);
-        exit(1);
-    }
-    fclose(f);
-    long runs = 1, loaded = run_copy(d, n);
-    int original = loaded;
-
-    /* truncations: every length near both ends, and evenly spread ones */
-    for (size_t k = 0; k < 512 && k < n; k++) {
-        loaded += run_copy(d, k);
-        loaded += run_copy(d, n - 1 - k);
-        runs += 2;
-    }
-    for (size_t k = 1; n > 1024 && k < 256; k++, runs++)
-        loaded += run_copy(d, n / 256 * k);
-
-    /* in place on an exact-size copy: bit flips, protobuf-relevant bytes, lengths +-1 */
     static const uint8_t special[] = { 0x00, 0x01, 0x7f, 0x80, 0xff, 0x08, 0x0a, 0x12 };
-    uint8_t *m = malloc(n ? n : 1);
-    if (!m)
-        abort();
-    memcpy(m, d, n);
-    uint64_t s = seed;
-    for (long k = 0; n && k < muts; k++, runs++) {
-        size_t at = pick(&s, n);
-        uint8_t old = m[at];
-        uint64_t r = next(&s);
-        switch (k % 4) {
-        case 0:
-        case 1: m[at] ^= (uint8_t)(1u << (r & 7)); break;
-        case 2: m[at] = special[r % sizeof special]; break;
-        default: m[at] = (uint8_t)(m[at] + ((r & 1) ? 1 : 0xff)); break;
-        }
-        LLVMFuzzerTestOneInput(m, n);
-        loaded += last_loaded;
-        m[at] = old;
+    switch (k % 4) {
+    case 0:
+    case 1: *b ^= (uint8_t)(1u << (r & 7)); break;
+    case 2: *b = special[r % sizeof special]; break;
+    default: *b = (uint8_t)(*b + ((r & 1) ? 1 : 0xff)); break;
     }
-    free(m);
-    free(d);
-    printf("fuzz_onnx: %s: %zu bytes, %s, %ld runs, %ld loaded\n", path, n, original ? "loads" : "rejected", runs, loaded);
-}
-
-static int is_dir(const char *p)
-{
-    struct stat st;
-    return !stat(p, &st) && S_ISDIR(st.st_mode);
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 int main(int argc, char **argv)
 {
-    long muts = 3000;
-    uint64_t seed = 20261130;
-    int nfiles = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-n") && i + 1 < argc) {
-            muts = strtol(argv[++i], NULL, 0);
-        } else if (!strcmp(argv[i], "-s") && i + 1 < argc) {
-            seed = strtoull(argv[++i], NULL, 0);
-        } else if (argv[i][0] == '-') {
-            fprintf(stderr, "usage: %s [-n MUTATIONS_PER_FILE] [-s SEED] FILE_OR_DIR...\n", argv[0]);
-            return 2;
-        } else if (is_dir(argv[i])) {
-            /* sorted, so that runs are reproducible */
-            DIR *dh = opendir(argv[i]);
-            char **names = NULL;
-            size_t nn = 0;
-            struct dirent *de;
-            while (dh && (de = readdir(dh))) {
-                size_t l = strlen(de->d_name);
-                if (de->d_name[0] == '.' || l < 5 || strcmp(de->d_name + l - 5, ".onnx"))
-                    continue;
-                names = realloc(names, (nn + 1) * sizeof *names);
-                names[nn] = malloc(strlen(argv[i]) + l + 2);
-                sprintf(names[nn++], "%s/%s", argv[i], de->d_name);
-            }
-            if (dh)
-                closedir(dh);
-            if (nn)
-                qsort(names, nn, sizeof *names, cmp_str);
-            for (size_t k = 0; k < nn; k++) {
-                fuzz_file(names[k], muts, seed + (uint64_t)nfiles++);
-                free(names[k]);
-            }
-            free(names);
-        } else {
-            fuzz_file(argv[i], muts, seed + (uint64_t)nfiles++);
-        }
-    }
-    if (!nfiles) {
-        fprintf(stderr, "fuzz_onnx: no .onnx files given\n");
-        return 2;
-    }
-    printf("fuzz_onnx: %d file(s), no invariant broken\n", nfiles);
-    return 0;
+    static const FuzzTarget t = { "fuzz_onnx", ".onnx", 20261130, one, mutate };
+    return fuzz_driver_main(argc, argv, &t);
 }
 
 #endif

@@ -11,12 +11,10 @@
  * naming the file; a success yields entries whose bytes lie inside the input
  * (read back through ditto_catalog_read_f32, so ASan sees every access).
  */
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "core/log.h"
 #include "weights/catalog.h"
@@ -71,147 +69,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 #ifndef DITTO_LIBFUZZER
 
-/* splitmix64: deterministic mutation positions */
-static uint64_t next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+#include "fuzz_driver.h"
 
-/* A position, half the time within the first or last 4 KiB where ZIP and pickle structure lives. */
-static size_t pick(uint64_t *s, size_t n)
+static int one(const uint8_t *data, size_t size)
 {
-    uint64_t r = next(s);
-    size_t edge = n < 4096 ? n : 4096;
-    switch (r & 3) {
-    case 0: return (size_t)((r >> 2) % edge);
-    case 1: return n - 1 - (size_t)((r >> 2) % edge);
-    default: return (size_t)((r >> 2) % n);
-    }
-}
-
-static int run_copy(const uint8_t *d, size_t n)
-{
-    uint8_t *copy = malloc(n ? n : 1);   /* exact size: ASan flags any read past the end */
-    if (!copy)
-        abort();
-    memcpy(copy, d, n);
-    LLVMFuzzerTestOneInput(copy, n);
-    free(copy);
+    LLVMFuzzerTestOneInput(data, size);
     return last_loaded;
 }
 
-static void fuzz_file(const char *path, long flips, uint64_t seed)
+/* bit flips and byte overwrites */
+static void mutate(uint8_t *b, long k, uint64_t r)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "fuzz_pth: cannot open %s\n", path);
-        exit(1);
-    }
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    size_t n = sz > 0 ? (size_t)sz : 0;
-    uint8_t *d = malloc(n ? n : 1);
-    if (!d || fread(d, 1, n, f) != n) {
-        fprintf(stderr, "fuzz_pth: cannot read %s\n", path);
-        exit(1);
-    }
-    fclose(f);
-    long runs = 1, loaded = run_copy(d, n);
-    int original = loaded;
-
-    /* truncations: every length near both ends, and evenly spread ones */
-    for (size_t k = 0; k < 512 && k < n; k++) {
-        loaded += run_copy(d, k);
-        loaded += run_copy(d, n - 1 - k);
-        runs += 2;
-    }
-    for (size_t k = 1; n > 1024 && k < 256; k++, runs++)
-        loaded += run_copy(d, n / 256 * k);
-
-    /* bit flips and byte overwrites, in place on an exact-size copy */
-    uint8_t *m = malloc(n ? n : 1);
-    if (!m)
-        abort();
-    memcpy(m, d, n);
-    uint64_t s = seed;
-    for (long k = 0; n && k < flips; k++, runs++) {
-        size_t at = pick(&s, n);
-        uint8_t old = m[at];
-        uint64_t r = next(&s);
-        if (k % 4 == 3)
-            m[at] = (uint8_t)((r & 1) ? 0xff : (r & 2) ? 0 : r >> 8);   /* overwrite: 0xff, 0 or random */
-        else
-            m[at] ^= (uint8_t)(1u << (r & 7));
-        LLVMFuzzerTestOneInput(m, n);
-        loaded += last_loaded;
-        m[at] = old;
-    }
-    free(m);
-    free(d);
-    printf("fuzz_pth: %s: %zu bytes, %s, %ld runs, %ld loaded\n", path, n, original ? "loads" : "rejected", runs, loaded);
-}
-
-static int is_dir(const char *p)
-{
-    struct stat st;
-    return !stat(p, &st) && S_ISDIR(st.st_mode);
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    if (k % 4 == 3)
+        *b = (uint8_t)((r & 1) ? 0xff : (r & 2) ? 0 : r >> 8);   /* overwrite: 0xff, 0 or random */
+    else
+        *b ^= (uint8_t)(1u << (r & 7));
 }
 
 int main(int argc, char **argv)
 {
-    long flips = 3000;
-    uint64_t seed = 20261129;
-    int nfiles = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-n") && i + 1 < argc) {
-            flips = strtol(argv[++i], NULL, 0);
-        } else if (!strcmp(argv[i], "-s") && i + 1 < argc) {
-            seed = strtoull(argv[++i], NULL, 0);
-        } else if (argv[i][0] == '-') {
-            fprintf(stderr, "usage: %s [-n MUTATIONS_PER_FILE] [-s SEED] FILE_OR_DIR...\n", argv[0]);
-            return 2;
-        } else if (is_dir(argv[i])) {
-            /* sorted, so that runs are reproducible */
-            DIR *dh = opendir(argv[i]);
-            char **names = NULL;
-            size_t nn = 0;
-            struct dirent *de;
-            while (dh && (de = readdir(dh))) {
-                size_t l = strlen(de->d_name);
-                if (de->d_name[0] == '.' || l < 4 || strcmp(de->d_name + l - 4, ".pth"))
-                    continue;
-                names = realloc(names, (nn + 1) * sizeof *names);
-                names[nn] = malloc(strlen(argv[i]) + l + 2);
-                sprintf(names[nn++], "%s/%s", argv[i], de->d_name);
-            }
-            if (dh)
-                closedir(dh);
-            if (nn)
-                qsort(names, nn, sizeof *names, cmp_str);
-            for (size_t k = 0; k < nn; k++) {
-                fuzz_file(names[k], flips, seed + (uint64_t)nfiles++);
-                free(names[k]);
-            }
-            free(names);
-        } else {
-            fuzz_file(argv[i], flips, seed + (uint64_t)nfiles++);
-        }
-    }
-    if (!nfiles) {
-        fprintf(stderr, "fuzz_pth: no .pth files given\n");
-        return 2;
-    }
-    printf("fuzz_pth: %d file(s), no invariant broken\n", nfiles);
-    return 0;
+    static const FuzzTarget t = { "fuzz_pth", ".pth", 20261129, one, mutate };
+    return fuzz_driver_main(argc, argv, &t);
 }
 
 #endif

@@ -25,103 +25,51 @@
 #include "weights/protobuf.h"
 #include "test_util.h"
 
-/* ---- log capture ------------------------------------------------------------------ */
-
-typedef struct LogCap {
-    int errors, lines;
-    char first[1024];
-} LogCap;
-
-static void cap_cb(void *cookie, DittoLogLevel level, const char *msg)
-{
-    LogCap *lc = cookie;
-    if (!lc->lines++)
-        snprintf(lc->first, sizeof lc->first, "%s", msg);
-    if (level == DITTO_LOG_ERROR)
-        lc->errors++;
-}
-
-static DittoLogger cap_logger(LogCap *lc)
-{
-    memset(lc, 0, sizeof *lc);
-    DittoLogger lg = { cap_cb, lc, DITTO_LOG_DEBUG };
-    return lg;
-}
-
 /* ---- protobuf writer ------------------------------------------------------------- */
 
-typedef struct Buf {
-    uint8_t *p;
-    size_t n, cap;
-} Buf;
-
-static void put(Buf *b, const void *d, size_t n)
-{
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n)
-            cap *= 2;
-        b->p = realloc(b->p, cap);
-        if (!b->p)
-            abort();
-        b->cap = cap;
-    }
-    if (n)
-        memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
-
-static void buf_free(Buf *b)
-{
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
-
-static void put8(Buf *b, unsigned v) { uint8_t x = (uint8_t)v; put(b, &x, 1); }
-
-static void pb_varint(Buf *b, uint64_t v)
+static void pb_varint(TestBuf *b, uint64_t v)
 {
     while (v >= 0x80) {
-        put8(b, (unsigned)(v & 0x7f) | 0x80);
+        test_buf_put8(b, (unsigned)(v & 0x7f) | 0x80);
         v >>= 7;
     }
-    put8(b, (unsigned)v);
+    test_buf_put8(b, (unsigned)v);
 }
 
 enum { VARINT = 0, I64 = 1, LEN = 2, I32 = 5 };
 
-static void pb_tag(Buf *b, unsigned field, unsigned wire) { pb_varint(b, (uint64_t)field << 3 | wire); }
-static void pb_int(Buf *b, unsigned field, int64_t v) { pb_tag(b, field, VARINT); pb_varint(b, (uint64_t)v); }
+static void pb_tag(TestBuf *b, unsigned field, unsigned wire) { pb_varint(b, (uint64_t)field << 3 | wire); }
+static void pb_int(TestBuf *b, unsigned field, int64_t v) { pb_tag(b, field, VARINT); pb_varint(b, (uint64_t)v); }
 
-static void pb_bytes(Buf *b, unsigned field, const void *d, size_t n)
+static void pb_bytes(TestBuf *b, unsigned field, const void *d, size_t n)
 {
     pb_tag(b, field, LEN);
     pb_varint(b, n);
-    put(b, d, n);
+    test_buf_put(b, d, n);
 }
 
-static void pb_str(Buf *b, unsigned field, const char *s) { pb_bytes(b, field, s, strlen(s)); }
+static void pb_str(TestBuf *b, unsigned field, const char *s) { pb_bytes(b, field, s, strlen(s)); }
 
 /* sub-message; consumes *sub */
-static void pb_msg(Buf *b, unsigned field, Buf *sub)
+static void pb_msg(TestBuf *b, unsigned field, TestBuf *sub)
 {
     pb_bytes(b, field, sub->p, sub->n);
-    buf_free(sub);
+    test_buf_free(sub);
 }
 
-static void pb_fixed32(Buf *b, uint32_t u)
+static void pb_fixed32(TestBuf *b, uint32_t u)
 {
     for (int i = 0; i < 4; i++)
-        put8(b, (u >> (8 * i)) & 0xff);
+        test_buf_put8(b, (u >> (8 * i)) & 0xff);
 }
 
-static void pb_fixed64(Buf *b, uint64_t u)
+static void pb_fixed64(TestBuf *b, uint64_t u)
 {
     pb_fixed32(b, (uint32_t)u);
     pb_fixed32(b, (uint32_t)(u >> 32));
 }
 
-static void pb_f32(Buf *b, unsigned field, float f)
+static void pb_f32(TestBuf *b, unsigned field, float f)
 {
     uint32_t u;
     memcpy(&u, &f, 4);
@@ -129,27 +77,27 @@ static void pb_f32(Buf *b, unsigned field, float f)
     pb_fixed32(b, u);
 }
 
-static void pb_ints(Buf *b, unsigned field, const int64_t *v, size_t n, bool packed)
+static void pb_ints(TestBuf *b, unsigned field, const int64_t *v, size_t n, bool packed)
 {
     if (!packed) {
         for (size_t i = 0; i < n; i++)
             pb_int(b, field, v[i]);
         return;
     }
-    Buf t = { 0 };
+    TestBuf t = { 0 };
     for (size_t i = 0; i < n; i++)
         pb_varint(&t, (uint64_t)v[i]);
     pb_msg(b, field, &t);
 }
 
-static void pb_floats(Buf *b, unsigned field, const float *v, size_t n, bool packed)
+static void pb_floats(TestBuf *b, unsigned field, const float *v, size_t n, bool packed)
 {
     if (!packed) {
         for (size_t i = 0; i < n; i++)
             pb_f32(b, field, v[i]);
         return;
     }
-    Buf t = { 0 };
+    TestBuf t = { 0 };
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, &v[i], 4);
@@ -158,9 +106,9 @@ static void pb_floats(Buf *b, unsigned field, const float *v, size_t n, bool pac
     pb_msg(b, field, &t);
 }
 
-static void pb_doubles(Buf *b, unsigned field, const double *v, size_t n, bool packed)
+static void pb_doubles(TestBuf *b, unsigned field, const double *v, size_t n, bool packed)
 {
-    Buf t = { 0 };
+    TestBuf t = { 0 };
     for (size_t i = 0; i < n; i++) {
         uint64_t u;
         memcpy(&u, &v[i], 8);
@@ -181,7 +129,7 @@ enum { T_FLOAT = 1, T_UINT8 = 2, T_INT8 = 3, T_UINT16 = 4, T_INT32 = 6, T_INT64 
        T_DOUBLE = 11, T_COMPLEX64 = 14, T_BFLOAT16 = 16 };
 
 /* TensorProto header: name (8), dims (1), data_type (2) */
-static void t_head(Buf *t, const char *name, int dtype, int nd, const int64_t *dims, bool packed_dims)
+static void t_head(TestBuf *t, const char *name, int dtype, int nd, const int64_t *dims, bool packed_dims)
 {
     if (name)
         pb_str(t, 8, name);
@@ -189,20 +137,20 @@ static void t_head(Buf *t, const char *name, int dtype, int nd, const int64_t *d
     pb_int(t, 2, dtype);
 }
 
-static void t_raw(Buf *t, const char *name, int dtype, int nd, const int64_t *dims, const void *raw, size_t n)
+static void t_raw(TestBuf *t, const char *name, int dtype, int nd, const int64_t *dims, const void *raw, size_t n)
 {
     t_head(t, name, dtype, nd, dims, true);
     pb_bytes(t, 9, raw, n);
 }
 
 /* ValueInfoProto: dims < 0 become dim_param "N"; nd < 0: no shape */
-static void vinfo(Buf *g, unsigned field, const char *name, int elem, int nd, const int64_t *dims)
+static void vinfo(TestBuf *g, unsigned field, const char *name, int elem, int nd, const int64_t *dims)
 {
-    Buf v = { 0 }, type = { 0 }, tt = { 0 }, shape = { 0 };
+    TestBuf v = { 0 }, type = { 0 }, tt = { 0 }, shape = { 0 };
     pb_str(&v, 1, name);
     pb_int(&tt, 1, elem);
     for (int i = 0; i < nd; i++) {
-        Buf d = { 0 };
+        TestBuf d = { 0 };
         if (dims[i] < 0)
             pb_str(&d, 2, "N");
         else
@@ -212,16 +160,16 @@ static void vinfo(Buf *g, unsigned field, const char *name, int elem, int nd, co
     if (nd >= 0)
         pb_msg(&tt, 2, &shape);
     else
-        buf_free(&shape);
+        test_buf_free(&shape);
     pb_msg(&type, 1, &tt);
     pb_msg(&v, 2, &type);
     pb_msg(g, field, &v);
 }
 
 /* NodeProto with attributes (already serialized AttributeProto bodies, each consumed) */
-static void node(Buf *g, const char *op, const char *name, const char *in, const char *out, Buf *attrs, int nattrs)
+static void node(TestBuf *g, const char *op, const char *name, const char *in, const char *out, TestBuf *attrs, int nattrs)
 {
-    Buf n = { 0 };
+    TestBuf n = { 0 };
     char tmp[256];
     /* in / out: comma-separated lists, "" items kept (omitted optional inputs) */
     for (int pass = 0; pass < 2; pass++) {
@@ -247,16 +195,16 @@ static void node(Buf *g, const char *op, const char *name, const char *in, const
     pb_msg(g, 1, &n);
 }
 
-static void a_int(Buf *a, const char *name, int64_t v) { pb_str(a, 1, name); pb_int(a, 3, v); pb_int(a, 20, 2); }
-static void a_float(Buf *a, const char *name, float v) { pb_str(a, 1, name); pb_f32(a, 2, v); pb_int(a, 20, 1); }
-static void a_str(Buf *a, const char *name, const char *v) { pb_str(a, 1, name); pb_str(a, 4, v); pb_int(a, 20, 3); }
+static void a_int(TestBuf *a, const char *name, int64_t v) { pb_str(a, 1, name); pb_int(a, 3, v); pb_int(a, 20, 2); }
+static void a_float(TestBuf *a, const char *name, float v) { pb_str(a, 1, name); pb_f32(a, 2, v); pb_int(a, 20, 1); }
+static void a_str(TestBuf *a, const char *name, const char *v) { pb_str(a, 1, name); pb_str(a, 4, v); pb_int(a, 20, 3); }
 
-static void model(Buf *m, int64_t ir, int64_t opset, Buf *graph)
+static void model(TestBuf *m, int64_t ir, int64_t opset, TestBuf *graph)
 {
     pb_int(m, 1, ir);
     pb_str(m, 2, "ditto-test");
     pb_msg(m, 7, graph);
-    Buf o = { 0 };
+    TestBuf o = { 0 };
     pb_str(&o, 1, "");
     pb_int(&o, 2, opset);
     pb_msg(m, 8, &o);
@@ -280,13 +228,13 @@ static const float bf16_src[2] = { 1.0f, -3.5f };
  * listed as a graph input, attributes of every supported kind, Constant nodes (value,
  * value_float, value_ints), an attribute tensor, symbolic dims and unknown fields.
  */
-static void make_ref(Buf *m)
+static void make_ref(TestBuf *m)
 {
-    Buf g = { 0 }, t = { 0 }, a[8];
+    TestBuf g = { 0 }, t = { 0 }, a[8];
     memset(a, 0, sizeof a);
 
     /* nodes: Constant(value) -> shape; Reshape; Conv with attributes; ConstantOfShape with a tensor attribute */
-    Buf ct = { 0 };
+    TestBuf ct = { 0 };
     t_raw(&ct, NULL, T_INT64, 1, (int64_t[]){ 2 }, (int64_t[]){ 1, -1 }, 16);
     pb_str(&a[0], 1, "value");
     pb_msg(&a[0], 5, &ct);
@@ -316,7 +264,7 @@ static void make_ref(Buf *m)
     pb_str(&a[7], 13, "doc string: skipped");
     node(&g, "Conv", "conv1", "y,w,", "z", a, 8);
 
-    Buf vt = { 0 };
+    TestBuf vt = { 0 };
     t_head(&vt, NULL, T_FLOAT, 1, (int64_t[]){ 1 }, false);
     pb_floats(&vt, 4, (float[]){ 0.75f }, 1, false);
     pb_str(&a[0], 1, "value");
@@ -389,12 +337,12 @@ static void make_ref(Buf *m)
     pb_int(m, 1, 8);
     pb_str(m, 2, "ditto-test");
     pb_str(m, 3, "1.0");
-    Buf md = { 0 };
+    TestBuf md = { 0 };
     pb_str(&md, 1, "key");
     pb_str(&md, 2, "value");
     pb_msg(m, 14, &md);   /* metadata_props: skipped */
     pb_msg(m, 7, &g);
-    Buf o = { 0 };
+    TestBuf o = { 0 };
     pb_str(&o, 1, "com.microsoft");
     pb_int(&o, 2, 1);
     pb_msg(m, 8, &o);
@@ -534,10 +482,10 @@ static int check_ref(const DittoOnnxModel *m, const uint8_t *file, char *why, si
 
 static void test_positive(TestCtx *tc)
 {
-    Buf f = { 0 };
+    TestBuf f = { 0 };
     make_ref(&f);
-    LogCap lc;
-    DittoLogger lg = cap_logger(&lc);
+    TestLogCapture lc;
+    DittoLogger lg = test_log_capture(&lc);
     DittoOnnxModel *m = NULL;
     int rc = ditto_onnx_open_memory(&m, f.p, f.n, "ref.onnx", &lg);
     char why[256] = "";
@@ -548,7 +496,7 @@ static void test_positive(TestCtx *tc)
     test_report(tc, "onnx.close_null", m == NULL, "");
 
     /* IR 1-2 models have no opset_import: opset 1 */
-    Buf g = { 0 }, mm = { 0 };
+    TestBuf g = { 0 }, mm = { 0 };
     node(&g, "Relu", NULL, "x", "y", NULL, 0);
     vinfo(&g, 11, "x", T_FLOAT, 1, (int64_t[]){ 4 });
     vinfo(&g, 12, "y", T_FLOAT, 1, (int64_t[]){ 4 });
@@ -557,7 +505,7 @@ static void test_positive(TestCtx *tc)
     rc = ditto_onnx_open_memory(&m, mm.p, mm.n, "ir2.onnx", &lg);
     test_report(tc, "onnx.ir2_no_opset", rc == 0 && m->opset == 1 && m->n_nodes == 1 && !strcmp(m->producer, ""), "rc %d %s", rc, lc.first);
     ditto_onnx_close(&m);
-    buf_free(&mm);
+    test_buf_free(&mm);
 
     /* arguments */
     rc = ditto_onnx_open_memory(NULL, f.p, f.n, "x", &lg);
@@ -568,7 +516,7 @@ static void test_positive(TestCtx *tc)
     args &= rc == DITTO_ERR_INVAL && !m;
     args &= !ditto_onnx_attr(NULL, "x");
     test_report(tc, "onnx.invalid_arguments", args, "");
-    buf_free(&f);
+    test_buf_free(&f);
 }
 
 /* ---- hostile inputs ------------------------------------------------------------------ */
@@ -576,8 +524,8 @@ static void test_positive(TestCtx *tc)
 /* rc < 0 (== want unless want is 0), exactly one error line, starting with the file name, containing `has`. */
 static bool expect_fail(TestCtx *tc, const char *label, const void *data, size_t size, int want, const char *has)
 {
-    LogCap lc;
-    DittoLogger lg = cap_logger(&lc);
+    TestLogCapture lc;
+    DittoLogger lg = test_log_capture(&lc);
     DittoOnnxModel *m = NULL;
     int rc = ditto_onnx_open_memory(&m, data, size, "hostile.onnx", &lg);
     bool ok = rc < 0 && (!want || rc == want) && m == NULL && lc.errors == 1 && lc.lines == 1 &&
@@ -587,38 +535,38 @@ static bool expect_fail(TestCtx *tc, const char *label, const void *data, size_t
 }
 
 /* A model whose graph holds `graph_extra` (consumed) after a Relu node, with opset 13. */
-static void wrap_graph(Buf *out, Buf *graph_extra)
+static void wrap_graph(TestBuf *out, TestBuf *graph_extra)
 {
-    Buf g = { 0 };
+    TestBuf g = { 0 };
     node(&g, "Relu", NULL, "x", "y", NULL, 0);
     vinfo(&g, 11, "x", T_FLOAT, 1, (int64_t[]){ 4 });
     vinfo(&g, 12, "y", T_FLOAT, 1, (int64_t[]){ 4 });
-    put(&g, graph_extra->p, graph_extra->n);
-    buf_free(graph_extra);
+    test_buf_put(&g, graph_extra->p, graph_extra->n);
+    test_buf_free(graph_extra);
     model(out, 8, 13, &g);
 }
 
-static void fail_graph(TestCtx *tc, const char *label, Buf *graph_extra, int want, const char *has)
+static void fail_graph(TestCtx *tc, const char *label, TestBuf *graph_extra, int want, const char *has)
 {
-    Buf f = { 0 };
+    TestBuf f = { 0 };
     wrap_graph(&f, graph_extra);
     expect_fail(tc, label, f.p, f.n, want, has);
-    buf_free(&f);
+    test_buf_free(&f);
 }
 
 /* One initializer (TensorProto body consumed). */
-static void fail_tensor(TestCtx *tc, const char *label, Buf *tensor, int want, const char *has)
+static void fail_tensor(TestCtx *tc, const char *label, TestBuf *tensor, int want, const char *has)
 {
-    Buf g = { 0 };
+    TestBuf g = { 0 };
     pb_msg(&g, 5, tensor);
     fail_graph(tc, label, &g, want, has);
 }
 
 /* One extra node with the given attribute bodies (consumed). */
-static void fail_node(TestCtx *tc, const char *label, const char *op, const char *in, const char *out, Buf *attrs, int n, int want,
+static void fail_node(TestCtx *tc, const char *label, const char *op, const char *in, const char *out, TestBuf *attrs, int n, int want,
                       const char *has)
 {
-    Buf g = { 0 };
+    TestBuf g = { 0 };
     node(&g, op, "n1", in, out, attrs, n);
     fail_graph(tc, label, &g, want, has);
 }
@@ -626,7 +574,7 @@ static void fail_node(TestCtx *tc, const char *label, const char *op, const char
 static void test_hostile_tensors(TestCtx *tc)
 {
     const int F = DITTO_ERR_FORMAT, U = DITTO_ERR_UNSUPPORTED;
-    Buf t = { 0 };
+    TestBuf t = { 0 };
     float four[4] = { 1, 2, 3, 4 };
 
     t_raw(&t, "w", T_FLOAT, 1, (int64_t[]){ 3 }, four, 16);
@@ -689,7 +637,7 @@ static void test_hostile_tensors(TestCtx *tc)
     pb_bytes(&t, 7, "\x80\x80", 2);
     fail_tensor(tc, "hostile.packed_varint_cut", &t, F, "truncated varint in a packed field");
     t_raw(&t, "w", T_FLOAT, 1, (int64_t[]){ 4 }, four, 16);
-    Buf seg = { 0 };
+    TestBuf seg = { 0 };
     pb_int(&seg, 1, 0);
     pb_msg(&t, 3, &seg);
     fail_tensor(tc, "hostile.segment", &t, U, "segment");
@@ -703,28 +651,28 @@ static void test_hostile_tensors(TestCtx *tc)
     fail_tensor(tc, "hostile.dims_wire_type", &t, F, "wire type fixed32");
 
     /* duplicate initializer names */
-    Buf g = { 0 };
+    TestBuf g = { 0 };
     t_raw(&t, "w", T_FLOAT, 1, (int64_t[]){ 4 }, four, 16);
     pb_msg(&g, 5, &t);
     t_raw(&t, "w", T_FLOAT, 1, (int64_t[]){ 4 }, four, 16);
     pb_msg(&g, 5, &t);
     fail_graph(tc, "hostile.duplicate_initializer", &g, F, "duplicate key 'w'");
     /* sparse initializer */
-    Buf sp = { 0 };
+    TestBuf sp = { 0 };
     pb_int(&sp, 3, 4);
     pb_msg(&g, 15, &sp);
     fail_graph(tc, "hostile.sparse_initializer", &g, U, "sparse initializers");
 }
 
 /* External data through memory: locations are checked first, then refused (no folder). */
-static void ext_tensor(Buf *t, const char *name, const char *loc, const char *offset, const char *length, int nd, const int64_t *dims)
+static void ext_tensor(TestBuf *t, const char *name, const char *loc, const char *offset, const char *length, int nd, const int64_t *dims)
 {
     t_head(t, name, T_FLOAT, nd, dims, true);
     const char *kv[3][2] = { { "location", loc }, { "offset", offset }, { "length", length } };
     for (int i = 0; i < 3; i++) {
         if (!kv[i][1])
             continue;
-        Buf e = { 0 };
+        TestBuf e = { 0 };
         pb_str(&e, 1, kv[i][0]);
         pb_str(&e, 2, kv[i][1]);
         pb_msg(t, 13, &e);
@@ -735,7 +683,7 @@ static void ext_tensor(Buf *t, const char *name, const char *loc, const char *of
 static void test_hostile_external_memory(TestCtx *tc)
 {
     const int F = DITTO_ERR_FORMAT, U = DITTO_ERR_UNSUPPORTED;
-    Buf t = { 0 };
+    TestBuf t = { 0 };
     static const struct {
         const char *label, *loc, *has;
         int want;
@@ -765,7 +713,7 @@ static void test_hostile_external_memory(TestCtx *tc)
     pb_floats(&t, 4, (float[]){ 1, 2, 3, 4 }, 4, true);
     fail_tensor(tc, "hostile.ext_and_typed", &t, F, "more than one");
     t_raw(&t, "w", T_FLOAT, 1, (int64_t[]){ 1 }, "abcd", 4);
-    Buf e = { 0 };
+    TestBuf e = { 0 };
     pb_str(&e, 1, "location");
     pb_str(&e, 2, "w.bin");
     pb_msg(&t, 13, &e);
@@ -775,7 +723,7 @@ static void test_hostile_external_memory(TestCtx *tc)
 static void test_hostile_graph(TestCtx *tc)
 {
     const int F = DITTO_ERR_FORMAT, U = DITTO_ERR_UNSUPPORTED;
-    Buf a[3], sub = { 0 };
+    TestBuf a[3], sub = { 0 };
     memset(a, 0, sizeof a);
 
     /* subgraphs: If with then_branch (g), Loop body by type only, Scan with graphs */
@@ -793,13 +741,13 @@ static void test_hostile_graph(TestCtx *tc)
     pb_int(&a[0], 20, 10);
     fail_node(tc, "hostile.subgraph_list", "Scan", "x", "out", a, 1, U, "subgraph");
     /* other unsupported attribute kinds */
-    Buf tt = { 0 };
+    TestBuf tt = { 0 };
     t_raw(&tt, NULL, T_FLOAT, 1, (int64_t[]){ 1 }, "abcd", 4);
     pb_str(&a[0], 1, "ts");
     pb_msg(&a[0], 10, &tt);
     pb_int(&a[0], 20, 9);
     fail_node(tc, "hostile.attr_tensors", "Foo", "x", "out", a, 1, U, "TENSORS");
-    Buf st = { 0 };
+    TestBuf st = { 0 };
     pb_str(&a[0], 1, "sp");
     pb_msg(&a[0], 22, &st);
     pb_int(&a[0], 20, 11);
@@ -855,7 +803,7 @@ static void test_hostile_graph(TestCtx *tc)
     fail_node(tc, "hostile.constant_two_values", "Constant", NULL, "c1", a, 2, F, "one value attribute");
     a_int(&a[0], "value_float", 1);
     fail_node(tc, "hostile.constant_wrong_type", "Constant", NULL, "c1", a, 1, F, "wrong type");
-    Buf g = { 0 }, t = { 0 };
+    TestBuf g = { 0 }, t = { 0 };
     t_raw(&t, "c1", T_FLOAT, 1, (int64_t[]){ 1 }, "abcd", 4);
     pb_msg(&g, 5, &t);
     a_float(&a[0], "value_float", 1);
@@ -863,20 +811,20 @@ static void test_hostile_graph(TestCtx *tc)
     fail_graph(tc, "hostile.constant_initializer_clash", &g, F, "duplicate key 'c1'");
 
     /* nodes */
-    Buf n = { 0 };
+    TestBuf n = { 0 };
     pb_str(&n, 1, "x");
     pb_str(&n, 2, "y");
     pb_msg(&g, 1, &n);
     fail_graph(tc, "hostile.node_no_op_type", &g, F, "node #1 has no op_type");
 
     /* value infos */
-    Buf v = { 0 };
+    TestBuf v = { 0 };
     pb_int(&v, 3, 0);
     pb_msg(&g, 11, &v);
     fail_graph(tc, "hostile.input_no_name", &g, F, "graph input #1");
     vinfo(&g, 11, "in7", T_FLOAT, 7, (int64_t[]){ 1, 1, 1, 1, 1, 1, 1 });
     fail_graph(tc, "hostile.input_rank_7", &g, U, "'in7': rank over 6");
-    Buf d = { 0 }, sh = { 0 }, tt2 = { 0 }, ty = { 0 }, vi = { 0 };
+    TestBuf d = { 0 }, sh = { 0 }, tt2 = { 0 }, ty = { 0 }, vi = { 0 };
     pb_int(&d, 1, -5);
     pb_msg(&sh, 1, &d);
     pb_int(&tt2, 1, T_FLOAT);
@@ -926,15 +874,15 @@ static void test_hostile_wire(TestCtx *tc)
 /* Truncation at every length and every single-bit flip of the reference model. */
 static void test_sweeps(TestCtx *tc)
 {
-    Buf f = { 0 };
+    TestBuf f = { 0 };
     make_ref(&f);
     long bad = 0, truncated_msgs = 0, loaded = 0, runs = 0;
     char first_bad[1200] = "";
     for (size_t n = 0; n < f.n; n++) {
         uint8_t *copy = malloc(n ? n : 1);   /* exact size: ASan sees any read past the end */
         memcpy(copy, f.p, n);
-        LogCap lc;
-        DittoLogger lg = cap_logger(&lc);
+        TestLogCapture lc;
+        DittoLogger lg = test_log_capture(&lc);
         DittoOnnxModel *m = NULL;
         int rc = ditto_onnx_open_memory(&m, copy, n, "cut.onnx", &lg);
         bool ok = rc < 0 && !m && lc.errors == 1 && lc.lines == 1 && !strncmp(lc.first, "cut.onnx: ", 10);
@@ -954,8 +902,8 @@ static void test_sweeps(TestCtx *tc)
     for (size_t i = 0; i < f.n; i++) {
         for (int bit = 0; bit < 8; bit++, runs++) {
             m8[i] ^= (uint8_t)(1u << bit);
-            LogCap lc;
-            DittoLogger lg = cap_logger(&lc);
+            TestLogCapture lc;
+            DittoLogger lg = test_log_capture(&lc);
             DittoOnnxModel *m = NULL;
             int rc = ditto_onnx_open_memory(&m, m8, f.n, "flip.onnx", &lg);
             bool ok;
@@ -983,18 +931,18 @@ static void test_sweeps(TestCtx *tc)
     }
     free(m8);
     test_report(tc, "sweep.bit_flips", bad == 0, "%ld flips, %ld still load, %ld bad %s", runs, loaded, bad, first_bad);
-    buf_free(&f);
+    test_buf_free(&f);
 }
 
 /* Fail the i-th allocation for every i: NOMEM with one error line, or success; no leaks (ASan). */
 static void test_alloc_failures(TestCtx *tc)
 {
-    Buf f = { 0 };
+    TestBuf f = { 0 };
     make_ref(&f);
     int bad = 0, i;
     for (i = 0; i < 10000; i++) {
-        LogCap lc;
-        DittoLogger lg = cap_logger(&lc);
+        TestLogCapture lc;
+        DittoLogger lg = test_log_capture(&lc);
         DittoOnnxModel *m = NULL;
         ditto_mem_fail_after(i);
         int rc = ditto_onnx_open_memory(&m, f.p, f.n, "oom.onnx", &lg);
@@ -1009,7 +957,7 @@ static void test_alloc_failures(TestCtx *tc)
             bad++;
     }
     test_report(tc, "onnx.alloc_failures", bad == 0 && i > 10 && i < 10000, "%d allocation points, %d bad", i, bad);
-    buf_free(&f);
+    test_buf_free(&f);
 }
 
 /* ---- files: mapping, external data ----------------------------------------------------- */
@@ -1024,9 +972,9 @@ static bool write_file(const char *path, const void *d, size_t n)
 }
 
 /* A model with external initializers: w (whole file), b (offset, length), c in a subfolder; one file shared. */
-static void make_ext_model(Buf *m, const char *loc_w, const char *loc_b, const char *b_offset, const char *b_length)
+static void make_ext_model(TestBuf *m, const char *loc_w, const char *loc_b, const char *b_offset, const char *b_length)
 {
-    Buf g = { 0 }, t = { 0 };
+    TestBuf g = { 0 }, t = { 0 };
     ext_tensor(&t, "w", loc_w, NULL, NULL, 2, (int64_t[]){ 2, 2 });
     pb_msg(&g, 5, &t);
     ext_tensor(&t, "b", loc_b, b_offset, b_length, 1, (int64_t[]){ 2 });
@@ -1053,11 +1001,11 @@ static void test_files(TestCtx *tc)
     mkdir(sub, 0700);
 
     /* the reference model through the file system: same result, mapped */
-    Buf f = { 0 };
+    TestBuf f = { 0 };
     make_ref(&f);
     bool ok = write_file(path, f.p, f.n);
-    LogCap lc;
-    DittoLogger lg = cap_logger(&lc);
+    TestLogCapture lc;
+    DittoLogger lg = test_log_capture(&lc);
     DittoOnnxModel *m = NULL;
     int rc = ditto_onnx_open(&m, path, &lg);
     char why[256] = "";
@@ -1068,22 +1016,22 @@ static void test_files(TestCtx *tc)
 
     /* truncated on disk: a clear message naming the path */
     ok = truncate(path, (off_t)f.n - 30) == 0;
-    lg = cap_logger(&lc);
+    lg = test_log_capture(&lc);
     rc = ditto_onnx_open(&m, path, &lg);
     ok &= rc == DITTO_ERR_FORMAT && lc.lines == 1 && !strncmp(lc.first, path, strlen(path)) && strstr(lc.first, "truncated file");
     test_report(tc, "onnx.file_truncated", ok, "rc %d: %s", rc, lc.first);
-    buf_free(&f);
+    test_buf_free(&f);
 
     /* missing file, directory, empty file */
     snprintf(wpath, sizeof wpath, "%s/missing.onnx", dir);
-    lg = cap_logger(&lc);
+    lg = test_log_capture(&lc);
     rc = ditto_onnx_open(&m, wpath, &lg);
     test_report(tc, "onnx.file_missing", rc == DITTO_ERR_NOENT && lc.lines == 1 && strstr(lc.first, wpath), "rc %d: %s", rc, lc.first);
-    lg = cap_logger(&lc);
+    lg = test_log_capture(&lc);
     rc = ditto_onnx_open(&m, dir, &lg);
     test_report(tc, "onnx.file_directory", rc < 0 && lc.lines == 1 && strstr(lc.first, dir), "rc %d: %s", rc, lc.first);
     ok = truncate(path, 0) == 0;
-    lg = cap_logger(&lc);
+    lg = test_log_capture(&lc);
     rc = ditto_onnx_open(&m, path, &lg);
     test_report(tc, "onnx.file_empty", ok && rc == DITTO_ERR_FORMAT && lc.lines == 1 && strstr(lc.first, "empty file"), "rc %d: %s", rc,
                 lc.first);
@@ -1092,11 +1040,11 @@ static void test_files(TestCtx *tc)
     snprintf(wpath, sizeof wpath, "%s/weights.bin", dir);
     float wv[6] = { 1, 2, 3, 4, -5, 6.5f }, mv[3] = { 9, 10, 11 };
     ok = write_file(wpath, wv, sizeof wv) && write_file(spath, mv, sizeof mv);
-    Buf mm = { 0 };
+    TestBuf mm = { 0 };
     make_ext_model(&mm, "weights.bin", "./weights.bin", "16", "8");
     ok &= write_file(mpath, mm.p, mm.n);
-    buf_free(&mm);
-    lg = cap_logger(&lc);
+    test_buf_free(&mm);
+    lg = test_log_capture(&lc);
     rc = ditto_onnx_open(&m, mpath, &lg);
     ok &= rc == 0 && entry_is(m, "b", DITTO_F32, 1, (int64_t[]){ 2 }, (double[]){ -5, 6.5 });
     test_report(tc, "onnx.external_offset_length", ok, "rc %d: %s", rc, lc.first);
@@ -1105,8 +1053,8 @@ static void test_files(TestCtx *tc)
     /* w covers only the first 16 bytes of a 24-byte file (no length): fine; b in a subfolder at offset 4 */
     make_ext_model(&mm, "weights.bin", "data/more.bin", "4", NULL);
     ok = write_file(mpath, mm.p, mm.n);
-    buf_free(&mm);
-    lg = cap_logger(&lc);
+    test_buf_free(&mm);
+    lg = test_log_capture(&lc);
     rc = ditto_onnx_open(&m, mpath, &lg);
     ok &= rc == 0 && entry_is(m, "w", DITTO_F32, 2, (int64_t[]){ 2, 2 }, (double[]){ 1, 2, 3, 4 }) &&
           entry_is(m, "b", DITTO_F32, 1, (int64_t[]){ 2 }, (double[]){ 10, 11 }) && m->init->entries[1].offset == 4;
@@ -1130,8 +1078,8 @@ static void test_files(TestCtx *tc)
     for (size_t i = 0; i < sizeof bad_ext / sizeof *bad_ext; i++) {
         make_ext_model(&mm, "weights.bin", bad_ext[i].loc, bad_ext[i].off, bad_ext[i].len);
         ok = write_file(mpath, mm.p, mm.n);
-        buf_free(&mm);
-        lg = cap_logger(&lc);
+        test_buf_free(&mm);
+        lg = test_log_capture(&lc);
         rc = ditto_onnx_open(&m, mpath, &lg);
         ok &= rc == bad_ext[i].want && !m && lc.errors == 1 && lc.lines == 1 && !strncmp(lc.first, mpath, strlen(mpath)) &&
               strstr(lc.first, "tensor 'b'") && strstr(lc.first, bad_ext[i].has);
@@ -1143,8 +1091,8 @@ static void test_files(TestCtx *tc)
     if (getcwd(cwd, sizeof cwd) && chdir(dir) == 0) {
         make_ext_model(&mm, "weights.bin", "weights.bin", "16", NULL);
         ok = write_file("ext.onnx", mm.p, mm.n);
-        buf_free(&mm);
-        lg = cap_logger(&lc);
+        test_buf_free(&mm);
+        lg = test_log_capture(&lc);
         rc = ditto_onnx_open(&m, "ext.onnx", &lg);
         ok &= rc == 0 && entry_is(m, "b", DITTO_F32, 1, (int64_t[]){ 2 }, (double[]){ -5, 6.5 });
         ditto_onnx_close(&m);
@@ -1176,8 +1124,8 @@ static void test_seed_files(TestCtx *tc)
     for (size_t i = 0; i < sizeof seeds / sizeof *seeds; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/tests/data/onnx/%s", DITTO_SOURCE_DIR, seeds[i].file);
-        LogCap lc;
-        DittoLogger lg = cap_logger(&lc);
+        TestLogCapture lc;
+        DittoLogger lg = test_log_capture(&lc);
         DittoOnnxModel *m = NULL;
         int rc = ditto_onnx_open(&m, path, &lg);
         bool ok = rc == 0 && m->n_nodes == seeds[i].nodes && m->n_initializers == seeds[i].inits &&
@@ -1276,8 +1224,8 @@ static void test_real_models(TestCtx *tc, const char *shared)
         const ModelWant *w = &real_models[i];
         char path[4096], why[512] = "";
         snprintf(path, sizeof path, "%s/models/%s", shared, w->file);
-        LogCap lc;
-        DittoLogger lg = cap_logger(&lc);
+        TestLogCapture lc;
+        DittoLogger lg = test_log_capture(&lc);
         DittoOnnxModel *m = NULL;
         int rc = ditto_onnx_open(&m, path, &lg);
         bool ok = rc == 0;
@@ -1453,7 +1401,7 @@ static void test_protobuf(TestCtx *tc)
     bad += ditto_pb_packed_varints((const uint8_t *)"", 0, &count, &why) != 0 || count != 0;
 
     /* a message with every wire type, read field by field */
-    Buf b = { 0 };
+    TestBuf b = { 0 };
     pb_int(&b, 1, 150);
     pb_tag(&b, 2, I64);
     pb_fixed64(&b, 0x1122334455667788ull);
@@ -1472,7 +1420,7 @@ static void test_protobuf(TestCtx *tc)
     for (int k = 0; k < 3; k++)
         ditto_pb_next(&r, &f);
     bad += ditto_pb_next(&r, &f) != DITTO_ERR_FORMAT || !r.truncated || !r.err || ditto_pb_next(&r, &f) != DITTO_ERR_FORMAT;
-    buf_free(&b);
+    test_buf_free(&b);
     test_report(tc, "protobuf.primitives", bad == 0, "%d bad", bad);
 }
 

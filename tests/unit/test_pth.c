@@ -22,80 +22,29 @@
 #include "weights/catalog.h"
 #include "test_util.h"
 
-/* ---- log capture ------------------------------------------------------------------ */
-
-typedef struct LogCap {
-    int errors, lines;
-    char first[1024];
-} LogCap;
-
-static void cap_cb(void *cookie, DittoLogLevel level, const char *msg)
-{
-    LogCap *lc = cookie;
-    if (!lc->lines++)
-        snprintf(lc->first, sizeof lc->first, "%s", msg);
-    if (level == DITTO_LOG_ERROR)
-        lc->errors++;
-}
-
-static DittoLogger cap_logger(LogCap *lc)
-{
-    memset(lc, 0, sizeof *lc);
-    DittoLogger lg = { cap_cb, lc, DITTO_LOG_DEBUG };
-    return lg;
-}
-
 /* ---- byte buffers --------------------------------------------------------------- */
 
-typedef struct Buf {
-    uint8_t *p;
-    size_t n, cap;
-} Buf;
-
-static void put(Buf *b, const void *d, size_t n)
-{
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n)
-            cap *= 2;
-        b->p = realloc(b->p, cap);
-        if (!b->p)
-            abort();
-        b->cap = cap;
-    }
-    if (n)
-        memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
-
-static void put8(Buf *b, unsigned v) { uint8_t x = (uint8_t)v; put(b, &x, 1); }
-static void put16(Buf *b, unsigned v) { put8(b, v & 0xff); put8(b, (v >> 8) & 0xff); }
-static void put32(Buf *b, uint32_t v) { put16(b, v & 0xffff); put16(b, v >> 16); }
-static void put64(Buf *b, uint64_t v) { put32(b, (uint32_t)v); put32(b, (uint32_t)(v >> 32)); }
+static void put16(TestBuf *b, unsigned v) { test_buf_put8(b, v & 0xff); test_buf_put8(b, (v >> 8) & 0xff); }
+static void put32(TestBuf *b, uint32_t v) { put16(b, v & 0xffff); put16(b, v >> 16); }
+static void put64(TestBuf *b, uint64_t v) { put32(b, (uint32_t)v); put32(b, (uint32_t)(v >> 32)); }
 static void wr32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-
-static void buf_free(Buf *b)
-{
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
 
 /* ---- pickle writer: the opcode sequences torch.save emits -------------------------- */
 
-static void p_op(Buf *b, unsigned op) { put8(b, op); }
+static void p_op(TestBuf *b, unsigned op) { test_buf_put8(b, op); }
 
-static void p_str(Buf *b, const char *s)   /* BINUNICODE */
+static void p_str(TestBuf *b, const char *s)   /* BINUNICODE */
 {
     p_op(b, 'X');
     put32(b, (uint32_t)strlen(s));
-    put(b, s, strlen(s));
+    test_buf_put(b, s, strlen(s));
 }
 
-static void p_int(Buf *b, int64_t v)
+static void p_int(TestBuf *b, int64_t v)
 {
     if (v >= 0 && v < 256) {
         p_op(b, 'K');   /* BININT1 */
-        put8(b, (unsigned)v);
+        test_buf_put8(b, (unsigned)v);
     } else if (v >= 0 && v < 65536) {
         p_op(b, 'M');   /* BININT2 */
         put16(b, (unsigned)v);
@@ -104,36 +53,36 @@ static void p_int(Buf *b, int64_t v)
         put32(b, (uint32_t)(int32_t)v);
     } else {
         p_op(b, 0x8a);  /* LONG1, 8 bytes */
-        put8(b, 8);
+        test_buf_put8(b, 8);
         put64(b, (uint64_t)v);
     }
 }
 
 static int g_proto4;   /* writer mode: protocol 4 globals (STACK_GLOBAL + MEMOIZE) */
 
-static void p_global(Buf *b, const char *mod, const char *name)
+static void p_global(TestBuf *b, const char *mod, const char *name)
 {
     if (g_proto4) {
         p_op(b, 0x8c);   /* SHORT_BINUNICODE */
-        put8(b, (unsigned)strlen(mod));
-        put(b, mod, strlen(mod));
+        test_buf_put8(b, (unsigned)strlen(mod));
+        test_buf_put(b, mod, strlen(mod));
         p_op(b, 0x94);   /* MEMOIZE */
         p_op(b, 0x8c);
-        put8(b, (unsigned)strlen(name));
-        put(b, name, strlen(name));
+        test_buf_put8(b, (unsigned)strlen(name));
+        test_buf_put(b, name, strlen(name));
         p_op(b, 0x94);
         p_op(b, 0x93);   /* STACK_GLOBAL */
         p_op(b, 0x94);
         return;
     }
     p_op(b, 'c');   /* GLOBAL */
-    put(b, mod, strlen(mod));
+    test_buf_put(b, mod, strlen(mod));
     p_op(b, '\n');
-    put(b, name, strlen(name));
+    test_buf_put(b, name, strlen(name));
     p_op(b, '\n');
 }
 
-static void p_ordered_dict(Buf *b)   /* collections.OrderedDict() */
+static void p_ordered_dict(TestBuf *b)   /* collections.OrderedDict() */
 {
     p_global(b, "collections", "OrderedDict");
     p_op(b, ')');   /* EMPTY_TUPLE */
@@ -148,7 +97,7 @@ typedef struct TDesc {
     int param;   /* wrap in torch._utils._rebuild_parameter */
 } TDesc;
 
-static void p_tensor(Buf *b, const TDesc *t)
+static void p_tensor(TestBuf *b, const TDesc *t)
 {
     if (t->param)
         p_global(b, "torch._utils", "_rebuild_parameter");
@@ -184,10 +133,10 @@ static void p_tensor(Buf *b, const TDesc *t)
 }
 
 /* module.state_dict() as torch.save pickles it (OrderedDict + _metadata), optionally as {wrap: state_dict}. */
-static void p_state_dict(Buf *b, const TDesc *ts, int n, const char *wrap, int proto)
+static void p_state_dict(TestBuf *b, const TDesc *ts, int n, const char *wrap, int proto)
 {
     p_op(b, 0x80);   /* PROTO */
-    put8(b, (unsigned)proto);
+    test_buf_put8(b, (unsigned)proto);
     size_t frame_len_at = 0;
     if (proto >= 4) {
         p_op(b, 0x95);   /* FRAME: patched below */
@@ -198,7 +147,7 @@ static void p_state_dict(Buf *b, const TDesc *ts, int n, const char *wrap, int p
     if (wrap) {
         p_op(b, '}');
         p_op(b, 'q');    /* BINPUT 0 */
-        put8(b, 0);
+        test_buf_put8(b, 0);
         p_str(b, wrap);
     }
     p_ordered_dict(b);
@@ -263,7 +212,7 @@ static const ZOpts torch_like = { 64, 1, 1, 0, 0 };
 
 #define MAX_ZENT 32
 
-static void zip_write(Buf *out, const ZEnt *e, int n, const ZOpts *o)
+static void zip_write(TestBuf *out, const ZEnt *e, int n, const ZOpts *o)
 {
     uint64_t offs[MAX_ZENT];
     uint32_t crcs[MAX_ZENT];
@@ -288,7 +237,7 @@ static void zip_write(Buf *out, const ZEnt *e, int n, const ZOpts *o)
         put32(out, o->force64 ? 0xffffffffu : o->descriptor ? 0 : (uint32_t)e[i].size);
         put16(out, (unsigned)nl);
         put16(out, (unsigned)(x64 + pad));
-        put(out, e[i].name, nl);
+        test_buf_put(out, e[i].name, nl);
         if (x64) {
             put16(out, 1);
             put16(out, 16);
@@ -299,9 +248,9 @@ static void zip_write(Buf *out, const ZEnt *e, int n, const ZOpts *o)
             put16(out, 0x4246);   /* "FB", PyTorch's padding field */
             put16(out, (unsigned)(pad - 4));
             for (size_t k = 0; k < pad - 4; k++)
-                put8(out, 'Z');
+                test_buf_put8(out, 'Z');
         }
-        put(out, e[i].data, e[i].size);
+        test_buf_put(out, e[i].data, e[i].size);
         if (o->descriptor) {
             put32(out, 0x08074b50);
             put32(out, crcs[i]);
@@ -334,7 +283,7 @@ static void zip_write(Buf *out, const ZEnt *e, int n, const ZOpts *o)
         put16(out, 0);
         put32(out, 0);
         put32(out, o->force64 ? 0xffffffffu : (uint32_t)offs[i]);
-        put(out, e[i].name, nl);
+        test_buf_put(out, e[i].name, nl);
         if (o->force64) {
             put16(out, 1);
             put16(out, 24);
@@ -378,7 +327,7 @@ typedef struct Stor {
 } Stor;
 
 /* "<prefix>/data.pkl", byteorder (NULL: none, as before PyTorch 1.12), "<prefix>/data/<key>", version. */
-static void pth_write(Buf *out, const char *prefix, const Buf *pkl, const Stor *st, int nst, const char *byteorder, const ZOpts *o)
+static void pth_write(TestBuf *out, const char *prefix, const TestBuf *pkl, const Stor *st, int nst, const char *byteorder, const ZOpts *o)
 {
     ZEnt e[MAX_ZENT];
     int n = 0;
@@ -472,16 +421,16 @@ static double ref_value(const TDesc *t, int64_t i)
     }
 }
 
-static void make_ref(Buf *out, const char *prefix, const char *wrap, int proto, const char *byteorder, const ZOpts *o)
+static void make_ref(TestBuf *out, const char *prefix, const char *wrap, int proto, const char *byteorder, const ZOpts *o)
 {
-    Buf pkl = { 0 };
+    TestBuf pkl = { 0 };
     p_state_dict(&pkl, ref_tensors, N_REF_TENSORS, wrap, proto);
     pth_write(out, prefix, &pkl, ref_storages, N_REF_STORAGES, byteorder, o);
-    buf_free(&pkl);
+    test_buf_free(&pkl);
 }
 
 /* Check every reference tensor of c (under "wrap." when wrapped): dtype, shape, zero-copy pointer, values. */
-static int check_ref(const DittoCatalog *c, const char *wrap, const Buf *file, char *why, size_t nwhy)
+static int check_ref(const DittoCatalog *c, const char *wrap, const TestBuf *file, char *why, size_t nwhy)
 {
     if (c->n != (size_t)N_REF_TENSORS)
         return snprintf(why, nwhy, "%zu entries, expected %d", c->n, N_REF_TENSORS), 0;
@@ -540,21 +489,21 @@ static void test_positive(TestCtx *tc)
         { "pth.unaligned_data", "a", NULL, "little", 2, &odd_align },
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        Buf f = { 0 };
+        TestBuf f = { 0 };
         make_ref(&f, cases[i].prefix, cases[i].wrap, cases[i].proto, cases[i].byteorder, cases[i].zo);
-        LogCap lc;
-        DittoLogger lg = cap_logger(&lc);
+        TestLogCapture lc;
+        DittoLogger lg = test_log_capture(&lc);
         DittoCatalog *c = NULL;
         int rc = ditto_catalog_open_pth_memory(&c, f.p, f.n, "ref.pth", &lg);
         char why[256] = "";
         int ok = rc == 0 && lc.errors == 0 && check_ref(c, cases[i].wrap, &f, why, sizeof why);
         test_report(tc, cases[i].label, ok, "rc %d, %zu bytes: %s%s", rc, f.n, why, lc.first);
         ditto_catalog_close(&c);
-        buf_free(&f);
+        test_buf_free(&f);
     }
 
     /* catalog API details */
-    Buf f = { 0 };
+    TestBuf f = { 0 };
     make_ref(&f, "archive", NULL, 2, "little", NULL);
     DittoCatalog *c = NULL;
     int ok = ditto_catalog_open_pth_memory(&c, f.p, f.n, "ref.pth", NULL) == 0;
@@ -569,12 +518,12 @@ static void test_positive(TestCtx *tc)
     ditto_catalog_close(&c);
     ditto_catalog_close(&c);   /* NULL-safe, idempotent */
     test_report(tc, "pth.catalog_api", ok && c == NULL, "");
-    buf_free(&f);
+    test_buf_free(&f);
 
     /* non-tensor leaves of every allowed kind are skipped; lists of tensors flatten with indices */
-    Buf pk = { 0 };
+    TestBuf pk = { 0 };
     p_op(&pk, 0x80);
-    put8(&pk, 2);
+    test_buf_put8(&pk, 2);
     p_op(&pk, '}');
     p_str(&pk, "epoch");
     p_int(&pk, -3);
@@ -583,19 +532,19 @@ static void test_positive(TestCtx *tc)
     p_op(&pk, '(');
     p_str(&pk, "lr");
     p_op(&pk, 'G');   /* BINFLOAT 1.0 */
-    put(&pk, "\x3f\xf0\0\0\0\0\0\0", 8);
+    test_buf_put(&pk, "\x3f\xf0\0\0\0\0\0\0", 8);
     p_str(&pk, "none");
     p_op(&pk, 'N');
     p_str(&pk, "flag");
     p_op(&pk, 0x88);
     p_str(&pk, "old");
     p_op(&pk, 'U');   /* SHORT_BINSTRING */
-    put8(&pk, 2);
-    put(&pk, "ab", 2);
+    test_buf_put8(&pk, 2);
+    test_buf_put(&pk, "ab", 2);
     p_str(&pk, "raw");
     p_op(&pk, 'C');   /* SHORT_BINBYTES */
-    put8(&pk, 1);
-    put8(&pk, 0);
+    test_buf_put8(&pk, 1);
+    test_buf_put8(&pk, 0);
     p_str(&pk, "big");
     p_int(&pk, (int64_t)1 << 40);
     p_op(&pk, 'd');   /* DICT */
@@ -603,13 +552,13 @@ static void test_positive(TestCtx *tc)
     p_str(&pk, "lst");
     p_op(&pk, ']');   /* EMPTY_LIST */
     p_op(&pk, 'q');
-    put8(&pk, 7);
+    test_buf_put8(&pk, 7);
     p_tensor(&pk, &ref_tensors[7]);
     p_op(&pk, 'a');   /* APPEND */
     p_op(&pk, '(');
     p_tensor(&pk, &ref_tensors[9]);
     p_op(&pk, 'K');
-    put8(&pk, 1);
+    test_buf_put8(&pk, 1);
     p_op(&pk, 'e');   /* APPENDS */
     p_op(&pk, 's');
     p_str(&pk, "tup");
@@ -620,15 +569,15 @@ static void test_positive(TestCtx *tc)
     p_op(&pk, 's');
     p_op(&pk, '.');
     pth_write(&f, "archive", &pk, ref_storages, N_REF_STORAGES, "little", NULL);
-    LogCap lc;
-    DittoLogger lg = cap_logger(&lc);
+    TestLogCapture lc;
+    DittoLogger lg = test_log_capture(&lc);
     int rc = ditto_catalog_open_pth_memory(&c, f.p, f.n, "leaves.pth", &lg);
     ok = rc == 0 && c->n == 2 && !strcmp(c->entries[0].name, "lst.0") && !strcmp(c->entries[1].name, "lst.1") &&
          c->entries[0].dtype == DITTO_F64 && c->entries[1].dtype == DITTO_I32;
     test_report(tc, "pth.skip_leaves", ok, "rc %d %s", rc, lc.first);
     ditto_catalog_close(&c);
-    buf_free(&f);
-    buf_free(&pk);
+    test_buf_free(&f);
+    test_buf_free(&pk);
 }
 
 /* ---- hostile inputs ------------------------------------------------------------------ */
@@ -636,8 +585,8 @@ static void test_positive(TestCtx *tc)
 /* rc < 0 (== want unless want is 0), exactly one error line, starting with the file name, containing `has`. */
 static bool expect_fail(TestCtx *tc, const char *label, const void *data, size_t size, int want, const char *has)
 {
-    LogCap lc;
-    DittoLogger lg = cap_logger(&lc);
+    TestLogCapture lc;
+    DittoLogger lg = test_log_capture(&lc);
     DittoCatalog *c = NULL;
     int rc = ditto_catalog_open_pth_memory(&c, data, size, "hostile.pth", &lg);
     bool ok = rc < 0 && (!want || rc == want) && c == NULL && lc.errors == 1 && lc.lines == 1 &&
@@ -647,31 +596,31 @@ static bool expect_fail(TestCtx *tc, const char *label, const void *data, size_t
 }
 
 /* A pickle around one tensor, in a torch-like archive with the reference storages. */
-static void one_tensor(Buf *f, const TDesc *t)
+static void one_tensor(TestBuf *f, const TDesc *t)
 {
-    Buf pk = { 0 };
+    TestBuf pk = { 0 };
     p_state_dict(&pk, t, 1, NULL, 2);
     pth_write(f, "archive", &pk, ref_storages, N_REF_STORAGES, "little", NULL);
-    buf_free(&pk);
+    test_buf_free(&pk);
 }
 
 static void fail_tensor(TestCtx *tc, const char *label, const TDesc *t, int want, const char *has)
 {
-    Buf f = { 0 };
+    TestBuf f = { 0 };
     one_tensor(&f, t);
     expect_fail(tc, label, f.p, f.n, want, has);
-    buf_free(&f);
+    test_buf_free(&f);
 }
 
 /* data.pkl = the given bytes, in an archive with the reference storages. */
 static void fail_pickle(TestCtx *tc, const char *label, const void *pkl, size_t n, int want, const char *has)
 {
-    Buf pk = { 0 }, f = { 0 };
-    put(&pk, pkl, n);
+    TestBuf pk = { 0 }, f = { 0 };
+    test_buf_put(&pk, pkl, n);
     pth_write(&f, "archive", &pk, ref_storages, N_REF_STORAGES, "little", NULL);
     expect_fail(tc, label, f.p, f.n, want, has);
-    buf_free(&pk);
-    buf_free(&f);
+    test_buf_free(&pk);
+    test_buf_free(&f);
 }
 #define FAIL_PICKLE(tc, label, lit, want, has) fail_pickle(tc, label, lit, sizeof(lit) - 1, want, has)
 
@@ -726,9 +675,9 @@ static void test_hostile_pickles(TestCtx *tc)
     FAIL_PICKLE(tc, "hostile.parameter_of_int", "\x80\x02" "ctorch._utils\n_rebuild_parameter\n" "(K\x01\x89}tR.", F, "_rebuild_parameter");
 
     /* MARK and container nesting */
-    Buf pk = { 0 };
+    TestBuf pk = { 0 };
     p_op(&pk, 0x80);
-    put8(&pk, 2);
+    test_buf_put8(&pk, 2);
     for (int i = 0; i < 100; i++)
         p_op(&pk, '(');
     p_op(&pk, '.');
@@ -764,20 +713,20 @@ static void test_hostile_pickles(TestCtx *tc)
     p_op(&pk, 's');
     for (int i = 0; i < 30; i++) {
         p_op(&pk, 'q');
-        put8(&pk, 1);
+        test_buf_put8(&pk, 1);
         p_op(&pk, '}');
         p_str(&pk, "x");
         p_op(&pk, 'h');
-        put8(&pk, 1);
+        test_buf_put8(&pk, 1);
         p_op(&pk, 's');
         p_str(&pk, "y");
         p_op(&pk, 'h');
-        put8(&pk, 1);
+        test_buf_put8(&pk, 1);
         p_op(&pk, 's');
     }
     p_op(&pk, '.');
     fail_pickle(tc, "hostile.shared_dict_explosion", pk.p, pk.n, F, "too much work");
-    buf_free(&pk);
+    test_buf_free(&pk);
 }
 
 static void test_hostile_tensors(TestCtx *tc)
@@ -832,12 +781,12 @@ static void test_hostile_tensors(TestCtx *tc)
     /* duplicate keys */
     TDesc two[2] = { ref_tensors[0], ref_tensors[1] };
     two[1].key = "w";
-    Buf pk = { 0 }, f = { 0 };
+    TestBuf pk = { 0 }, f = { 0 };
     p_state_dict(&pk, two, 2, NULL, 2);
     pth_write(&f, "archive", &pk, ref_storages, N_REF_STORAGES, "little", NULL);
     expect_fail(tc, "hostile.duplicate_key", f.p, f.n, F, "duplicate key 'w'");
-    buf_free(&pk);
-    buf_free(&f);
+    test_buf_free(&pk);
+    test_buf_free(&f);
 }
 
 static void test_hostile_archives(TestCtx *tc)
@@ -850,7 +799,7 @@ static void test_hostile_archives(TestCtx *tc)
     uint8_t eocd_only[22] = { 0x50, 0x4b, 0x05, 0x06 };
     expect_fail(tc, "hostile.empty_archive", eocd_only, sizeof eocd_only, F, "no data.pkl");
 
-    Buf pk = { 0 }, f = { 0 };
+    TestBuf pk = { 0 }, f = { 0 };
     p_state_dict(&pk, ref_tensors, 2, NULL, 2);
     pth_write(&f, "archive", &pk, ref_storages, 1, "big", NULL);
     expect_fail(tc, "hostile.big_endian", f.p, f.n, U, "big-endian");
@@ -900,7 +849,7 @@ static void test_hostile_archives(TestCtx *tc)
     snprintf(e[0].name, sizeof e[0].name, "archive/data.pkl");
 
     /* directory pointers: central directory past the end, local header of another entry, zip64 record missing */
-    Buf ok = { 0 };
+    TestBuf ok = { 0 };
     ZOpts no64 = { 64, 1, 0, 0, 0 };
     zip_write(&ok, e, 2, &no64);
     memcpy(f.p, ok.p, ok.n);
@@ -921,7 +870,7 @@ static void test_hostile_archives(TestCtx *tc)
     memcpy(f.p, ok.p, ok.n);
     wr32(f.p + cd + 42, 1);
     expect_fail(tc, "hostile.local_bad_signature", f.p, f.n, F, "no local header");
-    buf_free(&ok);
+    test_buf_free(&ok);
 
     f.n = 0;
     zip_write(&f, e, 2, &torch_like);
@@ -931,20 +880,20 @@ static void test_hostile_archives(TestCtx *tc)
     ZOpts forced = torch_like;
     forced.force64 = 1;
     zip_write(&f, e, 2, &forced);
-    LogCap lc;
-    DittoLogger lg = cap_logger(&lc);
+    TestLogCapture lc;
+    DittoLogger lg = test_log_capture(&lc);
     DittoCatalog *c = NULL;
     int rc = ditto_catalog_open_pth_memory(&c, f.p, f.n, "hostile.pth", &lg);
     test_report(tc, "pth.zip64_minimal", rc == 0 && c && c->n == 2, "rc %d %s", rc, lc.first);
     ditto_catalog_close(&c);
-    buf_free(&pk);
-    buf_free(&f);
+    test_buf_free(&pk);
+    test_buf_free(&f);
 }
 
 /* Every truncation and every single-bit flip of a small checkpoint: an error or a correct load, never a crash. */
 static void test_sweeps(TestCtx *tc)
 {
-    Buf f = { 0 }, pk = { 0 };
+    TestBuf f = { 0 }, pk = { 0 };
     TDesc ts[3] = { ref_tensors[1], ref_tensors[5], ref_tensors[8] };
     static const Stor st[] = { { "0", s_f32, 48 }, { "1", s_f16, sizeof s_f16 }, { "4", s_i64, sizeof s_i64 } };
     ts[0].numel = 12;
@@ -964,8 +913,8 @@ static void test_sweeps(TestCtx *tc)
                 copy[i / 8] ^= (uint8_t)(1u << (i % 8));
             uint8_t *in = malloc(n ? n : 1);
             memcpy(in, copy, n);
-            LogCap lc;
-            DittoLogger lg = cap_logger(&lc);
+            TestLogCapture lc;
+            DittoLogger lg = test_log_capture(&lc);
             DittoCatalog *c = NULL;
             int rc = ditto_catalog_open_pth_memory(&c, in, n, "sweep.pth", &lg);
             runs++;
@@ -989,19 +938,19 @@ static void test_sweeps(TestCtx *tc)
     free(copy);
     test_report(tc, "pth.sweep_truncate_and_flip", bad == 0, "%d runs over %zu bytes, %d loaded, %d bad %s", runs, f.n, loaded, bad,
                 first_bad);
-    buf_free(&f);
-    buf_free(&pk);
+    test_buf_free(&f);
+    test_buf_free(&pk);
 }
 
 /* Fail the i-th allocation for every i: NOMEM with one error line, or success; no leaks (ASan). */
 static void test_alloc_failures(TestCtx *tc)
 {
-    Buf f = { 0 };
+    TestBuf f = { 0 };
     make_ref(&f, "archive", "m", 2, "little", NULL);
     int bad = 0, i;
     for (i = 0; i < 10000; i++) {
-        LogCap lc;
-        DittoLogger lg = cap_logger(&lc);
+        TestLogCapture lc;
+        DittoLogger lg = test_log_capture(&lc);
         DittoCatalog *c = NULL;
         ditto_mem_fail_after(i);
         int rc = ditto_catalog_open_pth_memory(&c, f.p, f.n, "oom.pth", &lg);
@@ -1014,7 +963,7 @@ static void test_alloc_failures(TestCtx *tc)
             bad++;
     }
     test_report(tc, "pth.alloc_failures", bad == 0 && i > 5 && i < 10000, "%d allocation points, %d bad", i, bad);
-    buf_free(&f);
+    test_buf_free(&f);
 }
 
 /* Through the file system: mmap, path in messages, missing file, directory, empty file. */
@@ -1026,29 +975,29 @@ static void test_files(TestCtx *tc)
         test_report(tc, "pth.files", false, "mkstemp failed");
         return;
     }
-    Buf f = { 0 };
+    TestBuf f = { 0 };
     make_ref(&f, "archive", NULL, 2, "little", NULL);
     bool ok = write(fd, f.p, f.n) == (ssize_t)f.n;
     close(fd);
     DittoCatalog *c = NULL;
-    LogCap lc;
-    DittoLogger lg = cap_logger(&lc);
+    TestLogCapture lc;
+    DittoLogger lg = test_log_capture(&lc);
     int rc = ditto_catalog_open_pth(&c, path, &lg);
     char why[256] = "";
-    Buf mapped = { (uint8_t *)(uintptr_t)(c ? c->map.data : NULL), c ? c->map.size : 0, 0 };
+    TestBuf mapped = { (uint8_t *)(uintptr_t)(c ? c->map.data : NULL), c ? c->map.size : 0, 0 };
     ok &= rc == 0 && !strcmp(c->path, path) && mapped.n == f.n && check_ref(c, NULL, &mapped, why, sizeof why);
     ditto_catalog_close(&c);
     test_report(tc, "pth.file_mapped", ok, "rc %d %s %s", rc, why, lc.first);
 
     /* truncated on disk: the message names the path */
     ok = truncate(path, (off_t)f.n - 30) == 0;
-    lg = cap_logger(&lc);
+    lg = test_log_capture(&lc);
     rc = ditto_catalog_open_pth(&c, path, &lg);
     ok &= rc == DITTO_ERR_FORMAT && lc.errors == 1 && !strncmp(lc.first, path, strlen(path)) && c == NULL;
     test_report(tc, "pth.file_truncated", ok, "rc %d: %s", rc, lc.first);
 
     ok = truncate(path, 0) == 0;
-    lg = cap_logger(&lc);
+    lg = test_log_capture(&lc);
     rc = ditto_catalog_open_pth(&c, path, &lg);
     ok &= rc == DITTO_ERR_FORMAT && lc.errors == 1 && strstr(lc.first, "empty file") && !strncmp(lc.first, path, strlen(path));
     test_report(tc, "pth.file_empty", ok, "rc %d: %s", rc, lc.first);
@@ -1058,15 +1007,15 @@ static void test_files(TestCtx *tc)
     test_report(tc, "pth.map_empty", ok, "");
     unlink(path);
 
-    lg = cap_logger(&lc);
+    lg = test_log_capture(&lc);
     rc = ditto_catalog_open_pth(&c, path, &lg);
     ok = rc == DITTO_ERR_NOENT && lc.errors == 1 && !strncmp(lc.first, path, strlen(path)) && strstr(lc.first, "No such file");
     test_report(tc, "pth.file_missing", ok, "rc %d: %s", rc, lc.first);
-    lg = cap_logger(&lc);
+    lg = test_log_capture(&lc);
     rc = ditto_catalog_open_pth(&c, "/tmp", &lg);
     ok = rc < 0 && lc.errors == 1 && !strncmp(lc.first, "/tmp: ", 6);
     test_report(tc, "pth.file_directory", ok, "rc %d: %s", rc, lc.first);
-    buf_free(&f);
+    test_buf_free(&f);
 }
 
 /* The seeds in tests/data/pth, written by Python's pickle and zipfile (make_seeds.py): values read back. */
@@ -1074,8 +1023,8 @@ static bool seed_values(const char *file, const char *key, int n, const float *w
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/tests/data/pth/%s", DITTO_SOURCE_DIR, file);
-    LogCap lc;
-    DittoLogger lg = cap_logger(&lc);
+    TestLogCapture lc;
+    DittoLogger lg = test_log_capture(&lc);
     DittoCatalog *c = NULL;
     if (ditto_catalog_open_pth(&c, path, &lg) < 0)
         return snprintf(why, nwhy, "%.400s", lc.first), false;
