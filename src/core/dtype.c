@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "core/half.h"
+
 static const struct { size_t size; const char *name; } dtype_info[DITTO_DTYPE_COUNT] = {
     [DITTO_F32] = { 4, "float32" }, [DITTO_F16] = { 2, "float16" }, [DITTO_BF16] = { 2, "bfloat16" },
     [DITTO_F64] = { 8, "float64" }, [DITTO_I64] = { 8, "int64" },   [DITTO_I32] = { 4, "int32" },
@@ -18,68 +20,24 @@ const char *ditto_dtype_name(DittoDType t)
     return (unsigned)t < DITTO_DTYPE_COUNT ? dtype_info[t].name : "invalid";
 }
 
-static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-
 uint16_t ditto_f32_to_f16(float f)
 {
-    uint32_t x = f2u(f);
-    uint32_t sign = (x >> 16) & 0x8000u;
-    uint32_t exp = (x >> 23) & 0xffu;
-    uint32_t man = x & 0x7fffffu;
-    if (exp == 0xff)                       /* Inf / NaN */
-        return (uint16_t)(sign | 0x7c00u | (man ? 0x200u | (man >> 13) : 0));
-    int e = (int)exp - 127 + 15;
-    if (e >= 31)                           /* overflow */
-        return (uint16_t)(sign | 0x7c00u);
-    if (e <= 0) {                          /* subnormal or zero */
-        if (e < -10)
-            return (uint16_t)sign;
-        man |= 0x800000u;
-        uint32_t shift = (uint32_t)(14 - e);
-        uint32_t half = man >> shift;
-        uint32_t rem = man & ((1u << shift) - 1);
-        uint32_t mid = 1u << (shift - 1);
-        if (rem > mid || (rem == mid && (half & 1)))
-            half++;
-        return (uint16_t)(sign | half);
-    }
-    uint32_t h = sign | ((uint32_t)e << 10) | (man >> 13);
-    uint32_t rem = man & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1)))
-        h++;                               /* may carry into the exponent: correct */
-    return (uint16_t)h;
+    return ditto_half_from_f32(f);
 }
 
 float ditto_f16_to_f32(uint16_t h)
 {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t man = h & 0x3ffu;
-    if (exp == 0) {
-        if (man == 0)
-            return u2f(sign);
-        /* subnormal: value = man * 2^-24 */
-        float v = (float)man * (1.0f / 16777216.0f);
-        return sign ? -v : v;
-    }
-    if (exp == 31)
-        return u2f(sign | 0x7f800000u | (man << 13));
-    return u2f(sign | ((exp - 15 + 127) << 23) | (man << 13));
+    return ditto_half_to_f32(h);
 }
 
 uint16_t ditto_f32_to_bf16(float f)
 {
-    uint32_t x = f2u(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((x >> 16) | 0x40u);
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
+    return ditto_bf16_from_f32(f);
 }
 
 float ditto_bf16_to_f32(uint16_t h)
 {
-    return u2f((uint32_t)h << 16);
+    return ditto_bf16_to_f32_inline(h);
 }
 
 static double load(const void *p, DittoDType t, size_t i)

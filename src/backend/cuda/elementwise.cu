@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
+#include "core/half.h"
 
 #define EW_MAX_OPS 3
 #define EW_THREADS 256
@@ -125,69 +126,14 @@ static int on_device(DittoBackend *be, const char *op, const DittoTensor *t)
     return 0;
 }
 
-/* ---- dtype conversion, bit-identical to core/dtype.c ---- */
-
-static __device__ uint16_t cv_f32_to_f16(float f)
-{
-    uint32_t x = __float_as_uint(f);
-    uint32_t sign = (x >> 16) & 0x8000u;
-    uint32_t exp = (x >> 23) & 0xffu;
-    uint32_t man = x & 0x7fffffu;
-    if (exp == 0xff)
-        return (uint16_t)(sign | 0x7c00u | (man ? 0x200u | (man >> 13) : 0));
-    int e = (int)exp - 127 + 15;
-    if (e >= 31)
-        return (uint16_t)(sign | 0x7c00u);
-    if (e <= 0) {
-        if (e < -10)
-            return (uint16_t)sign;
-        man |= 0x800000u;
-        uint32_t shift = (uint32_t)(14 - e);
-        uint32_t half = man >> shift;
-        uint32_t rem = man & ((1u << shift) - 1);
-        uint32_t mid = 1u << (shift - 1);
-        if (rem > mid || (rem == mid && (half & 1)))
-            half++;
-        return (uint16_t)(sign | half);
-    }
-    uint32_t h = sign | ((uint32_t)e << 10) | (man >> 13);
-    uint32_t rem = man & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1)))
-        h++;
-    return (uint16_t)h;
-}
-
-static __device__ float cv_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t man = h & 0x3ffu;
-    if (exp == 0) {
-        if (man == 0)
-            return __uint_as_float(sign);
-        float v = (float)man * (1.0f / 16777216.0f);
-        return sign ? -v : v;
-    }
-    if (exp == 31)
-        return __uint_as_float(sign | 0x7f800000u | (man << 13));
-    return __uint_as_float(sign | ((exp - 15 + 127) << 23) | (man << 13));
-}
-
-static __device__ uint16_t cv_f32_to_bf16(float f)
-{
-    uint32_t x = __float_as_uint(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((x >> 16) | 0x40u);
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
-}
+/* ---- dtype conversion, bit-identical to core/dtype.c (shared core/half.h) ---- */
 
 static __device__ double cv_load(const void *p, int t, int64_t i)
 {
     switch (t) {
     case DITTO_F32: return ((const float *)p)[i];
-    case DITTO_F16: return cv_f16_to_f32(((const uint16_t *)p)[i]);
-    case DITTO_BF16: return __uint_as_float((uint32_t)((const uint16_t *)p)[i] << 16);
+    case DITTO_F16: return ditto_half_to_f32(((const uint16_t *)p)[i]);
+    case DITTO_BF16: return ditto_bf16_to_f32_inline(((const uint16_t *)p)[i]);
     case DITTO_F64: return ((const double *)p)[i];
     case DITTO_I64: return (double)((const int64_t *)p)[i];
     case DITTO_I32: return ((const int32_t *)p)[i];
@@ -207,8 +153,8 @@ static __device__ void cv_store(void *p, int t, int64_t i, double v)
 {
     switch (t) {
     case DITTO_F32: ((float *)p)[i] = (float)v; break;
-    case DITTO_F16: ((uint16_t *)p)[i] = cv_f32_to_f16((float)v); break;
-    case DITTO_BF16: ((uint16_t *)p)[i] = cv_f32_to_bf16((float)v); break;
+    case DITTO_F16: ((uint16_t *)p)[i] = ditto_half_from_f32((float)v); break;
+    case DITTO_BF16: ((uint16_t *)p)[i] = ditto_bf16_from_f32((float)v); break;
     case DITTO_F64: ((double *)p)[i] = v; break;
     case DITTO_I64: ((int64_t *)p)[i] = (int64_t)cv_clamp(v, -9.2233720368547748e18, 9.2233720368547748e18 - 1024); break;
     case DITTO_I32: ((int32_t *)p)[i] = (int32_t)cv_clamp(v, -2147483648.0, 2147483647.0); break;
