@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "backend/profile.h"
 #include "core/log.h"
 
 void ditto_backend_params_default(DittoBackendParams *p)
@@ -28,6 +29,7 @@ int ditto_backend_open(DittoBackend **out, const char *name, const DittoBackendP
 void ditto_backend_close(DittoBackend **be)
 {
     if (be && *be) {
+        ditto_profile_free(*be);
         (*be)->destroy(*be);
         *be = NULL;
     }

@@ -35,6 +35,8 @@ typedef struct DittoMemInfo {
     size_t device_used, device_total;
 } DittoMemInfo;
 
+typedef struct DittoProfile DittoProfile;
+
 typedef struct DittoBackend {
     const char *name;      /* "cpu", "cuda" */
     DittoDevice device;
@@ -57,6 +59,28 @@ typedef struct DittoBackend {
     /* Device memory (DittoMemInfo); NULL on backends that do not track it (the CPU: see peak RSS). */
     int (*mem_info)(struct DittoBackend *be, DittoMemInfo *info);
     void (*destroy)(struct DittoBackend *be);
+    /*
+     * Timing marks for the op profiler (backend/profile.h): make a mark,
+     * record it in stream order, read the milliseconds between two recorded
+     * marks (after sync), free it. NULL: no profiling on this backend.
+     */
+    int (*mark_new)(struct DittoBackend *be, void **mark);
+    void (*mark_record)(struct DittoBackend *be, void *mark);
+    double (*mark_elapsed)(struct DittoBackend *be, void *a, void *b);
+    void (*mark_free)(struct DittoBackend *be, void *mark);
+    struct DittoProfile *prof;  /* the recorder while profiling (ditto_profile_start), else NULL */
+    /*
+     * Graph capture (CUDA graphs; NULL on backends without it): ops issued
+     * between capture_begin and capture_end are recorded instead of run, and
+     * graph_launch replays them in stream order. Every buffer the recorded ops
+     * touch (arena blocks, workspace) must stay allocated and in place while
+     * the graph lives, and nothing recorded may sync or transfer to the host:
+     * run the same work once before capturing so all sizes are settled.
+     */
+    int (*capture_begin)(struct DittoBackend *be);
+    int (*capture_end)(struct DittoBackend *be, void **graph);
+    int (*graph_launch)(struct DittoBackend *be, void *graph);
+    void (*graph_free)(struct DittoBackend *be, void *graph);
     void *priv;
 } DittoBackend;
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/profile.h"
 #include "core/log.h"
 
 static const char *const op_names[DITTO_OP_COUNT] = {
@@ -111,6 +112,10 @@ static int norm_axis(int axis, int ndim)
     return axis < 0 ? axis + ndim : axis;
 }
 
+/* Dispatch to the backend; with the profiler on, timing marks around the call. */
+#define CALL_W(op, xt, wt, yt, expr) do { if (!be->prof) return (expr); ditto_profile_op(be, op, xt, wt, yt, false); int r_ = (expr); ditto_profile_op(be, op, xt, wt, yt, true); return r_; } while (0)
+#define CALL(op, xt, yt, expr) CALL_W(op, xt, NULL, yt, expr)
+
 #define NEED(op, field) do { if (!be->ops.field) return unsupported(be, op); } while (0)
 
 int ditto_op_copy(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
@@ -120,13 +125,13 @@ int ditto_op_copy(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
         return bad_shape(be, DITTO_OP_COPY, "x and y differ", x, y);
     if (x->ndim == y->ndim && !ditto_tensor_same_shape(x, y))
         return bad_shape(be, DITTO_OP_COPY, "x and y differ", x, y);
-    return be->ops.copy(be, x, y);
+    CALL(DITTO_OP_COPY, x, y, be->ops.copy(be, x, y));
 }
 
 int ditto_op_fill(DittoBackend *be, float value, DittoTensor *y)
 {
     NEED(DITTO_OP_FILL, fill);
-    return be->ops.fill(be, value, y);
+    CALL(DITTO_OP_FILL, NULL, y, be->ops.fill(be, value, y));
 }
 
 int ditto_op_unary(DittoBackend *be, const DittoUnaryParams *p, const DittoTensor *x, DittoTensor *y)
@@ -138,7 +143,7 @@ int ditto_op_unary(DittoBackend *be, const DittoUnaryParams *p, const DittoTenso
         return bad_arg(be, DITTO_OP_UNARY, "unknown kind");
     if (!ditto_tensor_same_shape(x, y))
         return bad_shape(be, DITTO_OP_UNARY, "x and y differ", x, y);
-    return be->ops.unary(be, p, x, y);
+    CALL(DITTO_OP_UNARY, x, y, be->ops.unary(be, p, x, y));
 }
 
 int ditto_op_act(DittoBackend *be, DittoUnaryKind kind, float alpha, const DittoTensor *x, DittoTensor *y)
@@ -169,7 +174,7 @@ int ditto_op_binary(DittoBackend *be, DittoBinaryKind kind, const DittoTensor *a
             return bad_shape(be, DITTO_OP_BINARY, "y is not the broadcast shape", a, y);
     }
     DittoBinaryParams p = { kind };
-    return be->ops.binary(be, &p, a, b, y);
+    CALL(DITTO_OP_BINARY, a, y, be->ops.binary(be, &p, a, b, y));
 }
 
 int ditto_op_softmax(DittoBackend *be, int axis, const DittoTensor *x, DittoTensor *y)
@@ -182,7 +187,7 @@ int ditto_op_softmax(DittoBackend *be, int axis, const DittoTensor *x, DittoTens
     if (!ditto_tensor_same_shape(x, y))
         return bad_shape(be, DITTO_OP_SOFTMAX, "x and y differ", x, y);
     DittoSoftmaxParams p = { axis };
-    return be->ops.softmax(be, &p, x, y);
+    CALL(DITTO_OP_SOFTMAX, x, y, be->ops.softmax(be, &p, x, y));
 }
 
 int ditto_op_reduce(DittoBackend *be, DittoReduceKind kind, int axis, const DittoTensor *x, DittoTensor *y)
@@ -198,7 +203,7 @@ int ditto_op_reduce(DittoBackend *be, DittoReduceKind kind, int axis, const Ditt
         if (y->shape[i] != (i == axis ? 1 : x->shape[i]))
             return bad_shape(be, DITTO_OP_REDUCE, "y shape", x, y);
     DittoReduceParams p = { kind, axis };
-    return be->ops.reduce(be, &p, x, y);
+    CALL(DITTO_OP_REDUCE, x, y, be->ops.reduce(be, &p, x, y));
 }
 
 int ditto_op_matmul(DittoBackend *be, const DittoMatmulParams *p, const DittoTensor *a, const DittoTensor *b, DittoTensor *c)
@@ -220,7 +225,7 @@ int ditto_op_matmul(DittoBackend *be, const DittoMatmulParams *p, const DittoTen
         if ((a->shape[i] != c->shape[i] && a->shape[i] != 1) || (b->shape[i] != c->shape[i] && b->shape[i] != 1))
             return bad_shape(be, DITTO_OP_MATMUL, "batch dims do not broadcast to c", a, c);
     }
-    return be->ops.matmul(be, p, a, b, c);
+    CALL_W(DITTO_OP_MATMUL, a, b, c, be->ops.matmul(be, p, a, b, c));
 }
 
 int ditto_op_linear(DittoBackend *be, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y)
@@ -237,7 +242,7 @@ int ditto_op_linear(DittoBackend *be, const DittoTensor *x, const DittoTensor *w
     if (y->shape[y->ndim - 1] != w->shape[0])
         return bad_shape(be, DITTO_OP_LINEAR, "y last dim != w out", y, w);
     DITTO_TRY(check_vec(be, DITTO_OP_LINEAR, "bias", bias, w->shape[0]));
-    return be->ops.linear(be, x, w, bias, y);
+    CALL_W(DITTO_OP_LINEAR, x, w, y, be->ops.linear(be, x, w, bias, y));
 }
 
 static int conv_dims(const DittoConvParams *p, int i, int *s, int *d)
@@ -284,7 +289,7 @@ int ditto_op_conv(DittoBackend *be, const DittoConvParams *p, const DittoTensor 
         return bad_shape(be, DITTO_OP_CONV, "y shape (got, expected)", y, &want);
     }
     DITTO_TRY(check_vec(be, DITTO_OP_CONV, "bias", bias, w->shape[0]));
-    return be->ops.conv(be, p, x, w, bias, y);
+    CALL_W(DITTO_OP_CONV, x, w, y, be->ops.conv(be, p, x, w, bias, y));
 }
 
 static int check_norm_common(DittoBackend *be, DittoOp op, const DittoTensor *x, DittoTensor *y)
@@ -309,7 +314,7 @@ int ditto_op_batch_norm(DittoBackend *be, float eps, const DittoTensor *x, const
     DITTO_TRY(check_vec(be, DITTO_OP_BATCH_NORM, "weight", w, C));
     DITTO_TRY(check_vec(be, DITTO_OP_BATCH_NORM, "bias", b, C));
     DittoNormParams p = { .eps = eps };
-    return be->ops.batch_norm(be, &p, x, mean, var, w, b, y);
+    CALL(DITTO_OP_BATCH_NORM, x, y, be->ops.batch_norm(be, &p, x, mean, var, w, b, y));
 }
 
 int ditto_op_instance_norm(DittoBackend *be, float eps, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y)
@@ -321,7 +326,25 @@ int ditto_op_instance_norm(DittoBackend *be, float eps, const DittoTensor *x, co
     DITTO_TRY(check_vec(be, DITTO_OP_INSTANCE_NORM, "weight", w, x->shape[1]));
     DITTO_TRY(check_vec(be, DITTO_OP_INSTANCE_NORM, "bias", b, x->shape[1]));
     DittoNormParams p = { .eps = eps };
-    return be->ops.instance_norm(be, &p, x, w, b, y);
+    CALL(DITTO_OP_INSTANCE_NORM, x, y, be->ops.instance_norm(be, &p, x, w, b, y));
+}
+
+int ditto_op_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, DittoTensor *y)
+{
+    NEED(DITTO_OP_SPADE_NORM, spade_norm);
+    DITTO_TRY(check_norm_common(be, DITTO_OP_SPADE_NORM, x, y));
+    if (x->ndim < 3)
+        return bad_shape(be, DITTO_OP_SPADE_NORM, "x needs (N, C, spatial...)", x, NULL);
+    DITTO_TRY(check_float(be, DITTO_OP_SPADE_NORM, "gb", gb));
+    DITTO_TRY(check_contig(be, DITTO_OP_SPADE_NORM, "gb", gb));
+    bool ok = gb->ndim == x->ndim && gb->shape[0] == x->shape[0] && gb->shape[1] == 2 * x->shape[1];
+    for (int i = 2; ok && i < x->ndim; i++)
+        ok = gb->shape[i] == x->shape[i];
+    if (!ok)
+        return bad_shape(be, DITTO_OP_SPADE_NORM, "gb needs (N, 2C, spatial of x)", x, gb);
+    if (gb->data == y->data)
+        return bad_arg(be, DITTO_OP_SPADE_NORM, "y must not alias gb");
+    CALL(DITTO_OP_SPADE_NORM, x, y, be->ops.spade_norm(be, p, x, gb, y));
 }
 
 int ditto_op_layer_norm(DittoBackend *be, float eps, bool channels_first, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y)
@@ -334,7 +357,7 @@ int ditto_op_layer_norm(DittoBackend *be, float eps, bool channels_first, const 
     DITTO_TRY(check_vec(be, DITTO_OP_LAYER_NORM, "weight", w, C));
     DITTO_TRY(check_vec(be, DITTO_OP_LAYER_NORM, "bias", b, C));
     DittoNormParams p = { .eps = eps, .channels_first = channels_first };
-    return be->ops.layer_norm(be, &p, x, w, b, y);
+    CALL(DITTO_OP_LAYER_NORM, x, y, be->ops.layer_norm(be, &p, x, w, b, y));
 }
 
 int ditto_op_group_norm(DittoBackend *be, int groups, float eps, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y)
@@ -346,7 +369,7 @@ int ditto_op_group_norm(DittoBackend *be, int groups, float eps, const DittoTens
     DITTO_TRY(check_vec(be, DITTO_OP_GROUP_NORM, "weight", w, x->shape[1]));
     DITTO_TRY(check_vec(be, DITTO_OP_GROUP_NORM, "bias", b, x->shape[1]));
     DittoNormParams p = { .eps = eps, .groups = groups };
-    return be->ops.group_norm(be, &p, x, w, b, y);
+    CALL(DITTO_OP_GROUP_NORM, x, y, be->ops.group_norm(be, &p, x, w, b, y));
 }
 
 int ditto_op_upsample_nearest(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
@@ -358,7 +381,7 @@ int ditto_op_upsample_nearest(DittoBackend *be, const DittoTensor *x, DittoTenso
     for (int i = 2; i < x->ndim; i++)
         if (x->shape[i] < 1 || y->shape[i] < 1)
             return bad_shape(be, DITTO_OP_UPSAMPLE_NEAREST, "empty spatial dim", x, y);
-    return be->ops.upsample_nearest(be, x, y);
+    CALL(DITTO_OP_UPSAMPLE_NEAREST, x, y, be->ops.upsample_nearest(be, x, y));
 }
 
 int ditto_pool_out_shape(const DittoPoolParams *p, const DittoTensor *x, int64_t *shape)
@@ -393,7 +416,7 @@ int ditto_op_pool(DittoBackend *be, const DittoPoolParams *p, const DittoTensor 
         return bad_shape(be, DITTO_OP_POOL, "x does not fit the pooling window", x, NULL);
     if (y->ndim != x->ndim || memcmp(shape, y->shape, sizeof(int64_t) * (size_t)x->ndim))
         return bad_shape(be, DITTO_OP_POOL, "y shape", x, y);
-    return be->ops.pool(be, p, x, y);
+    CALL(DITTO_OP_POOL, x, y, be->ops.pool(be, p, x, y));
 }
 
 int ditto_op_pixel_shuffle(DittoBackend *be, int r, const DittoTensor *x, DittoTensor *y)
@@ -403,7 +426,7 @@ int ditto_op_pixel_shuffle(DittoBackend *be, int r, const DittoTensor *x, DittoT
     if (r < 1 || x->ndim != 4 || y->ndim != 4 || x->shape[1] % ((int64_t)r * r) || y->shape[0] != x->shape[0] ||
         y->shape[1] != x->shape[1] / ((int64_t)r * r) || y->shape[2] != x->shape[2] * r || y->shape[3] != x->shape[3] * r)
         return bad_shape(be, DITTO_OP_PIXEL_SHUFFLE, "x (N, C r^2, H, W) -> y (N, C, H r, W r)", x, y);
-    return be->ops.pixel_shuffle(be, r, x, y);
+    CALL(DITTO_OP_PIXEL_SHUFFLE, x, y, be->ops.pixel_shuffle(be, r, x, y));
 }
 
 int ditto_op_grid_sample(DittoBackend *be, bool align_corners, const DittoTensor *x, const DittoTensor *grid, DittoTensor *y)
@@ -425,7 +448,7 @@ int ditto_op_grid_sample(DittoBackend *be, bool align_corners, const DittoTensor
         if (y->shape[2 + i] != grid->shape[1 + i])
             return bad_shape(be, DITTO_OP_GRID_SAMPLE, "y spatial dims != grid dims", y, grid);
     DittoGridSampleParams p = { align_corners };
-    return be->ops.grid_sample(be, &p, x, grid, y);
+    CALL(DITTO_OP_GRID_SAMPLE, x, y, be->ops.grid_sample(be, &p, x, grid, y));
 }
 
 int ditto_op_concat(DittoBackend *be, int axis, int n, const DittoTensor *const *xs, DittoTensor *y)
@@ -449,7 +472,7 @@ int ditto_op_concat(DittoBackend *be, int axis, int n, const DittoTensor *const 
     }
     if (total != y->shape[axis])
         return bad_shape(be, DITTO_OP_CONCAT, "sum of input sizes along the axis != y", xs[0], y);
-    return be->ops.concat(be, axis, n, xs, y);
+    CALL(DITTO_OP_CONCAT, xs[0], y, be->ops.concat(be, axis, n, xs, y));
 }
 
 int ditto_op_attention(DittoBackend *be, float scale, const DittoTensor *q, const DittoTensor *k, const DittoTensor *v, const DittoTensor *mask, DittoTensor *y)
@@ -479,7 +502,7 @@ int ditto_op_attention(DittoBackend *be, float scale, const DittoTensor *q, cons
         }
     }
     DittoAttentionParams p = { scale };
-    return be->ops.attention(be, &p, q, k, v, mask, y);
+    CALL(DITTO_OP_ATTENTION, q, y, be->ops.attention(be, &p, q, k, v, mask, y));
 }
 
 int ditto_op_rotary(DittoBackend *be, int64_t pos_offset, const DittoTensor *x, const DittoTensor *freqs, DittoTensor *y)
@@ -491,7 +514,7 @@ int ditto_op_rotary(DittoBackend *be, int64_t pos_offset, const DittoTensor *x, 
     if (!freqs || freqs->dtype != DITTO_F32 || ditto_tensor_numel(freqs) != x->shape[2] / 2)
         return bad_shape(be, DITTO_OP_ROTARY, "freqs must be float32 (C/2)", x, freqs);
     DittoRotaryParams p = { pos_offset };
-    return be->ops.rotary(be, &p, x, freqs, y);
+    CALL(DITTO_OP_ROTARY, x, y, be->ops.rotary(be, &p, x, freqs, y));
 }
 
 static int check_image(DittoBackend *be, DittoOp op, const DittoTensor *x, DittoTensor *y)
@@ -517,21 +540,21 @@ int ditto_op_warp_affine(DittoBackend *be, const DittoWarpAffineParams *p, const
     double det = p->m[0] * p->m[4] - p->m[1] * p->m[3];
     if (det == 0 || det != det)
         return bad_arg(be, DITTO_OP_WARP_AFFINE, "matrix is singular");
-    return be->ops.warp_affine(be, p, x, y);
+    CALL(DITTO_OP_WARP_AFFINE, x, y, be->ops.warp_affine(be, p, x, y));
 }
 
 int ditto_op_resize_area(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
 {
     NEED(DITTO_OP_RESIZE_AREA, resize_area);
     DITTO_TRY(check_image(be, DITTO_OP_RESIZE_AREA, x, y));
-    return be->ops.resize_area(be, x, y);
+    CALL(DITTO_OP_RESIZE_AREA, x, y, be->ops.resize_area(be, x, y));
 }
 
 int ditto_op_resize_bilinear(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
 {
     NEED(DITTO_OP_RESIZE_BILINEAR, resize_bilinear);
     DITTO_TRY(check_image(be, DITTO_OP_RESIZE_BILINEAR, x, y));
-    return be->ops.resize_bilinear(be, x, y);
+    CALL(DITTO_OP_RESIZE_BILINEAR, x, y, be->ops.resize_bilinear(be, x, y));
 }
 
 /* ---- ONNX-style ops ---- */
@@ -581,7 +604,7 @@ int ditto_op_gather(DittoBackend *be, int axis, const DittoTensor *x, const Ditt
     }
     if (x->shape[axis] == 0 && ditto_tensor_numel(idx) > 0)
         return bad_shape(be, DITTO_OP_GATHER, "indices into an empty axis", x, idx);
-    return be->ops.gather(be, axis, x, idx, y);
+    CALL(DITTO_OP_GATHER, x, y, be->ops.gather(be, axis, x, idx, y));
 }
 
 int ditto_op_where(DittoBackend *be, const DittoTensor *cond, const DittoTensor *a, const DittoTensor *b, DittoTensor *y)
@@ -612,7 +635,7 @@ int ditto_op_where(DittoBackend *be, const DittoTensor *cond, const DittoTensor 
         if (y->shape[i] != d)
             return bad_shape(be, DITTO_OP_WHERE, "y is not the broadcast shape", a, y);
     }
-    return be->ops.where(be, cond, a, b, y);
+    CALL(DITTO_OP_WHERE, a, y, be->ops.where(be, cond, a, b, y));
 }
 
 int ditto_op_pad(DittoBackend *be, const DittoPadParams *p, const DittoTensor *x, DittoTensor *y)
@@ -632,7 +655,7 @@ int ditto_op_pad(DittoBackend *be, const DittoPadParams *p, const DittoTensor *x
         if (p->mode != DITTO_PAD_CONSTANT && x->shape[i] == 0 && y->shape[i] > 0)
             return bad_shape(be, DITTO_OP_PAD, "reflect/edge/wrap padding of an empty axis", x, y);
     }
-    return be->ops.pad(be, p, x, y);
+    CALL(DITTO_OP_PAD, x, y, be->ops.pad(be, p, x, y));
 }
 
 void ditto_resize_params_default(DittoResizeParams *p)
@@ -661,7 +684,7 @@ int ditto_op_resize(DittoBackend *be, const DittoResizeParams *p, const DittoTen
     for (int i = 0; i < x->ndim; i++)
         if (x->shape[i] < 1 && y->shape[i] > 0)
             return bad_shape(be, DITTO_OP_RESIZE, "resize from an empty axis", x, y);
-    return be->ops.resize(be, p, x, y);
+    CALL(DITTO_OP_RESIZE, x, y, be->ops.resize(be, p, x, y));
 }
 
 int ditto_op_prelu(DittoBackend *be, const DittoTensor *x, const DittoTensor *slope, DittoTensor *y)
@@ -676,7 +699,7 @@ int ditto_op_prelu(DittoBackend *be, const DittoTensor *x, const DittoTensor *sl
         return bad_shape(be, DITTO_OP_PRELU, "x and y differ", x, y);
     if (!broadcasts_to(slope, x))
         return bad_shape(be, DITTO_OP_PRELU, "slope does not broadcast to x", slope, x);
-    return be->ops.prelu(be, x, slope, y);
+    CALL(DITTO_OP_PRELU, x, y, be->ops.prelu(be, x, slope, y));
 }
 
 int ditto_conv_transpose_out_shape(const DittoConvTransposeParams *p, const DittoTensor *x, const DittoTensor *w, int64_t *shape)
@@ -720,5 +743,5 @@ int ditto_op_conv_transpose(DittoBackend *be, const DittoConvTransposeParams *p,
         return bad_shape(be, DITTO_OP_CONV_TRANSPOSE, "y shape (got, expected)", y, &want);
     }
     DITTO_TRY(check_vec(be, DITTO_OP_CONV_TRANSPOSE, "bias", bias, shape[1]));
-    return be->ops.conv_transpose(be, p, x, w, bias, y);
+    CALL_W(DITTO_OP_CONV_TRANSPOSE, x, w, y, be->ops.conv_transpose(be, p, x, w, bias, y));
 }

@@ -120,6 +120,13 @@ typedef struct DittoNormParams {
     bool channels_first;     /* layer norm: normalise over dim 1 instead of the last dim */
 } DittoNormParams;
 
+/* SPADE modulation (spade_norm): instance norm, * (1 + gamma) + beta, then LeakyReLU(slope) when act. */
+typedef struct DittoSpadeParams {
+    float eps;
+    bool act;
+    float slope;
+} DittoSpadeParams;
+
 typedef enum DittoPoolKind { DITTO_POOL_AVG = 0, DITTO_POOL_MAX } DittoPoolKind;
 
 typedef struct DittoPoolParams {
@@ -220,6 +227,7 @@ typedef struct DittoOps {
     int (*conv)(struct DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
     int (*batch_norm)(struct DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *mean, const DittoTensor *var, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
     int (*instance_norm)(struct DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
+    int (*spade_norm)(struct DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, DittoTensor *y);
     int (*layer_norm)(struct DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
     int (*group_norm)(struct DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
     int (*upsample_nearest)(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
@@ -275,6 +283,13 @@ int ditto_conv_out_shape(const DittoConvParams *p, const DittoTensor *x, const D
 int ditto_op_batch_norm(struct DittoBackend *be, float eps, const DittoTensor *x, const DittoTensor *mean, const DittoTensor *var, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
 /* Per (n, c) over the remaining dims, biased variance; w, b (C) optional. */
 int ditto_op_instance_norm(struct DittoBackend *be, float eps, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
+/*
+ * SPADE: per (n, c) instance statistics of x (biased variance), then
+ * v = (x - mean) / sqrt(var + eps) * (1 + gb[n, c]) + gb[n, C + c] element-wise,
+ * y = act ? LeakyReLU(v, slope) : v. x, y (N, C, spatial...); gb (N, 2C,
+ * spatial...): gamma then beta (one convolution makes both). y may be x, not gb.
+ */
+int ditto_op_spade_norm(struct DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, DittoTensor *y);
 /* Over the last dim, or over dim 1 when channels_first; w, b of that size, optional. */
 int ditto_op_layer_norm(struct DittoBackend *be, float eps, bool channels_first, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
 /* x (N, C, ...): C split into groups; w, b (C) optional. */

@@ -141,6 +141,56 @@ static void norm_case(TestCtx *c, NormKind kind, int nd, const int64_t *sh, int 
     tt_free(var);
 }
 
+/* spade_norm: instance statistics of x modulated by gb = (gamma, beta) planes, optional LeakyReLU. */
+static void spade_case(TestCtx *c, int nd, const int64_t *sh, bool act, float offset, bool in_place)
+{
+    char name[200], s[DITTO_SHAPE_STR_MAX];
+    snprintf(name, sizeof name, "spade_norm %s%s%s%s", ditto_shape_str(sh, nd, s, sizeof s), act ? " lrelu 0.2" : "",
+             offset != 0 ? " offset 1000" : "", in_place ? " in place" : "");
+    if (!test_selected(c, name))
+        return;
+    int64_t gsh[6];
+    memcpy(gsh, sh, sizeof(int64_t) * (size_t)nd);
+    gsh[1] *= 2;
+    TT *x = tt_new(c, DITTO_F32, nd, sh), *y = in_place ? x : tt_new(c, DITTO_F32, nd, sh), *gb = tt_new(c, DITTO_F32, nd, gsh);
+    tt_fill_uniform(x, offset - 1, offset + 1);
+    tt_fill_uniform(gb, -1.5f, 1.5f);
+    tt_to_dev(x);
+    tt_to_dev(gb);
+    if (!in_place)
+        tt_to_dev(y);
+    const int64_t N = sh[0], C = sh[1], n_el = ditto_tensor_numel(&x->host);
+    int64_t R = 1;
+    for (int i = 2; i < nd; i++)
+        R *= sh[i];
+    const double eps = 1e-5;
+    const float *xh = tt_f32(x), *gh = tt_f32(gb);
+    double *ref = malloc(sizeof(double) * (size_t)(n_el ? n_el : 1));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t ch = 0; ch < C; ch++) {
+            const float *xp = xh + (n * C + ch) * R, *g = gh + (n * 2 * C + ch) * R, *b = g + C * R;
+            double m = 0, v = 0;
+            for (int64_t k = 0; k < R; k++)
+                m += xp[k];
+            m /= (double)R;
+            for (int64_t k = 0; k < R; k++)
+                v += (xp[k] - m) * (xp[k] - m);
+            v /= (double)R;
+            for (int64_t k = 0; k < R; k++) {
+                double o = (xp[k] - m) / sqrt(v + eps) * (1.0 + g[k]) + b[k];
+                ref[(n * C + ch) * R + k] = act && o < 0 ? 0.2 * o : o;
+            }
+        }
+    DittoSpadeParams p = { (float)eps, act, 0.2f };
+    int rc = ditto_op_spade_norm(c->be, &p, &x->dev, &gb->dev, &y->dev);
+    op_check(c, name, rc, y, ref, TOL_L2, TOL_MAX);
+    free(ref);
+    tt_free(x);
+    if (!in_place)
+        tt_free(y);
+    tt_free(gb);
+}
+
 static void norm_negative(TestCtx *c)
 {
     if (!test_selected(c, "norm negative"))
@@ -153,6 +203,18 @@ static void norm_negative(TestCtx *c)
     expect_rc(c, "norm negative: batch_norm without var", ditto_op_batch_norm(c->be, 1e-5f, &x->dev, &v6->dev, NULL, NULL, NULL, &y->dev), DITTO_ERR_INVAL);
     expect_rc(c, "norm negative: instance_norm x/y differ", ditto_op_instance_norm(c->be, 1e-5f, &x->dev, NULL, NULL, &y2->dev), DITTO_ERR_SHAPE);
     expect_rc(c, "norm negative: instance_norm 2-D x", ditto_op_instance_norm(c->be, 1e-5f, &x2->dev, NULL, NULL, &x2->dev), DITTO_ERR_SHAPE);
+    {
+        TT *gb = tt_new(c, DITTO_F32, 4, (int64_t[]){ 2, 12, 5, 7 }), *gbad = tt_new(c, DITTO_F32, 4, (int64_t[]){ 2, 6, 5, 7 });
+        DittoSpadeParams sp = { 1e-5f, true, 0.2f };
+        expect_rc(c, "norm negative: spade_norm gb not 2C", ditto_op_spade_norm(c->be, &sp, &x->dev, &gbad->dev, &y->dev), DITTO_ERR_SHAPE);
+        expect_rc(c, "norm negative: spade_norm x/y differ", ditto_op_spade_norm(c->be, &sp, &x->dev, &gb->dev, &y2->dev), DITTO_ERR_SHAPE);
+        DittoTensor alias = gb->dev;   /* first half of gb as y */
+        alias.shape[1] = 6;
+        alias.stride[0] = 6 * 5 * 7;
+        expect_rc(c, "norm negative: spade_norm y aliases gb", ditto_op_spade_norm(c->be, &sp, &x->dev, &gb->dev, &alias), DITTO_ERR_INVAL);
+        tt_free(gb);
+        tt_free(gbad);
+    }
     expect_rc(c, "norm negative: layer_norm weight size", ditto_op_layer_norm(c->be, 1e-5f, false, &x->dev, &v6->dev, NULL, &y->dev), DITTO_ERR_SHAPE);
     expect_rc(c, "norm negative: layer_norm cf bias size", ditto_op_layer_norm(c->be, 1e-5f, true, &x->dev, NULL, &v7->dev, &y->dev), DITTO_ERR_SHAPE);
     expect_rc(c, "norm negative: group_norm groups 4 of 6", ditto_op_group_norm(c->be, 4, 1e-5f, &x->dev, NULL, NULL, &y->dev), DITTO_ERR_SHAPE);
@@ -190,6 +252,18 @@ void test_ops_norm(TestCtx *c)
         norm_case(c, NK_GROUP, 5, s5, 5, affine, 0, 1e-5f);
         norm_case(c, NK_GROUP, 4, (const int64_t[]){ 3, 12, 5, 7 }, 4, affine, 0, 1e-6f);
     }
+    for (int act = 0; act < 2; act++) {
+        spade_case(c, 4, s4a, act, 0, false);
+        spade_case(c, 4, s4b, act, 0, act);
+        spade_case(c, 4, (const int64_t[]){ 2, 3, 24, 40 }, act, 0, false);   /* planes longer than a warp set */
+        spade_case(c, 3, s3, act, 0, false);
+        spade_case(c, 5, s5, act, 0, false);
+    }
+    spade_case(c, 4, s4b, true, 1000, false);
+    /* planes a multiple of 8 (the vectorised f16 path on CUDA), one longer than a block sweep */
+    spade_case(c, 4, (const int64_t[]){ 2, 3, 8, 16 }, true, 0, false);
+    spade_case(c, 4, (const int64_t[]){ 3, 2, 64, 40 }, false, 0, true);
+    spade_case(c, 4, (const int64_t[]){ 2, 3, 8, 16 }, true, 1000, false);
     /* large common offset: catches single-pass float variance */
     norm_case(c, NK_BATCH, 4, s4b, 0, 2, 1000, 1e-5f);
     norm_case(c, NK_INSTANCE, 4, s4b, 0, 2, 1000, 1e-5f);

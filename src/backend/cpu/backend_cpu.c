@@ -1,4 +1,5 @@
 #include <string.h>
+#include <time.h>
 
 #include "backend/cpu/cpu.h"
 #include "core/log.h"
@@ -15,6 +16,33 @@ static int cpu_sync(DittoBackend *be)
 {
     (void)be;
     return 0;
+}
+
+/* profiler marks: the monotonic clock (CPU ops are synchronous) */
+static int cpu_mark_new(DittoBackend *be, void **mark)
+{
+    (void)be;
+    *mark = ditto_calloc(1, sizeof(struct timespec));
+    return *mark ? 0 : DITTO_ERR_NOMEM;
+}
+
+static void cpu_mark_record(DittoBackend *be, void *mark)
+{
+    (void)be;
+    clock_gettime(CLOCK_MONOTONIC, (struct timespec *)mark);
+}
+
+static double cpu_mark_elapsed(DittoBackend *be, void *a, void *b)
+{
+    (void)be;
+    const struct timespec *x = a, *y = b;
+    return (double)(y->tv_sec - x->tv_sec) * 1e3 + (double)(y->tv_nsec - x->tv_nsec) * 1e-6;
+}
+
+static void cpu_mark_free(DittoBackend *be, void *mark)
+{
+    (void)be;
+    ditto_free(mark);
 }
 
 static void cpu_destroy(DittoBackend *be)
@@ -41,6 +69,10 @@ int ditto_backend_cpu_open(DittoBackend **out, const DittoBackendParams *p)
     be->download = cpu_memcpy;
     be->sync = cpu_sync;
     be->destroy = cpu_destroy;
+    be->mark_new = cpu_mark_new;
+    be->mark_record = cpu_mark_record;
+    be->mark_elapsed = cpu_mark_elapsed;
+    be->mark_free = cpu_mark_free;
     int rc = ditto_pool_create(&be->pool, p->nthreads);
     if (rc < 0) {
         ditto_free(be);

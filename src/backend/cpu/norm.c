@@ -127,6 +127,46 @@ static int cpu_instance_norm(DittoBackend *be, const DittoNormParams *p, const D
     return run_groups(be, p->eps, x->shape[1], x, w, b, y);
 }
 
+/* ---- SPADE: instance norm modulated per element by gb = (gamma, beta), optional LeakyReLU ---- */
+
+typedef struct SpadeTask {
+    const float *x, *gb;
+    float *y;
+    int64_t C, R, items;
+    double eps, slope;
+    bool act;
+    int ntasks;
+} SpadeTask;
+
+static void spade_task(void *ctx, int t)
+{
+    const SpadeTask *k = ctx;
+    int64_t lo, hi;
+    task_range(k->items, t, k->ntasks, &lo, &hi);
+    for (int64_t pl = lo; pl < hi; pl++) {   /* plane pl = n * C + c */
+        int64_t n = pl / k->C, c = pl % k->C;
+        const float *x = k->x + pl * k->R;
+        const float *g = k->gb + (n * 2 * k->C + c) * k->R, *b = g + k->C * k->R;
+        float *y = k->y + pl * k->R;
+        double m, r;
+        plane_stats(x, k->R, k->eps, &m, &r);
+        for (int64_t i = 0; i < k->R; i++) {
+            double v = (x[i] - m) * r * (1.0 + (double)g[i]) + (double)b[i];
+            y[i] = (float)(k->act && v < 0 ? v * k->slope : v);
+        }
+    }
+}
+
+static int cpu_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, DittoTensor *y)
+{
+    SpadeTask k = { x->data, gb->data, y->data, x->shape[1], inner_size(x), x->shape[0] * x->shape[1], p->eps, p->slope, p->act, 1 };
+    if (k.items == 0 || k.R == 0)
+        return 0;
+    k.ntasks = ntasks_for(be, k.items);
+    ditto_pool_run(be->pool, k.ntasks, spade_task, &k);
+    return 0;
+}
+
 static int cpu_group_norm(DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w,
                           const DittoTensor *b, DittoTensor *y)
 {
@@ -219,6 +259,7 @@ void ditto_cpu_init_norm(DittoOps *ops)
 {
     ops->batch_norm = cpu_batch_norm;
     ops->instance_norm = cpu_instance_norm;
+    ops->spade_norm = cpu_spade_norm;
     ops->layer_norm = cpu_layer_norm;
     ops->group_norm = cpu_group_norm;
 }

@@ -146,6 +146,70 @@ static int cuda_sync(DittoBackend *be)
     return 0;
 }
 
+/* profiler marks: CUDA events on the backend stream */
+static int cuda_mark_new(DittoBackend *be, void **mark)
+{
+    cudaEvent_t ev;
+    DITTO_CUDA_CHECK(be, cudaEventCreate(&ev));
+    *mark = (void *)ev;
+    return 0;
+}
+
+static void cuda_mark_record(DittoBackend *be, void *mark)
+{
+    cudaEventRecord((cudaEvent_t)mark, ditto_cuda(be)->stream);
+}
+
+static double cuda_mark_elapsed(DittoBackend *be, void *a, void *b)
+{
+    (void)be;
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, (cudaEvent_t)a, (cudaEvent_t)b) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return ms;
+}
+
+static void cuda_mark_free(DittoBackend *be, void *mark)
+{
+    (void)be;
+    cudaEventDestroy((cudaEvent_t)mark);
+}
+
+static int cuda_capture_begin(DittoBackend *be)
+{
+    DITTO_CUDA_CHECK(be, cudaStreamBeginCapture(ditto_cuda(be)->stream, cudaStreamCaptureModeThreadLocal));
+    return 0;
+}
+
+static int cuda_capture_end(DittoBackend *be, void **graph)
+{
+    *graph = NULL;
+    cudaGraph_t g = NULL;
+    DITTO_CUDA_CHECK(be, cudaStreamEndCapture(ditto_cuda(be)->stream, &g));
+    cudaGraphExec_t ex = NULL;
+    cudaError_t e = cudaGraphInstantiate(&ex, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess)
+        return ditto_cuda_fail(be, e, "cudaGraphInstantiate", __FILE__, __LINE__);
+    *graph = (void *)ex;
+    return 0;
+}
+
+static int cuda_graph_launch(DittoBackend *be, void *graph)
+{
+    DITTO_CUDA_CHECK(be, cudaGraphLaunch((cudaGraphExec_t)graph, ditto_cuda(be)->stream));
+    return 0;
+}
+
+static void cuda_graph_free(DittoBackend *be, void *graph)
+{
+    (void)be;
+    if (graph)
+        cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
 static void cuda_destroy(DittoBackend *be)
 {
     DittoCuda *cu = ditto_cuda(be);
@@ -210,6 +274,14 @@ extern "C" int ditto_backend_cuda_open(DittoBackend **out, const DittoBackendPar
     be->sync = cuda_sync;
     be->mem_info = cuda_mem_info;
     be->destroy = cuda_destroy;
+    be->mark_new = cuda_mark_new;
+    be->mark_record = cuda_mark_record;
+    be->mark_elapsed = cuda_mark_elapsed;
+    be->mark_free = cuda_mark_free;
+    be->capture_begin = cuda_capture_begin;
+    be->capture_end = cuda_capture_end;
+    be->graph_launch = cuda_graph_launch;
+    be->graph_free = cuda_graph_free;
     cu->device = p->device_index;
     int rc = 0;
     if (cudaSetDevice(cu->device) != cudaSuccess || cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking) != cudaSuccess)
