@@ -23,17 +23,25 @@
 #define DEC_MAX_MIDDLE 16
 #define DEC_MAX_UP 4
 #define DEC_IN_EPS 1e-5f
+/*
+ * The up blocks run on chunks of items so that their activations stay within
+ * this many bytes (at full size and B = 8 they would need ~1.6 GB at once);
+ * every op is per item, so chunking does not change any item's result.
+ */
+#define DEC_UP_BUDGET ((size_t)512 << 20)
 #define DEC_LRELU 0.2f
 
-/* SPADE(norm_nc = c, label_nc): parameter-free instance norm modulated by convs of the resized feature. */
+/*
+ * SPADE(norm_nc = c, label_nc): parameter-free instance norm modulated by convs
+ * of the resized feature. mlp_gamma and mlp_beta read the same activation, so
+ * they are bound as one convolution with 2c outputs (gamma rows, then beta).
+ */
 typedef struct DecSpade {
     int64_t c;
     DittoTensor shared_w;   /* <spade>.mlp_shared.0.weight (128,256,3,3) */
     DittoTensor shared_b;   /* <spade>.mlp_shared.0.bias (128) */
-    DittoTensor gamma_w;    /* <spade>.mlp_gamma.weight (c,128,3,3) */
-    DittoTensor gamma_b;    /* <spade>.mlp_gamma.bias (c) */
-    DittoTensor beta_w;     /* <spade>.mlp_beta.weight (c,128,3,3) */
-    DittoTensor beta_b;     /* <spade>.mlp_beta.bias (c) */
+    DittoTensor gb_w;       /* <spade>.mlp_gamma.weight ; <spade>.mlp_beta.weight (2c,128,3,3) */
+    DittoTensor gb_b;       /* <spade>.mlp_gamma.bias ; <spade>.mlp_beta.bias (2c) */
 } DecSpade;
 
 /* SPADEResnetBlock(fin, fout), fmid = min(fin, fout); convs are spectral-norm (folded). */
@@ -69,7 +77,13 @@ struct DittoDecoder {
     DecBlock up[DEC_MAX_UP];            /* up_0 (512 -> 256), up_1 (256 -> 64) */
     DittoTensor img_w;                  /* conv_img.0.weight (12,64,3,3) (conv_img.weight (3,64,3,3) without PixelShuffle) */
     DittoTensor img_b;                  /* conv_img.0.bias (12) */
+    size_t up_budget;                   /* bytes of up-block activations per chunk of items (0: DEC_UP_BUDGET) */
 };
+
+void ditto_decoder_set_up_budget(DittoDecoder *m, size_t bytes)
+{
+    m->up_budget = bytes;
+}
 
 #define TRY(expr) do { rc = (expr); if (rc < 0) goto done; } while (0)
 
@@ -80,10 +94,13 @@ static void load_spade(DittoLoader *l, DecSpade *s, int64_t c, int64_t hidden, i
     s->c = c;
     ditto_loader_get(l, &s->shared_w, DITTO_SHAPE(hidden, label, 3, 3), "%s.mlp_shared.0.weight", key);
     ditto_loader_get(l, &s->shared_b, DITTO_SHAPE(hidden), "%s.mlp_shared.0.bias", key);
-    ditto_loader_get(l, &s->gamma_w, DITTO_SHAPE(c, hidden, 3, 3), "%s.mlp_gamma.weight", key);
-    ditto_loader_get(l, &s->gamma_b, DITTO_SHAPE(c), "%s.mlp_gamma.bias", key);
-    ditto_loader_get(l, &s->beta_w, DITTO_SHAPE(c, hidden, 3, 3), "%s.mlp_beta.weight", key);
-    ditto_loader_get(l, &s->beta_b, DITTO_SHAPE(c), "%s.mlp_beta.bias", key);
+    char gw[128], bw[128], gbias[128], bbias[128];
+    snprintf(gw, sizeof gw, "%s.mlp_gamma.weight", key);
+    snprintf(bw, sizeof bw, "%s.mlp_beta.weight", key);
+    snprintf(gbias, sizeof gbias, "%s.mlp_gamma.bias", key);
+    snprintf(bbias, sizeof bbias, "%s.mlp_beta.bias", key);
+    ditto_loader_get_cat(l, &s->gb_w, 2, (const char *const[]){ gw, bw }, DITTO_SHAPE(c, hidden, 3, 3));
+    ditto_loader_get_cat(l, &s->gb_b, 2, (const char *const[]){ gbias, bbias }, DITTO_SHAPE(c));
 }
 
 /* SPADEResnetBlock at key with input channels fin; fmid and fout from conv_0 / conv_1. */
@@ -204,27 +221,26 @@ int ditto_decoder_out_shape(const DittoDecoder *m, const DittoTensor *feature, i
     return 0;
 }
 
-/* SPADE: y = instance_norm(x) * (1 + gamma(seg)) + beta(seg); seg already at x's size; y must not alias x; scratch in act. */
+/*
+ * SPADE: y = instance_norm(x) * (1 + gamma(seg)) + beta(seg), then
+ * LeakyReLU(0.2) when lrelu (what follows norm_0 / norm_1 in the block);
+ * seg already at x's size; scratch in act.
+ */
 static int spade(DittoBackend *be, DittoArena *ws, DittoDType act, const DecSpade *s, const DittoTensor *x, const DittoTensor *seg,
-                 DittoTensor *y)
+                 bool lrelu, DittoTensor *y)
 {
     const int64_t B = x->shape[0], C = s->c, H = x->shape[2], W = x->shape[3];
     const DittoConvParams pad1 = ditto_nn_conv_pad(1);
-    const DittoUnaryParams one_plus = { DITTO_UNARY_AFFINE, 1.0f, 1.0f };
+    const DittoSpadeParams sp = { DEC_IN_EPS, lrelu, DEC_LRELU };
     DittoArenaMark top = ditto_arena_mark(ws);
-    DittoTensor actv, gamma, beta;
+    DittoTensor actv, gb;
     int rc;
     TRY(ditto_nn_new(ws, act, &actv, DITTO_SHAPE(B, s->shared_w.shape[0], H, W)));
-    TRY(ditto_nn_new(ws, act, &gamma, DITTO_SHAPE(B, C, H, W)));
-    TRY(ditto_nn_new(ws, act, &beta, DITTO_SHAPE(B, C, H, W)));
-    TRY(ditto_op_instance_norm(be, DEC_IN_EPS, x, NULL, NULL, y));                         /* normalized = param_free_norm(x) (B,C,H,W) */
+    TRY(ditto_nn_new(ws, act, &gb, DITTO_SHAPE(B, 2 * C, H, W)));
     TRY(ditto_op_conv(be, &pad1, seg, &s->shared_w, &s->shared_b, &actv));                 /* mlp_shared (B,128,H,W) */
     TRY(ditto_op_act(be, DITTO_UNARY_RELU, 0.0f, &actv, &actv));
-    TRY(ditto_op_conv(be, &pad1, &actv, &s->gamma_w, &s->gamma_b, &gamma));                /* mlp_gamma (B,C,H,W) */
-    TRY(ditto_op_conv(be, &pad1, &actv, &s->beta_w, &s->beta_b, &beta));                   /* mlp_beta (B,C,H,W) */
-    TRY(ditto_op_unary(be, &one_plus, &gamma, &gamma));                                    /* 1 + gamma */
-    TRY(ditto_op_binary(be, DITTO_BINARY_MUL, y, &gamma, y));                              /* normalized * (1 + gamma) */
-    TRY(ditto_op_binary(be, DITTO_BINARY_ADD, y, &beta, y));                               /* + beta */
+    TRY(ditto_op_conv(be, &pad1, &actv, &s->gb_w, &s->gb_b, &gb));                         /* mlp_gamma ; mlp_beta (B,2C,H,W) */
+    TRY(ditto_op_spade_norm(be, &sp, x, &gb, y));                                          /* norm(x) * (1 + gamma) + beta [, lrelu] */
 done:
     ditto_arena_release(ws, top);
     return rc;
@@ -248,7 +264,7 @@ static int resblock(DittoDecoder *m, DittoArena *ws, const DecBlock *b, const Di
     if (b->learned_shortcut) {
         mk = ditto_arena_mark(ws);
         TRY(ditto_nn_new(ws, m->act, &n_s, DITTO_SHAPE(B, b->fin, H, W)));
-        TRY(spade(be, ws, m->act, &b->norm_s, x, &seg, &n_s));                                     /* (B,fin,H,W) */
+        TRY(spade(be, ws, m->act, &b->norm_s, x, &seg, false, &n_s));                              /* (B,fin,H,W) */
         TRY(ditto_op_conv(be, &pad0, &n_s, &b->conv_s_w, NULL, y));                        /* (B,fout,H,W) */
         ditto_arena_release(ws, mk);
     }
@@ -256,16 +272,14 @@ static int resblock(DittoDecoder *m, DittoArena *ws, const DecBlock *b, const Di
     TRY(ditto_nn_new(ws, m->act, &dx_0, DITTO_SHAPE(B, b->fmid, H, W)));
     mk = ditto_arena_mark(ws);
     TRY(ditto_nn_new(ws, m->act, &n_0, DITTO_SHAPE(B, b->fin, H, W)));
-    TRY(spade(be, ws, m->act, &b->norm_0, x, &seg, &n_0));                                         /* (B,fin,H,W) */
-    TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &n_0, &n_0));
+    TRY(spade(be, ws, m->act, &b->norm_0, x, &seg, true, &n_0));                                   /* lrelu(norm_0(x)) (B,fin,H,W) */
     TRY(ditto_op_conv(be, &pad1, &n_0, &b->conv_0_w, &b->conv_0_b, &dx_0));                /* (B,fmid,H,W) */
     ditto_arena_release(ws, mk);
     /* dx = conv_1(lrelu(norm_1(dx))) */
     TRY(ditto_nn_new(ws, m->act, &dx_1, DITTO_SHAPE(B, b->fout, H, W)));
     mk = ditto_arena_mark(ws);
     TRY(ditto_nn_new(ws, m->act, &n_1, DITTO_SHAPE(B, b->fmid, H, W)));
-    TRY(spade(be, ws, m->act, &b->norm_1, &dx_0, &seg, &n_1));                                     /* (B,fmid,H,W) */
-    TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &n_1, &n_1));
+    TRY(spade(be, ws, m->act, &b->norm_1, &dx_0, &seg, true, &n_1));                               /* lrelu(norm_1(dx)) (B,fmid,H,W) */
     TRY(ditto_op_conv(be, &pad1, &n_1, &b->conv_1_w, &b->conv_1_b, &dx_1));                /* (B,fout,H,W) */
     ditto_arena_release(ws, mk);
     /* out = x_s + dx */
@@ -314,33 +328,60 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
         ditto_tap(tap, name, &x);
     }
 
-    /* x = up_i(up(x), seg) */
-    for (int i = 0; i < m->nup; i++) {
-        H *= 2;
-        W *= 2;
-        TRY(ditto_nn_new(ws, m->act, &xu, DITTO_SHAPE(B, m->up[i].fin, H, W)));
-        TRY(ditto_nn_new(ws, m->act, &y, DITTO_SHAPE(B, m->up[i].fout, H, W)));
-        TRY(ditto_op_upsample_nearest(be, &x, &xu));                                        /* (B,512,128,128) for up_0 */
-        TRY(resblock(m, ws, &m->up[i], &xu, feature, &y));                                  /* (B,256,128,128) for up_0 */
-        x = y;
-        snprintf(name, sizeof name, "up_%d_out", i);
-        ditto_tap(tap, name, &x);
+    /*
+     * The rest on chunks of items (DEC_UP_BUDGET; everything when taps are
+     * read, which want whole-batch tensors). Per item at the last up block:
+     * seg, x2(x), y, conv_0 out, SPADE out and scratch (hidden + 2 fin).
+     */
+    const int64_t H0 = H, W0 = W;
+    int64_t chunk = B;
+    if (!tap) {
+        const int64_t f = (int64_t)1 << m->nup, last = m->nup - 1;
+        int64_t ch = m->c_in + 2 * m->up[last].fin + m->up[last].fout + m->up[last].fmid + m->c_hidden + 2 * m->up[last].fin;
+        size_t per_item = (size_t)(ch * H0 * f * W0 * f) * ditto_dtype_size(m->act);
+        chunk = per_item ? (int64_t)((m->up_budget ? m->up_budget : DEC_UP_BUDGET) / per_item) : B;
+        chunk = chunk < 1 ? 1 : chunk > B ? B : chunk;
     }
+    const DittoTensor xall = x;
+    for (int64_t i0 = 0; i0 < B; i0 += chunk) {
+        const int64_t nb = B - i0 < chunk ? B - i0 : chunk;
+        DittoArenaMark ck = ditto_arena_mark(ws);
+        DittoTensor xc, featc, imgc;
+        TRY(ditto_tensor_slice(&xall, 0, i0, i0 + nb, 1, &xc));
+        TRY(ditto_tensor_slice(feature, 0, i0, i0 + nb, 1, &featc));
+        TRY(ditto_tensor_slice(img, 0, i0, i0 + nb, 1, &imgc));
+        x = xc;
+        H = H0;
+        W = W0;
+        /* x = up_i(up(x), seg) */
+        for (int i = 0; i < m->nup; i++) {
+            H *= 2;
+            W *= 2;
+            TRY(ditto_nn_new(ws, m->act, &xu, DITTO_SHAPE(nb, m->up[i].fin, H, W)));
+            TRY(ditto_nn_new(ws, m->act, &y, DITTO_SHAPE(nb, m->up[i].fout, H, W)));
+            TRY(ditto_op_upsample_nearest(be, &x, &xu));                                    /* (B,512,128,128) for up_0 */
+            TRY(resblock(m, ws, &m->up[i], &xu, &featc, &y));                               /* (B,256,128,128) for up_0 */
+            x = y;
+            snprintf(name, sizeof name, "up_%d_out", i);
+            ditto_tap(tap, name, &x);
+        }
 
-    /* x = conv_img(leaky_relu(x, 0.2)); conv_img = conv 3x3 -> PixelShuffle(2) */
-    TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &x, &x));
-    const int r = m->upscale;
-    TRY(ditto_nn_new(ws, m->act, &c_img, DITTO_SHAPE(B, 3 * r * r, H, W)));
-    TRY(ditto_op_conv(be, &pad1, &x, &m->img_w, &m->img_b, &c_img));                        /* (B,12,256,256) */
-    logits = c_img;
-    if (r > 1) {
-        TRY(ditto_nn_new(ws, m->act, &logits, DITTO_SHAPE(B, 3, H * r, W * r)));
-        TRY(ditto_op_pixel_shuffle(be, r, &c_img, &logits));                                /* (B,3,512,512) */
+        /* x = conv_img(leaky_relu(x, 0.2)); conv_img = conv 3x3 -> PixelShuffle(2) */
+        TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &x, &x));
+        const int r = m->upscale;
+        TRY(ditto_nn_new(ws, m->act, &c_img, DITTO_SHAPE(nb, 3 * r * r, H, W)));
+        TRY(ditto_op_conv(be, &pad1, &x, &m->img_w, &m->img_b, &c_img));                    /* (B,12,256,256) */
+        logits = c_img;
+        if (r > 1) {
+            TRY(ditto_nn_new(ws, m->act, &logits, DITTO_SHAPE(nb, 3, H * r, W * r)));
+            TRY(ditto_op_pixel_shuffle(be, r, &c_img, &logits));                            /* (B,3,512,512) */
+        }
+        ditto_tap(tap, "logits", &logits);
+
+        /* img = sigmoid(x) */
+        TRY(ditto_op_act(be, DITTO_UNARY_SIGMOID, 0.0f, &logits, &imgc));
+        ditto_arena_release(ws, ck);
     }
-    ditto_tap(tap, "logits", &logits);
-
-    /* img = sigmoid(x) */
-    TRY(ditto_op_act(be, DITTO_UNARY_SIGMOID, 0.0f, &logits, img));
 done:
     ditto_arena_release(ws, top);
     return rc;

@@ -86,6 +86,11 @@ void ditto_decoder_free(DittoDecoder **m);
 /* feature (B,C,H,W) -> img (B,3,H*8,W*8) in [0,1] (full size: (B,256,64,64) -> (B,3,512,512)) */
 int ditto_decoder_out_shape(const DittoDecoder *m, const DittoTensor *feature, int64_t shape[4]);
 int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *feature, DittoTensor *img, const DittoTap *tap);
+/*
+ * Without taps, the up blocks run on chunks of items whose activations fit in
+ * bytes (0: the default, 512 MiB); results do not depend on it. For tests.
+ */
+void ditto_decoder_set_up_budget(DittoDecoder *m, size_t bytes);
 
 /* ---- StitchingNetwork (S): stitch_network.pth ('retarget_shoulder' MLP) ---- */
 typedef struct DittoStitch DittoStitch;

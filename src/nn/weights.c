@@ -242,6 +242,47 @@ int ditto_loader_get(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *
     return get_key(l, out, ndim, shape, key, l->dtype);
 }
 
+static int key_of(DittoLoader *l, char *buf, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vkey(l, buf, n, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+int ditto_loader_get_cat(DittoLoader *l, DittoTensor *out, int n, const char *const *keys, int ndim, const int64_t *shape)
+{
+    memset(out, 0, sizeof *out);
+    if (l->err)
+        return l->err;
+    if (n < 1 || ndim < 1 || ndim > DITTO_MAX_DIMS)
+        return ditto_loader_fail(l, DITTO_ERR_INVAL, "bad concatenation of %d tensors", n);
+    DittoTensor part = ditto_tensor(NULL, DITTO_F32, ndim, shape);
+    size_t numel = (size_t)ditto_tensor_numel(&part);
+    float *all = ditto_malloc_aligned(numel * (size_t)n * sizeof(float) + 1);
+    if (!all)
+        return ditto_loader_fail(l, DITTO_ERR_NOMEM, "out of memory for parameters");
+    for (int i = 0; i < n && !l->err; i++) {
+        char key[256];
+        key_of(l, key, sizeof key, "%s", keys[i]);
+        DittoCatalogEntry *e = expect(l, key, ndim, shape);
+        float *h = e ? read_host(l, e) : NULL;
+        if (h) {
+            memcpy(all + numel * (size_t)i, h, numel * sizeof(float));
+            ditto_free_aligned(h);
+        }
+    }
+    if (!l->err) {
+        int64_t cat_shape[DITTO_MAX_DIMS];
+        memcpy(cat_shape, shape, sizeof(int64_t) * (size_t)ndim);
+        cat_shape[0] *= n;
+        bind(l, out, ndim, cat_shape, all, l->dtype);
+    }
+    ditto_free_aligned(all);
+    return l->err;
+}
+
 int ditto_loader_skip(DittoLoader *l, const char *fmt, ...)
 {
     if (l->err)

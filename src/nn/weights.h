@@ -61,6 +61,12 @@ const DittoCatalogEntry *ditto_loader_peek_rank(DittoLoader *l, int ndim, const 
 int64_t ditto_loader_dim(DittoLoader *l, int ndim, int axis, const char *fmt, ...) DITTO_LOADER_PRINTF(4, 5);
 /* Bind prefix+key with exactly this shape as a tensor of l->dtype on the backend. */
 int ditto_loader_get(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape, const char *fmt, ...) DITTO_LOADER_PRINTF(5, 6);
+/*
+ * Bind n keys (prefix + keys[i], each exactly shape) as ONE tensor, concatenated
+ * along dim 0 in key order: dim 0 is n * shape[0]. For convolutions that share
+ * an input (SPADE's gamma and beta), so they run as one.
+ */
+int ditto_loader_get_cat(DittoLoader *l, DittoTensor *out, int n, const char *const *keys, int ndim, const int64_t *shape);
 /* Mark prefix+key as known without loading it (e.g. num_batches_tracked); missing is an error. */
 int ditto_loader_skip(DittoLoader *l, const char *fmt, ...) DITTO_LOADER_PRINTF(2, 3);
 /*
