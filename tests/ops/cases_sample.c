@@ -328,6 +328,11 @@ void test_ops_sample(TestCtx *c)
     case_upsample(c, "upsample_nearest_2d_x2x3", 4, (const int64_t[]){ 3, 2, 5, 7 }, (const int64_t[]){ 3, 2, 10, 21 });
     case_upsample(c, "upsample_nearest_2d_5to7", 4, (const int64_t[]){ 1, 3, 5, 6 }, (const int64_t[]){ 1, 3, 7, 11 });
     case_upsample(c, "upsample_nearest_3d_x122", 5, (const int64_t[]){ 1, 3, 3, 4, 5 }, (const int64_t[]){ 1, 3, 3, 8, 10 });
+    /* rows a multiple of 8 (the vectorised f16 path on CUDA): x2 and x4 maps, 2-D and 3-D */
+    case_upsample(c, "upsample_nearest_2d_x2_w16", 4, (const int64_t[]){ 2, 3, 5, 8 }, (const int64_t[]){ 2, 3, 10, 16 });
+    case_upsample(c, "upsample_nearest_2d_x4_w32", 4, (const int64_t[]){ 2, 3, 4, 8 }, (const int64_t[]){ 2, 3, 16, 32 });
+    case_upsample(c, "upsample_nearest_3d_x122_w16", 5, (const int64_t[]){ 2, 3, 3, 4, 8 }, (const int64_t[]){ 2, 3, 3, 8, 16 });
+    case_upsample(c, "upsample_nearest_2d_x8_w8", 4, (const int64_t[]){ 1, 2, 3, 1 }, (const int64_t[]){ 1, 2, 3, 8 });
     case_upsample(c, "upsample_nearest_3d_b3_odd", 5, (const int64_t[]){ 3, 2, 2, 3, 5 }, (const int64_t[]){ 3, 2, 5, 7, 9 });
 
     /* pool: Ditto's AvgPool2d(2) / AvgPool3d((1,2,2)), then padding, ceil_mode and count_include_pad */

@@ -1,30 +1,38 @@
 /*
- * CUDA convolution (cross-correlation) on cuDNN's convolution API, 1-D/2-D/3-D:
- * a 1-D conv runs as 2-D with H = 1. x, w, y share a dtype (f32 or f16); the
- * bias may be f32 or f16.
+ * CUDA convolution (cross-correlation), 1-D/2-D/3-D; x, w, y share a dtype
+ * (f32 or f16), the bias may be f32 or f16. Strategies:
  *
- * Precision: the compute type is fp32 in both cases. f32 runs with
- * CUDNN_FMA_MATH (no TF32), so results match the CPU oracle; f16 storage runs
- * with tensor-op math (PSEUDO_HALF: fp16 data, fp32 accumulation). Only the
- * GEMM-like algorithms are used (implicit / precomputed implicit GEMM, GEMM,
- * direct): FFT and Winograd transform the data and lose accuracy.
+ * - f32: cuDNN NCHW, FMA math (no TF32), one call per item, so results match
+ *   the CPU oracle; a 1-D conv runs as 2-D with H = 1.
+ * - f16, O <= 16 (2-D up to 7x7, or 1x1(x1)): our direct kernel
+ *   (k_conv_small_o): the occlusion and image heads and the compress conv.
+ * - f16, 3-D "same" conv with few outputs: depth split into one 2-D conv
+ *   over the slices plus a tap sum (conv_depth_split): the mask head.
+ * - f16 otherwise: channels-last. x is transposed to NHWC with channels
+ *   padded to a multiple of 8 (tensor cores), w to KRSC, cuDNN runs with
+ *   tensor-op math (fp16 data, fp32 accumulation) and the result is
+ *   transposed back with the bias added (conv_nhwc). Chunks of items go in
+ *   one call when the batched plan was checked bit-identical per item
+ *   against the one-item plan (batch_check); else item by item. So an
+ *   item's result never depends on the batch size.
  *
- * Plans: the first call for a (dtype, geometry) builds cuDNN descriptors for
- * ONE item (N = 1) and picks the algorithm with cudnnGetConvolutionForward-
- * Algorithm_v7 (heuristics: deterministic from run to run, launches nothing,
- * so it is also safe during stream capture); the plan is cached on the
- * backend. Batches run item by item with that plan, so an item gets the same
- * algorithm, and the same bits, whatever the batch size (cuDNN may otherwise
- * choose its kernels by N).
+ * Plans: descriptors per (dtype, geometry, items per call, layout), the
+ * algorithm from cudnnGetConvolutionForwardAlgorithm_v7 (heuristics:
+ * deterministic, launches nothing) restricted to the GEMM-like algorithms
+ * (FFT and Winograd transform the data and lose accuracy); cached on the
+ * backend. Checks and workspace growth happen on first use, outside graph
+ * capture (a plan first seen while capturing stays item by item).
  *
- * Bias: y is prefilled with the bias and cuDNN adds the convolution onto it
- * (beta = 1), one rounding per output also for f16.
+ * NCHW path (f32; f16 with groups or asymmetric padding): y is prefilled
+ * with the bias and cuDNN adds the convolution onto it (beta = 1), one
+ * rounding per output; with asymmetric padding each item is first copied
+ * into a zero-padded buffer (k_pad).
  *
- * Padding: cuDNN pads symmetrically. When pad_begin != pad_end in some dim,
- * each item is copied into a zero-padded buffer in the workspace (k_pad) and
- * convolved without padding.
+ * DITTO_CUDA_CONV (nchw, nhwc, nhwc-batch, no-split) overrides the f16
+ * strategy for measurements.
  */
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
@@ -35,7 +43,7 @@ extern "C" {
 
 /* Largest cuDNN workspace a plan may ask for. */
 #define CONV_WS_LIMIT ((size_t)256 << 20)
-#define KEY_LEN 24
+#define KEY_LEN 25
 
 /* Everything as 3 spatial dims (D, H, W); leading dims of 1-D/2-D convs are 1. */
 typedef struct ConvGeom {
@@ -53,6 +61,9 @@ typedef struct ConvPlan {
     cudnnConvolutionFwdAlgo_t algo;
     size_t ws;                /* cuDNN workspace bytes for algo */
     bool pre_pad;             /* asymmetric padding: convolve a padded copy */
+    bool nhwc;                /* channels-last plan (f16): Cp, Op channels padded to a multiple of 8 */
+    int64_t cp, op;
+    int batch_ok;             /* nhwc plans with N > 1: each item bit-identical to the N = 1 plan (1), not (0), unchecked (-1) */
     int64_t pin[3];           /* input extents cuDNN sees (padded when pre_pad) */
 } ConvPlan;
 
@@ -91,11 +102,12 @@ static void conv_geom(const DittoConvParams *p, const DittoTensor *x, const Ditt
     }
 }
 
-static void make_key(const ConvGeom *g, DittoDType dt, int64_t *key)
+static void make_key(const ConvGeom *g, DittoDType dt, int64_t nb, bool nhwc, int64_t *key)
 {
     memset(key, 0, sizeof(int64_t) * KEY_LEN);
     int64_t *k = key;
     *k++ = dt;
+    *k++ = nb * 2 + nhwc;
     *k++ = g->ns;
     *k++ = g->C;
     *k++ = g->O;
@@ -195,11 +207,20 @@ static bool fits_int(int64_t v)
 }
 
 /* Descriptors for one item (N = 1), then the algorithm. pl->key is set by the caller. */
-static int plan_setup(DittoBackend *be, const ConvGeom *g, DittoDType dt, ConvPlan *pl)
+static int64_t round8(int64_t c)
+{
+    return (c + 7) / 8 * 8;
+}
+
+static int plan_setup(DittoBackend *be, const ConvGeom *g, DittoDType dt, int64_t nb, bool nhwc, ConvPlan *pl)
 {
     bool f16 = dt == DITTO_F16;
     cudnnDataType_t ddt = f16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
     int nsd = g->ns == 1 ? 2 : g->ns, nd = nsd + 2;
+    pl->nhwc = nhwc;
+    pl->batch_ok = nb == 1 ? 1 : -1;
+    pl->cp = nhwc ? round8(g->C) : g->C;
+    pl->op = nhwc ? round8(g->O) : g->O;
     pl->pre_pad = false;
     for (int i = 0; i < 3; i++)
         pl->pre_pad = pl->pre_pad || g->pb[i] != g->pe[i];
@@ -208,17 +229,17 @@ static int plan_setup(DittoBackend *be, const ConvGeom *g, DittoDType dt, ConvPl
         pl->pin[i] = pl->pre_pad ? g->in[i] + g->pb[i] + g->pe[i] : g->in[i];
         pin_vol *= pl->pin[i];
     }
-    bool ok = fits_int(g->C * pin_vol) && fits_int(g->O * g->out_vol) && fits_int(g->O * g->Cg * g->k_vol) &&
+    bool ok = fits_int(nb * pl->cp * pin_vol) && fits_int(nb * pl->op * g->out_vol) && fits_int(pl->op * pl->cp * g->k_vol) &&
               fits_int(g->G);
     for (int i = 0; i < 3; i++)
         ok = ok && fits_int(g->pb[i]) && fits_int(g->s[i]) && fits_int(g->d[i]);
     if (!ok)
         return ditto_fail(&be->log, DITTO_ERR_RANGE, "op conv: an item exceeds cuDNN's int range");
     int xdim[5], xstr[5], ydim[5], ystr[5], wdim[5], pad[3], str[3], dil[3];
-    xdim[0] = ydim[0] = 1;
-    xdim[1] = (int)g->C;
-    ydim[1] = wdim[0] = (int)g->O;
-    wdim[1] = (int)g->Cg;
+    xdim[0] = ydim[0] = (int)nb;
+    xdim[1] = (int)pl->cp;
+    ydim[1] = wdim[0] = (int)pl->op;
+    wdim[1] = nhwc ? (int)pl->cp : (int)g->Cg;
     for (int j = 0; j < nsd; j++) {
         int i = 3 - nsd + j;
         xdim[2 + j] = (int)pl->pin[i];
@@ -237,9 +258,14 @@ static int plan_setup(DittoBackend *be, const ConvGeom *g, DittoDType dt, ConvPl
     DITTO_CUDNN_CHECK(be, cudnnCreateTensorDescriptor(&pl->yd));
     DITTO_CUDNN_CHECK(be, cudnnCreateFilterDescriptor(&pl->wd));
     DITTO_CUDNN_CHECK(be, cudnnCreateConvolutionDescriptor(&pl->cd));
-    DITTO_CUDNN_CHECK(be, cudnnSetTensorNdDescriptor(pl->xd, ddt, nd, xdim, xstr));
-    DITTO_CUDNN_CHECK(be, cudnnSetTensorNdDescriptor(pl->yd, ddt, nd, ydim, ystr));
-    DITTO_CUDNN_CHECK(be, cudnnSetFilterNdDescriptor(pl->wd, ddt, CUDNN_TENSOR_NCHW, nd, wdim));
+    if (nhwc) {
+        DITTO_CUDNN_CHECK(be, cudnnSetTensorNdDescriptorEx(pl->xd, CUDNN_TENSOR_NHWC, ddt, nd, xdim));
+        DITTO_CUDNN_CHECK(be, cudnnSetTensorNdDescriptorEx(pl->yd, CUDNN_TENSOR_NHWC, ddt, nd, ydim));
+    } else {
+        DITTO_CUDNN_CHECK(be, cudnnSetTensorNdDescriptor(pl->xd, ddt, nd, xdim, xstr));
+        DITTO_CUDNN_CHECK(be, cudnnSetTensorNdDescriptor(pl->yd, ddt, nd, ydim, ystr));
+    }
+    DITTO_CUDNN_CHECK(be, cudnnSetFilterNdDescriptor(pl->wd, ddt, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, nd, wdim));
     DITTO_CUDNN_CHECK(be, cudnnSetConvolutionNdDescriptor(pl->cd, nsd, pad, str, dil, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     DITTO_CUDNN_CHECK(be, cudnnSetConvolutionGroupCount(pl->cd, (int)g->G));
     DITTO_CUDNN_CHECK(be, cudnnSetConvolutionMathType(pl->cd, f16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
@@ -251,11 +277,11 @@ static int plan_setup(DittoBackend *be, const ConvGeom *g, DittoDType dt, ConvPl
     return plan_choose(be, pl, f16);
 }
 
-static int plan_get(DittoBackend *be, const ConvGeom *g, DittoDType dt, ConvPlan **out)
+static int plan_get(DittoBackend *be, const ConvGeom *g, DittoDType dt, int64_t nb, bool nhwc, ConvPlan **out)
 {
     DittoCuda *cu = ditto_cuda(be);
     int64_t key[KEY_LEN];
-    make_key(g, dt, key);
+    make_key(g, dt, nb, nhwc, key);
     DittoCudaConvCache *c = cu->conv_cache;
     if (c) {
         for (int i = 0; i < c->n; i++) {
@@ -281,7 +307,7 @@ static int plan_get(DittoBackend *be, const ConvGeom *g, DittoDType dt, ConvPlan
     ConvPlan *pl = &c->plans[c->n];
     memset(pl, 0, sizeof *pl);
     memcpy(pl->key, key, sizeof key);
-    int rc = plan_setup(be, g, dt, pl);
+    int rc = plan_setup(be, g, dt, nb, nhwc, pl);
     if (rc < 0) {
         plan_destroy(pl);
         return rc;
@@ -319,6 +345,574 @@ static __global__ void k_pad(const void *x, void *xp, int esz, int64_t D, int64_
     }
 }
 
+/* ---- channels-last (NHWC) path for f16: transposes around a cuDNN NHWC convolution ---- */
+
+#define TT 32   /* transpose tile */
+
+/* xt (n, vol, Cp) = x (n, C, vol); channels C..Cp-1 zero. grid (vol/TT, Cp/TT, n), block (TT, 8). */
+static __global__ void k_to_nhwc(const __half *x, __half *xt, int64_t C, int64_t Cp, int64_t vol)
+{
+    __shared__ __half tile[TT][TT + 1];
+    const int64_t n = blockIdx.z, v0 = (int64_t)blockIdx.x * TT, c0 = (int64_t)blockIdx.y * TT;
+    const __half *xn = x + n * C * vol;
+    for (int j = threadIdx.y; j < TT; j += blockDim.y) {
+        int64_t c = c0 + j, v = v0 + threadIdx.x;
+        tile[j][threadIdx.x] = c < C && v < vol ? xn[c * vol + v] : __float2half(0.0f);
+    }
+    __syncthreads();
+    __half *xo = xt + n * vol * Cp;
+    for (int j = threadIdx.y; j < TT; j += blockDim.y) {
+        int64_t v = v0 + j, c = c0 + threadIdx.x;
+        if (v < vol && c < Cp)
+            xo[v * Cp + c] = tile[threadIdx.x][j];
+    }
+}
+
+/* y (n, O, vol) = yt (n, vol, Op)[..O] + bias; grid (vol/TT, O/TT, n), block (TT, 8). */
+static __global__ void k_from_nhwc(const __half *yt, __half *y, const void *bias, bool bf16, int64_t O, int64_t Op, int64_t vol)
+{
+    __shared__ float tile[TT][TT + 1];
+    const int64_t n = blockIdx.z, v0 = (int64_t)blockIdx.x * TT, o0 = (int64_t)blockIdx.y * TT;
+    const __half *yn = yt + n * vol * Op;
+    for (int j = threadIdx.y; j < TT; j += blockDim.y) {
+        int64_t v = v0 + j, o = o0 + threadIdx.x;
+        tile[j][threadIdx.x] = v < vol && o < O ? __half2float(yn[v * Op + o]) : 0.0f;
+    }
+    __syncthreads();
+    __half *yo = y + n * O * vol;
+    for (int j = threadIdx.y; j < TT; j += blockDim.y) {
+        int64_t o = o0 + j, v = v0 + threadIdx.x;
+        if (o < O && v < vol)
+            yo[o * vol + v] = __float2half_rn(tile[threadIdx.x][j] + (bias ? ditto_ld(bias, o, bf16) : 0.0f));
+    }
+}
+
+/* wt (Op, kvol, Cp) = w (O, C, kvol), zero padded. */
+static __global__ void k_w_nhwc(const __half *w, __half *wt, int64_t O, int64_t C, int64_t Op, int64_t Cp, int64_t kvol, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c = i % Cp, t = i / Cp;
+        int64_t k = t % kvol, o = t / kvol;
+        wt[i] = o < O && c < C ? w[(o * C + c) * kvol + k] : __float2half(0.0f);
+    }
+}
+
+/*
+ * Batched plans must not change an item's bits: cuDNN may pick other kernels
+ * (tiles, split-K) for N items than for one. The first use of a batched plan
+ * runs it and the N = 1 plan on the same pseudo-random data and compares
+ * every output bit; a plan that differs is never used (items go one by one).
+ */
+static __global__ void k_fill_hash(__half *p, int64_t n, uint32_t seed)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        p[i] = __float2half((float)(h & 0xffff) / 32768.0f - 1.0f);
+    }
+}
+
+static __global__ void k_count_diff(const uint16_t *a, const uint16_t *b, int64_t n, unsigned int *count)
+{
+    unsigned int c = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        c += a[i] != b[i];
+    if (c)
+        atomicAdd(count, c);
+}
+
+/*
+ * Bits of the nb-item plan's output that differ from the reference plan's
+ * (run on groups of unit items) on the hashed data in xt, wt (*diff; 0:
+ * identical).
+ */
+static int batch_diff(DittoBackend *be, const ConvGeom *g, const ConvPlan *pl, const ConvPlan *one, int64_t unit, __half *wt, __half *xt,
+                      __half *yt, void *cw, int64_t nb, unsigned int *diff)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    const int64_t ny1 = unit * pl->op * g->out_vol;
+    __half *y1 = NULL;
+    unsigned int *cnt = NULL, host = 0;
+    DITTO_CUDA_CHECK(be, cudaMalloc(&y1, (size_t)ny1 * 2 + 256));
+    cnt = (unsigned int *)((char *)y1 + ((size_t)ny1 * 2 + 3) / 4 * 4);
+    int rc = 0;
+    const float one_f = 1.0f, zero_f = 0.0f;
+    cudaMemsetAsync(cnt, 0, sizeof *cnt, cu->stream);
+    cudnnStatus_t st = cudnnConvolutionForward(cu->cudnn, &one_f, pl->xd, xt, pl->wd, wt, pl->cd, pl->algo, pl->ws ? cw : NULL, pl->ws,
+                                               &zero_f, pl->yd, yt);
+    for (int64_t i = 0; i < nb / unit && st == CUDNN_STATUS_SUCCESS; i++) {
+        st = cudnnConvolutionForward(cu->cudnn, &one_f, one->xd, xt + i * unit * pl->cp * g->in_vol, one->wd, wt, one->cd, one->algo,
+                                     one->ws ? cw : NULL, one->ws, &zero_f, one->yd, y1);
+        if (st == CUDNN_STATUS_SUCCESS)
+            k_count_diff<<<ditto_cuda_blocks(ny1, 256), 256, 0, cu->stream>>>((const uint16_t *)(yt + i * ny1), (const uint16_t *)y1, ny1, cnt);
+    }
+    if (st != CUDNN_STATUS_SUCCESS) {   /* this algorithm does not run here: not a candidate */
+        cudaFree(y1);
+        *diff = UINT_MAX;
+        return 0;
+    }
+    if (!rc && cudaMemcpyAsync(&host, cnt, sizeof host, cudaMemcpyDeviceToHost, cu->stream) != cudaSuccess)
+        rc = ditto_cuda_fail(be, cudaGetLastError(), "cudaMemcpyAsync (batch check)", __FILE__, __LINE__);
+    if (!rc && cudaStreamSynchronize(cu->stream) != cudaSuccess)
+        rc = ditto_cuda_fail(be, cudaGetLastError(), "cudaStreamSynchronize (batch check)", __FILE__, __LINE__);
+    cudaFree(y1);
+    *diff = host;
+    return rc;
+}
+
+/*
+ * Decide pl->batch_ok for a plan of nb items against the reference plan one
+ * (unit items; nb a multiple of unit): the heuristic's algorithm first, then
+ * the other GEMM-like algorithms that fit in the cws workspace bytes there
+ * are; the first that is bit-identical per group of unit items is kept.
+ * ws holds wt, xt (nb items), yt (nb items), then cws bytes.
+ */
+static int batch_check(DittoBackend *be, const ConvGeom *g, ConvPlan *pl, const ConvPlan *one, int64_t unit, __half *wt, __half *xt,
+                       __half *yt, void *cw, size_t cws, int64_t nb)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    DITTO_CUDA_CHECK(be, cudaStreamIsCapturing(cu->stream, &cs));
+    if (cs != cudaStreamCaptureStatusNone) {
+        pl->batch_ok = 0;      /* cannot sync while recording: stay item by item */
+        return 0;
+    }
+    const int64_t nx = nb * pl->cp * g->in_vol, nw = pl->op * pl->cp * g->k_vol;
+    k_fill_hash<<<ditto_cuda_blocks(nx, 256), 256, 0, cu->stream>>>(xt, nx, 0x9e3779b9u);
+    k_fill_hash<<<ditto_cuda_blocks(nw, 256), 256, 0, cu->stream>>>(wt, nw, 0x85ebca6bu);
+    DITTO_CUDA_LAUNCHED(be);
+    unsigned int diff = 1;
+    DITTO_TRY(batch_diff(be, g, pl, one, unit, wt, xt, yt, cw, nb, &diff));
+    const cudnnConvolutionFwdAlgo_t first = pl->algo;
+    const size_t first_ws = pl->ws;
+    static const cudnnConvolutionFwdAlgo_t others[] = {
+        CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+        CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+        CUDNN_CONVOLUTION_FWD_ALGO_GEMM,
+    };
+    for (size_t i = 0; diff && i < sizeof others / sizeof *others; i++) {
+        size_t need = 0;
+        if (others[i] == first ||
+            cudnnGetConvolutionForwardWorkspaceSize(cu->cudnn, pl->xd, pl->wd, pl->cd, pl->yd, others[i], &need) != CUDNN_STATUS_SUCCESS ||
+            need > cws)
+            continue;
+        pl->algo = others[i];
+        pl->ws = need;
+        DITTO_TRY(batch_diff(be, g, pl, one, unit, wt, xt, yt, cw, nb, &diff));
+    }
+    if (diff) {
+        pl->algo = first;
+        pl->ws = first_ws;
+    }
+    pl->batch_ok = diff == 0;
+    ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: C %lld O %lld k %lldx%lldx%lld in %lldx%lldx%lld: %lld-item plan %s (algo %d)",
+              (long long)g->C, (long long)g->O, (long long)g->k[0], (long long)g->k[1], (long long)g->k[2], (long long)g->in[0],
+              (long long)g->in[1], (long long)g->in[2], (long long)nb,
+              pl->batch_ok ? "bit-identical per item: batched" : "differs per item: item by item", (int)pl->algo);
+    return 0;
+}
+
+/*
+ * Direct convolution for few output channels (O <= 16), f16 storage, fp32
+ * sums: 2-D, stride 1, dilation 1, kernel up to 7x7 (the warp's occlusion
+ * head, 2272 -> 1 at 7x7; conv_img, 64 -> 12), or any 1x1x1 without padding
+ * (compress, 32 -> 4, run as 2-D over the flattened volume). Implicit-GEMM
+ * libraries waste most of a tile on so few outputs. A block computes a
+ * 16x16 output tile of one item for all O over one range of SO_CSPLIT input
+ * channels, staging 8 channels of the (16 + k - 1)^2 window and their
+ * weights in shared memory at a time. With more than one range, each writes
+ * fp32 partial sums and a second kernel adds the ranges in a fixed order
+ * (the split depends on C only, so an item's bits do not depend on N).
+ */
+#define SO_TILE 16
+#define SO_CC 8
+#define SO_KMAX 7
+#define SO_OMAX 16
+#define SO_CSPLIT 64
+#define SO_WIN (SO_TILE + SO_KMAX - 1)
+
+/* KS: square kernel size known at compile time (1, 3, 7), or 0 (kh, kw at run time). */
+template <int OM, int KS>
+static __global__ void k_conv_small_o(const __half *x, const __half *w, const void *bias, bool bh, __half *y, float *part, int C, int O,
+                                      int Hin, int Win, int H, int W, int kh_rt, int kw_rt, int ph, int pw, int N)
+{
+    __shared__ float xs[SO_CC][SO_WIN][SO_WIN];
+    __shared__ float wsm[SO_CC][OM][SO_KMAX * SO_KMAX];
+    const int kh = KS ? KS : kh_rt, kw = KS ? KS : kw_rt;
+    const int tx = threadIdx.x % SO_TILE, ty = threadIdx.x / SO_TILE, tid = threadIdx.x;
+    const int n = blockIdx.z % N, split = blockIdx.z / N;
+    const int ox = blockIdx.x * SO_TILE + tx, oy = blockIdx.y * SO_TILE + ty;
+    const int th = SO_TILE + kh - 1, tw = SO_TILE + kw - 1, kk = kh * kw;
+    const int iy0 = blockIdx.y * SO_TILE - ph, ix0 = blockIdx.x * SO_TILE - pw;
+    const int cbeg = split * SO_CSPLIT, cend = C < cbeg + SO_CSPLIT ? C : cbeg + SO_CSPLIT;
+    const __half *xn = x + (int64_t)n * C * Hin * Win;
+    float acc[OM];
+#pragma unroll
+    for (int o = 0; o < OM; o++)
+        acc[o] = 0.0f;
+    for (int c0 = cbeg; c0 < cend; c0 += SO_CC) {
+        const int cc = cend - c0 < SO_CC ? cend - c0 : SO_CC;
+        for (int c = 0; c < cc; c++) {
+            const __half *xc = xn + (int64_t)(c0 + c) * Hin * Win;
+            for (int yy = ty; yy < th; yy += SO_TILE) {
+                const int iy = iy0 + yy;
+                for (int xx = tx; xx < tw; xx += SO_TILE) {
+                    const int ix = ix0 + xx;
+                    xs[c][yy][xx] = iy >= 0 && iy < Hin && ix >= 0 && ix < Win ? __half2float(xc[(int64_t)iy * Win + ix]) : 0.0f;
+                }
+            }
+        }
+        for (int i = tid; i < O * cc * kk; i += blockDim.x) {
+            int o = i / (cc * kk), r = i - o * cc * kk, c = r / kk, k = r - c * kk;
+            wsm[c][o][k] = __half2float(w[((int64_t)o * C + c0 + c) * kk + k]);
+        }
+        __syncthreads();
+        for (int c = 0; c < cc; c++) {
+#pragma unroll
+            for (int ky = 0; ky < (KS ? KS : SO_KMAX); ky++) {
+                if (!KS && ky >= kh)
+                    break;
+#pragma unroll
+                for (int kx = 0; kx < (KS ? KS : SO_KMAX); kx++) {
+                    if (!KS && kx >= kw)
+                        break;
+                    float v = xs[c][ty + ky][tx + kx];
+#pragma unroll
+                    for (int o = 0; o < OM; o++)
+                        acc[o] = fmaf(v, wsm[c][o][ky * kw + kx], acc[o]);
+                }
+            }
+        }
+        __syncthreads();
+    }
+    if (ox >= W || oy >= H)
+        return;
+    if (part) {   /* partial sums of this channel range: part (splits, N, O, H, W) */
+        for (int o = 0; o < O; o++)
+            part[(((int64_t)split * N + n) * O + o) * H * W + (int64_t)oy * W + ox] = acc[o];
+        return;
+    }
+    for (int o = 0; o < O; o++)
+        y[(((int64_t)n * O + o) * H + oy) * W + ox] = __float2half_rn(acc[o] + (bias ? ditto_ld(bias, o, bh) : 0.0f));
+}
+
+/* y (N, O, HW) = bias + sum over splits of part (splits, N, O, HW), in split order. */
+static __global__ void k_small_o_sum(const float *part, const void *bias, bool bh, __half *y, int splits, int O, int64_t NOHW, int64_t HW)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < NOHW; i += (int64_t)gridDim.x * blockDim.x) {
+        float s = 0.0f;
+        for (int k = 0; k < splits; k++)
+            s += part[k * NOHW + i];
+        y[i] = __float2half_rn(s + (bias ? ditto_ld(bias, i / HW % O, bh) : 0.0f));
+    }
+}
+
+/*
+ * Whether k_conv_small_o runs this convolution; (*H, *W, *Hin, *Win) the 2-D
+ * view it uses, *flat when that view is the flattened volume of a 1x1(x1).
+ */
+static bool small_o_fits(const ConvGeom *g, int64_t *H, int64_t *W, int64_t *Hin, int64_t *Win, bool *flat)
+{
+    *flat = false;
+    if (g->G != 1 || g->O > SO_OMAX || g->O < 1)
+        return false;
+    bool unit = true, nopad = true;
+    for (int i = 0; i < 3; i++) {
+        unit = unit && g->s[i] == 1 && g->d[i] == 1;
+        nopad = nopad && g->pb[i] == 0 && g->pe[i] == 0;
+    }
+    if (!unit)
+        return false;
+    if (g->k_vol == 1 && nopad) {          /* 1x1(x1): one plane of in_vol positions, as (in_vol / W, W) */
+        *flat = true;
+        *Hin = *H = g->in_vol / g->in[2];
+        *Win = *W = g->in[2];
+        return g->in_vol < INT_MAX && g->C * g->in_vol < INT_MAX && g->O * g->out_vol < INT_MAX;
+    }
+    if (g->in[0] != 1 || g->k[0] != 1 || g->k[1] > SO_KMAX || g->k[2] > SO_KMAX)
+        return false;
+    *Hin = g->in[1];
+    *Win = g->in[2];
+    *H = g->out[1];
+    *W = g->out[2];
+    return g->C * g->in_vol < INT_MAX && g->O * g->out_vol < INT_MAX;
+}
+
+static int conv_small_o(DittoBackend *be, const ConvGeom *g, int64_t H, int64_t W, int64_t Hin, int64_t Win, bool flat,
+                        const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y)
+{
+    const int splits = (int)((g->C + SO_CSPLIT - 1) / SO_CSPLIT);
+    const int64_t NOHW = g->N * g->O * H * W;
+    if ((int64_t)splits * g->N > 65535)
+        return ditto_fail(&be->log, DITTO_ERR_RANGE, "op conv: too many items x channel ranges for the direct kernel");
+    float *part = NULL;
+    if (splits > 1)
+        DITTO_TRY(ditto_cuda_workspace(be, (size_t)splits * (size_t)NOHW * sizeof(float), (void **)&part));
+    dim3 grid((unsigned)((W + SO_TILE - 1) / SO_TILE), (unsigned)((H + SO_TILE - 1) / SO_TILE), (unsigned)(g->N * splits));
+    const int kh = flat ? 1 : (int)g->k[1], kw = flat ? 1 : (int)g->k[2];
+    const int ph = flat ? 0 : (int)g->pb[1], pw = flat ? 0 : (int)g->pb[2];
+    const int ks = kh == kw && (kh == 1 || kh == 3 || kh == 7) ? kh : 0;
+    cudaStream_t st = ditto_cuda(be)->stream;
+    const __half *xp = (const __half *)x->data, *wp = (const __half *)w->data;
+    __half *yp = (__half *)y->data;
+    const void *bp = bias ? bias->data : NULL;
+    bool bh = bias && bias->dtype == DITTO_F16;
+#define SO_ARGS xp, wp, bp, bh, yp, part, (int)g->C, (int)g->O, (int)Hin, (int)Win, (int)H, (int)W, kh, kw, ph, pw, (int)g->N
+#define SO_KS(OMV)                                                                                     \
+    do {                                                                                               \
+        if (ks == 1)                                                                                   \
+            k_conv_small_o<OMV, 1><<<grid, SO_TILE * SO_TILE, 0, st>>>(SO_ARGS);                       \
+        else if (ks == 3)                                                                              \
+            k_conv_small_o<OMV, 3><<<grid, SO_TILE * SO_TILE, 0, st>>>(SO_ARGS);                       \
+        else if (ks == 7)                                                                              \
+            k_conv_small_o<OMV, 7><<<grid, SO_TILE * SO_TILE, 0, st>>>(SO_ARGS);                       \
+        else                                                                                           \
+            k_conv_small_o<OMV, 0><<<grid, SO_TILE * SO_TILE, 0, st>>>(SO_ARGS);                       \
+    } while (0)
+    if (g->O <= 1)
+        SO_KS(1);
+    else if (g->O <= 2)
+        SO_KS(2);
+    else if (g->O <= 4)
+        SO_KS(4);
+    else if (g->O <= 8)
+        SO_KS(8);
+    else
+        SO_KS(16);
+#undef SO_KS
+#undef SO_ARGS
+    DITTO_CUDA_LAUNCHED(be);
+    if (splits > 1) {
+        k_small_o_sum<<<ditto_cuda_blocks(NOHW, 256), 256, 0, st>>>(part, bp, bh, yp, splits, (int)g->O, NOHW, H * W);
+        DITTO_CUDA_LAUNCHED(be);
+    }
+    return 0;
+}
+
+/* Largest NHWC scratch (x and y of one chunk of items) a call may use. */
+#define NHWC_CHUNK_BYTES ((size_t)192 << 20)
+
+static size_t align256(size_t n)
+{
+    return (n + 255) & ~(size_t)255;
+}
+
+static int conv_nhwc(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias,
+                     DittoTensor *y, bool batch)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    const int64_t cp = round8(g->C), op = round8(g->O);
+    const size_t item_x = (size_t)(cp * g->in_vol) * 2, item_y = (size_t)(op * g->out_vol) * 2;
+    int64_t nb = batch ? (int64_t)(NHWC_CHUNK_BYTES / (item_x + item_y)) : 1;
+    if (nb < 1)
+        nb = 1;
+    if (nb > g->N)
+        nb = g->N;
+    const size_t wt_bytes = align256((size_t)(op * cp * g->k_vol) * 2);
+    const size_t xt_bytes = align256(item_x * (size_t)nb), yt_bytes = align256(item_y * (size_t)nb);
+    /* plan_get may grow (move) the plan array: make every plan first, then look them up */
+    ConvPlan *pl, *tail = NULL, *one;
+    DITTO_TRY(plan_get(be, g, DITTO_F16, 1, true, &one));
+    DITTO_TRY(plan_get(be, g, DITTO_F16, nb, true, &pl));
+    if (g->N % nb)
+        DITTO_TRY(plan_get(be, g, DITTO_F16, g->N % nb, true, &tail));
+    DITTO_TRY(plan_get(be, g, DITTO_F16, 1, true, &one));
+    DITTO_TRY(plan_get(be, g, DITTO_F16, nb, true, &pl));
+    size_t cws = pl->ws > one->ws ? pl->ws : one->ws;
+    if (tail && tail->ws > cws)
+        cws = tail->ws;
+    char *ws;
+    DITTO_TRY(ditto_cuda_workspace(be, wt_bytes + xt_bytes + yt_bytes + cws, (void **)&ws));
+    __half *wt = (__half *)ws, *xt = (__half *)(ws + wt_bytes), *yt = (__half *)(ws + wt_bytes + xt_bytes);
+    void *cw = cws ? ws + wt_bytes + xt_bytes + yt_bytes : NULL;
+    if (pl->batch_ok < 0)
+        DITTO_TRY(batch_check(be, g, pl, one, 1, wt, xt, yt, cw, cws, nb));
+    if (tail && tail->batch_ok < 0)
+        DITTO_TRY(batch_check(be, g, tail, one, 1, wt, xt, yt, cw, cws, g->N % nb));
+    const int64_t nw = op * cp * g->k_vol;
+    k_w_nhwc<<<ditto_cuda_blocks(nw, 256), 256, 0, cu->stream>>>((const __half *)w->data, wt, g->O, g->C, op, cp, g->k_vol, nw);
+    DITTO_CUDA_LAUNCHED(be);
+    const float f_one = 1.0f, f_zero = 0.0f;
+    const dim3 blk(TT, 8);
+    /* chunks of nb items, the last one of N % nb; a plan that changes bits runs as single items instead */
+    const int64_t full_end = pl->batch_ok ? g->N / nb * nb : 0;
+    for (int64_t n = 0; n < g->N;) {
+        int64_t cnt;
+        const ConvPlan *p;
+        if (n < full_end) {
+            cnt = nb;
+            p = pl;
+        } else if (tail && tail->batch_ok && n == g->N / nb * nb && pl->batch_ok) {
+            cnt = g->N - n;
+            p = tail;
+        } else {
+            cnt = 1;
+            p = one;
+        }
+        const __half *xi = (const __half *)x->data + n * g->C * g->in_vol;
+        __half *yi = (__half *)y->data + n * g->O * g->out_vol;
+        dim3 gx((unsigned)((g->in_vol + TT - 1) / TT), (unsigned)((cp + TT - 1) / TT), (unsigned)cnt);
+        k_to_nhwc<<<gx, blk, 0, cu->stream>>>(xi, xt, g->C, cp, g->in_vol);
+        DITTO_CUDA_LAUNCHED(be);
+        DITTO_CUDNN_CHECK(be, cudnnConvolutionForward(cu->cudnn, &f_one, p->xd, xt, p->wd, wt, p->cd, p->algo, p->ws ? cw : NULL,
+                                                      p->ws, &f_zero, p->yd, yt));
+        dim3 gy((unsigned)((g->out_vol + TT - 1) / TT), (unsigned)((g->O + TT - 1) / TT), (unsigned)cnt);
+        k_from_nhwc<<<gy, blk, 0, cu->stream>>>(yt, yi, bias ? bias->data : NULL, bias && bias->dtype == DITTO_F16, g->O, op,
+                                                g->out_vol);
+        DITTO_CUDA_LAUNCHED(be);
+        n += cnt;
+    }
+    return 0;
+}
+
+/*
+ * Depth-split 3-D convolution for few outputs (the warp's mask head, 142 ->
+ * 22 at 7x7x7 over 16x64x64): as an implicit GEMM its 22 output channels
+ * fill a fraction of a tensor-core tile. Instead, every depth slice runs as
+ * a 2-D image through one 2-D convolution whose outputs are all (depth tap,
+ * output) pairs, kd * O = 154 channels, and a second kernel adds the kd
+ * taps of neighbouring slices: y[n,o,d] = b[o] + sum_i Z[n,d+i-pd][i*O + o].
+ * "Same" size, stride 1, no dilation only. Z is f16 (each of the kd partial
+ * sums rounded once; they are added in fp32).
+ */
+static bool depth_split_fits(const ConvGeom *g)
+{
+    if (g->ns != 3 || g->G != 1 || g->O > 24 || g->k[0] < 2 || g->k[0] * g->O > 256)
+        return false;
+    for (int i = 0; i < 3; i++)
+        if (g->s[i] != 1 || g->d[i] != 1 || g->pb[i] != g->pe[i] || 2 * g->pb[i] != g->k[i] - 1)
+            return false;
+    return true;
+}
+
+/* w2 (O2p, kh, kw, Cp): w2[i*O + o][ky][kx][c] = w[o][c][i][ky][kx], zero padded. */
+static __global__ void k_w_depth(const __half *w, __half *w2, int O, int C, int kd, int kh, int kw, int Cp, int64_t n)
+{
+    for (int64_t t0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t0 < n; t0 += (int64_t)gridDim.x * blockDim.x) {
+        int64_t t = t0;
+        int c = (int)(t % Cp);
+        t /= Cp;
+        int kx = (int)(t % kw);
+        t /= kw;
+        int ky = (int)(t % kh);
+        int j = (int)(t / kh);
+        __half v = __float2half(0.0f);
+        if (j < kd * O && c < C) {
+            int i = j / O, o = j - i * O;
+            v = w[((((int64_t)o * C + c) * kd + i) * kh + ky) * kw + kx];
+        }
+        w2[t0] = v;
+    }
+}
+
+/* y (N, O, D, HW) = bias + sum_i z[n*D + d + i - pd][hw][i*O + o]; a thread per (n, d, hw), all O. */
+static __global__ void k_depth_combine(const __half *z, const void *bias, bool bh, __half *y, int O, int O2p, int kd, int pd, int D,
+                                       int64_t HW, int64_t npos)
+{
+    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < npos; p += (int64_t)gridDim.x * blockDim.x) {
+        int64_t hw = p % HW, t = p / HW;
+        int d = (int)(t % D);
+        int64_t n = t / D;
+        float acc[24];
+#pragma unroll
+        for (int o = 0; o < 24; o++)
+            acc[o] = 0.0f;
+        for (int i = 0; i < kd; i++) {
+            int dd = d + i - pd;
+            if (dd < 0 || dd >= D)
+                continue;
+            const __half *zp = z + ((n * D + dd) * HW + hw) * O2p + i * O;
+#pragma unroll
+            for (int o = 0; o < 24; o++)
+                if (o < O)
+                    acc[o] += __half2float(zp[o]);
+        }
+#pragma unroll
+        for (int o = 0; o < 24; o++)
+            if (o < O)
+                y[((n * O + o) * D + d) * HW + hw] = __float2half_rn(acc[o] + (bias ? ditto_ld(bias, o, bh) : 0.0f));
+    }
+}
+
+static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias,
+                            DittoTensor *y)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    const int64_t D = g->in[0], HW = g->in[1] * g->in[2], kd = g->k[0], o2 = kd * g->O;
+    /* the 2-D convolution over depth slices: C -> kd * O, (kh, kw), same size */
+    ConvGeom g2 = *g;
+    g2.ns = 2;
+    g2.O = o2;
+    g2.in[0] = g2.out[0] = g2.k[0] = 1;
+    g2.pb[0] = g2.pe[0] = 0;
+    g2.in_vol = g2.out_vol = HW;
+    g2.k_vol = g->k[1] * g->k[2];
+    const int64_t cp = round8(g->C), o2p = round8(o2);
+    const size_t img_x = (size_t)(cp * HW) * 2, img_z = (size_t)(o2p * HW) * 2;
+    int64_t nbi = (int64_t)(NHWC_CHUNK_BYTES / ((size_t)D * (img_x + img_z)));
+    nbi = nbi < 1 ? 1 : nbi > g->N ? g->N : nbi;
+    ConvPlan *pitem, *pchunk, *ptail = NULL;
+    const int64_t tail_items = g->N % nbi;
+    for (int pass = 0; pass < 2; pass++) {   /* plan_get may move the plan array: make all, then look all up */
+        DITTO_TRY(plan_get(be, &g2, DITTO_F16, D, true, &pitem));
+        DITTO_TRY(plan_get(be, &g2, DITTO_F16, nbi * D, true, &pchunk));
+        if (tail_items)
+            DITTO_TRY(plan_get(be, &g2, DITTO_F16, tail_items * D, true, &ptail));
+    }
+    size_t cws = 0;
+    const ConvPlan *all[] = { pitem, pchunk, ptail };
+    for (int i = 0; i < 3; i++)
+        if (all[i] && all[i]->ws > cws)
+            cws = all[i]->ws;
+    const size_t w2_bytes = align256((size_t)(o2p * cp * g2.k_vol) * 2);
+    const size_t xt_bytes = align256(img_x * (size_t)(nbi * D)), zt_bytes = align256(img_z * (size_t)(nbi * D));
+    char *ws;
+    DITTO_TRY(ditto_cuda_workspace(be, w2_bytes + xt_bytes + zt_bytes + cws, (void **)&ws));
+    __half *w2 = (__half *)ws, *xt = (__half *)(ws + w2_bytes), *zt = (__half *)(ws + w2_bytes + xt_bytes);
+    void *cw = cws ? ws + w2_bytes + xt_bytes + zt_bytes : NULL;
+    /* one item (its D slices in one call) is the reference: B = 1 runs it; bigger chunks must match it item by item */
+    pitem->batch_ok = 1;
+    if (pchunk->batch_ok < 0)
+        DITTO_TRY(batch_check(be, &g2, pchunk, pitem, D, w2, xt, zt, cw, cws, nbi * D));
+    if (ptail && ptail->batch_ok < 0)
+        DITTO_TRY(batch_check(be, &g2, ptail, pitem, D, w2, xt, zt, cw, cws, tail_items * D));
+    const int64_t nw = o2p * g2.k_vol * cp;
+    k_w_depth<<<ditto_cuda_blocks(nw, 256), 256, 0, cu->stream>>>((const __half *)w->data, w2, (int)g->O, (int)g->C, (int)kd,
+                                                                  (int)g->k[1], (int)g->k[2], (int)cp, nw);
+    DITTO_CUDA_LAUNCHED(be);
+    const float f_one = 1.0f, f_zero = 0.0f;
+    const dim3 blk(TT, 8);
+    for (int64_t n = 0; n < g->N;) {
+        /* the biggest checked plan that fits: nbi items, the tail, else one item (D slices, the reference) */
+        int64_t cnt = g->N - n < nbi ? g->N - n : nbi;
+        const ConvPlan *p;
+        if (cnt == nbi && pchunk->batch_ok) {
+            p = pchunk;
+        } else if (ptail && cnt == tail_items && ptail->batch_ok) {
+            p = ptail;
+        } else {
+            cnt = 1;
+            p = pitem;
+        }
+        const __half *xi = (const __half *)x->data + n * g->C * D * HW;
+        __half *yi = (__half *)y->data + n * g->O * D * HW;
+        dim3 gx((unsigned)((D * HW + TT - 1) / TT), (unsigned)((cp + TT - 1) / TT), (unsigned)cnt);
+        k_to_nhwc<<<gx, blk, 0, cu->stream>>>(xi, xt, g->C, cp, D * HW);   /* (cnt, D*HW, Cp): cnt*D slices, NHWC */
+        DITTO_CUDA_LAUNCHED(be);
+        DITTO_CUDNN_CHECK(be, cudnnConvolutionForward(cu->cudnn, &f_one, p->xd, xt, p->wd, w2, p->cd, p->algo, p->ws ? cw : NULL, p->ws,
+                                                      &f_zero, p->yd, zt));
+        const int64_t npos = cnt * D * HW;
+        k_depth_combine<<<ditto_cuda_blocks(npos, 256), 256, 0, cu->stream>>>(zt, bias ? bias->data : NULL,
+                                                                              bias && bias->dtype == DITTO_F16, yi, (int)g->O,
+                                                                              (int)o2p, (int)kd, (int)g->pb[0], (int)D, HW, npos);
+        DITTO_CUDA_LAUNCHED(be);
+        n += cnt;
+    }
+    return 0;
+}
+
 static int cuda_conv(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w,
                      const DittoTensor *bias, DittoTensor *y)
 {
@@ -334,6 +928,28 @@ static int cuda_conv(DittoBackend *be, const DittoConvParams *p, const DittoTens
         return 0;
     DittoCuda *cu = ditto_cuda(be);
     bool f16 = dt == DITTO_F16;
+    /*
+     * f16 strategy override for measurements, DITTO_CUDA_CONV: nchw (cuDNN
+     * NCHW, one call per item), nhwc (channels-last, one call per item),
+     * nhwc-batch (checked batched plans), no-split (nhwc-batch without the
+     * depth split); default: nhwc-batch with the depth split.
+     */
+    static int mode = -1;
+    if (mode < 0) {
+        const char *e = getenv("DITTO_CUDA_CONV");
+        mode = !e || !strcmp(e, "nhwc-batch") ? 2 : !strcmp(e, "no-split") ? 3 : !strcmp(e, "nhwc") ? 1 : 0;
+    }
+    bool asym = false;
+    for (int i = 0; i < 3; i++)
+        asym = asym || g.pb[i] != g.pe[i];
+    int64_t soH, soW, soHin, soWin;
+    bool flat;
+    if (f16 && g.C > 0 && g.in_vol > 0 && small_o_fits(&g, &soH, &soW, &soHin, &soWin, &flat))
+        return conv_small_o(be, &g, soH, soW, soHin, soWin, flat, x, w, bias, y);
+    if (f16 && mode == 2 && g.C > 0 && g.in_vol > 0 && depth_split_fits(&g))
+        return conv_depth_split(be, &g, x, w, bias, y);
+    if (f16 && mode > 0 && g.G == 1 && !asym && g.C > 0 && g.in_vol > 0)
+        return conv_nhwc(be, &g, x, w, bias, y, mode >= 2);
     int64_t ny = g.N * g.O * g.out_vol;
     k_bias_fill<<<ditto_cuda_blocks(ny, 256), 256, 0, cu->stream>>>(bias ? bias->data : NULL,
                                                                     bias && bias->dtype == DITTO_F16, y->data, f16, g.O,
@@ -342,8 +958,9 @@ static int cuda_conv(DittoBackend *be, const DittoConvParams *p, const DittoTens
     /* nothing to reduce (no input channels or an empty input): every tap reads zeros, y = bias or 0 */
     if (g.C == 0 || g.in_vol == 0)
         return 0;
+    const int64_t nb = 1;
     ConvPlan *pl;
-    DITTO_TRY(plan_get(be, &g, dt, &pl));
+    DITTO_TRY(plan_get(be, &g, dt, nb, false, &pl));
     size_t esz = ditto_dtype_size(dt);
     size_t item_in = (size_t)(g.C * g.in_vol) * esz, item_out = (size_t)(g.O * g.out_vol) * esz;
     int64_t pad_n = pl->pre_pad ? g.C * pl->pin[0] * pl->pin[1] * pl->pin[2] : 0;
@@ -352,7 +969,7 @@ static int cuda_conv(DittoBackend *be, const DittoConvParams *p, const DittoTens
     if (pad_bytes + pl->ws > 0)
         DITTO_TRY(ditto_cuda_workspace(be, pad_bytes + pl->ws, (void **)&ws));
     const float one = 1.0f;
-    for (int64_t n = 0; n < g.N; n++) {
+    for (int64_t n = 0; n < g.N; n += nb) {
         const char *xi = (const char *)x->data + (size_t)n * item_in;
         if (pl->pre_pad) {
             k_pad<<<ditto_cuda_blocks(pad_n, 256), 256, 0, cu->stream>>>(xi, ws, (int)esz, g.in[0], g.in[1], g.in[2],

@@ -617,7 +617,8 @@ static int cuda_reduce(DittoBackend *be, const DittoReduceParams *p, const Ditto
     if (n == 0 && (p->kind == DITTO_REDUCE_MAX || p->kind == DITTO_REDUCE_MIN))
         return ditto_fail(&be->log, DITTO_ERR_SHAPE, "op reduce: max/min over an empty axis");
     cudaStream_t st = ditto_cuda(be)->stream;
-    if (inner == 1 && n > 1)
+    /* a block per row pays off for long rows only; short ones (the 3 coordinates of a motion vector) go one thread per output */
+    if (inner == 1 && n > 32)
         reduce_rows_kernel<<<row_blocks(outer), row_threads(n), 0, st>>>(x->data, xh, y->data, yh, (int)p->kind, outer, n);
     else
         reduce_cols_kernel<<<ew_blocks(outer * inner), EW_THREADS, 0, st>>>(x->data, xh, y->data, yh, (int)p->kind, outer, n, inner);

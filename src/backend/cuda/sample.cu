@@ -12,6 +12,7 @@
  * 1-D and 2-D spatial layouts are handled as 3-D ones with leading extents 1.
  */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
@@ -57,6 +58,42 @@ static __global__ void upsample_kernel(Extents e, const void *x, bool xh, void *
     }
 }
 
+/* Same with 32-bit index arithmetic (64-bit division is slow): every index < 2^31. */
+static __global__ void upsample_kernel32(int ind, int inh, int inw, int outd, int outh, int outw, const void *x, bool xh, void *y, bool yh,
+                                         int total)
+{
+    for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < total; t += gridDim.x * blockDim.x) {
+        int ow = t % outw, r = t / outw;
+        int oh = r % outh;
+        r /= outh;
+        int od = r % outd, nc = r / outd;
+        /* floor(o * in / out) in 64 bits: the product may pass 2^31 */
+        int id = (int)((int64_t)od * ind / outd), ih = (int)((int64_t)oh * inh / outh), iw = (int)((int64_t)ow * inw / outw);
+        ditto_st(y, t, ditto_ld(x, ((int64_t)(nc * ind + id) * inh + ih) * inw + iw, xh), yh);
+    }
+}
+
+/*
+ * f16, integer factors, output rows a multiple of 8: a thread writes 8
+ * consecutive outputs with one 16-byte store (the decoder's x2 / x4 maps).
+ */
+static __global__ void upsample_int_h8(int ind, int inh, int inw, int fd, int fh, int fw, int outd, int outh, int outw,
+                                       const __half *x, __half *y, int total8)
+{
+    for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < total8; t += gridDim.x * blockDim.x) {
+        int base = t * 8, ow0 = base % outw, r = base / outw;
+        int oh = r % outh;
+        r /= outh;
+        int od = r % outd, nc = r / outd;
+        const __half *src = x + ((int64_t)(nc * ind + od / fd) * inh + oh / fh) * inw;
+        __align__(16) __half v[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            v[j] = src[(ow0 + j) / fw];
+        ((uint4 *)y)[t] = *(const uint4 *)v;
+    }
+}
+
 static int cuda_upsample_nearest(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
 {
     bool xh = false, yh = false;
@@ -68,8 +105,17 @@ static int cuda_upsample_nearest(DittoBackend *be, const DittoTensor *x, DittoTe
     int64_t total = ditto_tensor_numel(y);
     if (total == 0)
         return 0;
-    upsample_kernel<<<ditto_cuda_blocks(total, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(e, x->data, xh, y->data, yh,
-                                                                                                         total);
+    bool integer = e.out[0] % e.in[0] == 0 && e.out[1] % e.in[1] == 0 && e.out[2] % e.in[2] == 0;
+    if (xh && yh && integer && e.out[2] % 8 == 0 && total < INT32_MAX && (uintptr_t)y->data % 16 == 0)
+        upsample_int_h8<<<ditto_cuda_blocks(total / 8, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(
+            (int)e.in[0], (int)e.in[1], (int)e.in[2], (int)(e.out[0] / e.in[0]), (int)(e.out[1] / e.in[1]), (int)(e.out[2] / e.in[2]),
+            (int)e.out[0], (int)e.out[1], (int)e.out[2], (const __half *)x->data, (__half *)y->data, (int)(total / 8));
+    else if (total < INT32_MAX && ditto_tensor_numel(x) < INT32_MAX)
+        upsample_kernel32<<<ditto_cuda_blocks(total, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(
+            (int)e.in[0], (int)e.in[1], (int)e.in[2], (int)e.out[0], (int)e.out[1], (int)e.out[2], x->data, xh, y->data, yh, (int)total);
+    else
+        upsample_kernel<<<ditto_cuda_blocks(total, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(e, x->data, xh, y->data,
+                                                                                                             yh, total);
     DITTO_CUDA_LAUNCHED(be);
     return 0;
 }
