@@ -6,10 +6,13 @@
 # benchmark in the same run, and writes every log and JSON under $OUT
 # (default /tmp/gpu-out).
 #
-#   scripts/gpu-check.sh [--quick] [--no-torch] [--torch-compile]
+#   scripts/gpu-check.sh [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study]
 #     --quick          fewer batch sizes and iterations in ditto bench
 #     --no-torch       skip the PyTorch reference
 #     --torch-compile  also time torch.compile (long: several minutes of compiling)
+#     --bench-only     skip the op tests and ditto verify
+#     --profile        per-op profile of one fp16 run at B=8 (ditto bench --profile)
+#     --conv-study     the cuDNN conv layout study (bench/torch_ref/conv_layouts.py)
 #
 # Inputs it expects next to the checkout (copied there by the developer and
 # carried to the machine, both git-ignored):
@@ -22,12 +25,18 @@ mkdir -p "$OUT"
 QUICK=0
 TORCH=1
 COMPILE=0
+TESTS=1
+PROFILE=0
+STUDY=0
 for a in "$@"; do
     case "$a" in
     --quick) QUICK=1 ;;
     --no-torch) TORCH=0 ;;
     --torch-compile) COMPILE=1 ;;
-    *) echo "usage: $0 [--quick] [--no-torch] [--torch-compile]" >&2; exit 2 ;;
+    --bench-only) TESTS=0 ;;
+    --profile) PROFILE=1 ;;
+    --conv-study) STUDY=1 ;;
+    *) echo "usage: $0 [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study]" >&2; exit 2 ;;
     esac
 done
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
@@ -54,6 +63,7 @@ cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DDITTO_CUDA=ON -DDITTO
     -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
 ninja -C $BUILD >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
 
+if [ $TESTS = 1 ]; then
 log "op tests, cuda backend vs double references"
 $BUILD/tests/test_ops -b cuda >"$OUT/test_ops_cuda.txt" 2>&1
 echo "rc=$?" >>"$OUT/test_ops_cuda.txt"
@@ -79,12 +89,32 @@ echo "rc=$?" >>"$OUT/verify_cuda_f16.txt"
 # summary without the indented intermediate lines (they stay in the log: where the fp16 error grows)
 grep -vE "^\s*$|^    |^  intermediates" "$OUT/verify_cuda_f16.txt" | tail -30 | tee -a "$OUT/summary.txt"
 
+fi
+
+if [ $PROFILE = 1 ]; then
+    log "ditto bench --fp16 --profile (B=8)"
+    $BUILD/ditto bench --backend cuda --fp16 --batch 1,8 --iters 10 --profile=60 >"$OUT/profile_f16.txt" 2>&1
+    grep -E "^(1|8) |per op|^  [a-z]|^---|bit-identical|DIFFERS" "$OUT/profile_f16.txt" | tee -a "$OUT/summary.txt"
+fi
+if [ $STUDY = 1 ]; then
+    log "cuDNN conv layouts (PyTorch)"
+    python3 bench/torch_ref/conv_layouts.py --batch 8 --json "$OUT/conv_layouts.json" 2>&1 | tee "$OUT/conv_layouts.txt" | tail -40
+fi
+
 log "ditto bench (cuda, official sizes, synthetic weights)"
 if [ $QUICK = 1 ]; then B=1,8; IT=5; else B=1,4,8,16; IT=20; fi
 $BUILD/ditto bench --backend cuda --batch $B --iters $IT --json "$OUT/bench_cuda.json" 2>&1 | tee -a "$OUT/summary.txt"
 
 log "ditto bench --fp16 (cuda, official sizes, synthetic weights, float16 storage)"
 $BUILD/ditto bench --backend cuda --fp16 --batch 1,8 --iters $IT --json "$OUT/bench_cuda_f16.json" 2>&1 | tee -a "$OUT/summary.txt"
+
+log "ditto bench --fp16 --graph (each stage replayed as a CUDA graph)"
+if [ $QUICK = 1 ]; then B=1,8; else B=1,4,8,16; fi
+$BUILD/ditto bench --backend cuda --fp16 --graph --fidelity --verbose --batch $B --iters $IT --json "$OUT/bench_cuda_f16_graph.json" \
+    >"$OUT/bench_f16_graph.txt" 2>&1
+grep -vE "^ditto: (debug|info)|^\[" "$OUT/bench_f16_graph.txt" | tee -a "$OUT/summary.txt"
+grep -cE "batched$" "$OUT/bench_f16_graph.txt" | sed 's/^/conv plans checked bit-identical per item (batched): /' | tee -a "$OUT/summary.txt"
+grep -cE "item by item$" "$OUT/bench_f16_graph.txt" | sed 's/^/conv plans that differ per item (run item by item): /' | tee -a "$OUT/summary.txt"
 
 if [ $TORCH = 1 ] && [ -f bench/torch_ref/bench_torch.py ]; then
     log "PyTorch reference: fixtures"

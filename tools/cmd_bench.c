@@ -7,6 +7,7 @@
  * output and the image are then float16 too, keypoints stay float32.
  */
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include <time.h>
 
 #include "backend/backend.h"
+#include "backend/profile.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "models/models.h"
@@ -50,13 +52,23 @@ static void usage(FILE *f)
             "  --fp16           cuda: float16 activations and weights (fp32 math inside each op)\n"
             "  --small          use the small synthetic configuration (quick smoke run)\n"
             "  --json FILE      also write the results as JSON to FILE\n"
+            "  --graph          cuda: capture each stage once as a CUDA graph after the\n"
+            "                   warm-up and time graph replays (no per-op launch cost)\n"
+            "  --fidelity       also run B = 1 on the cpu backend (the float32 reference) with\n"
+            "                   the same weights and inputs; print rel-L2 and cosine of the\n"
+            "                   warp output and of the image\n"
+            "  --profile[=N]    after the timed runs of each batch size, one more run with\n"
+            "                   per-op timing; prints the N most expensive op/shape groups\n"
+            "                   (default 40) and the time per op type\n"
             "  --quiet          print only the table\n"
+            "  --verbose        log backend decisions (e.g. which convolutions run batched)\n"
             "  -h, --help       this text\n");
 }
 
 typedef struct Stage { double stitch, warp, decode, total; } Stage;
 
-static int fill_random(DittoBackend *be, DittoTensor *t, uint64_t stream, float scale)
+/* Normal(0, scale) values from (seed, stream); round16: rounded to float16 precision even in an f32 tensor. */
+static int fill_random_r(DittoBackend *be, DittoTensor *t, uint64_t stream, float scale, bool round16)
 {
     size_t n = (size_t)ditto_tensor_numel(t);
     float *h = malloc((n ? n : 1) * sizeof *h);
@@ -65,6 +77,16 @@ static int fill_random(DittoBackend *be, DittoTensor *t, uint64_t stream, float 
     ditto_rng_fill_normal(1234, stream, 0, h, n);
     for (size_t i = 0; i < n; i++)
         h[i] *= scale;
+    if (round16) {
+        uint16_t *r = malloc((n ? n : 1) * sizeof *r);
+        if (!r) {
+            free(h);
+            return DITTO_ERR_NOMEM;
+        }
+        ditto_convert(r, DITTO_F16, h, DITTO_F32, n);
+        ditto_convert(h, DITTO_F32, r, DITTO_F16, n);
+        free(r);
+    }
     void *src = h, *conv = NULL;
     if (t->dtype != DITTO_F32) {   /* f16 tensors: the same values, rounded on the host */
         conv = malloc(ditto_tensor_nbytes(t) + 1);
@@ -81,6 +103,11 @@ static int fill_random(DittoBackend *be, DittoTensor *t, uint64_t stream, float 
     return rc;
 }
 
+static int fill_random(DittoBackend *be, DittoTensor *t, uint64_t stream, float scale)
+{
+    return fill_random_r(be, t, stream, scale, false);
+}
+
 static int alloc_t(DittoBackend *be, DittoBuffer *buf, DittoTensor *t, DittoDType dt, int ndim, const int64_t *shape)
 {
     *t = ditto_tensor(NULL, dt, ndim, shape);
@@ -90,15 +117,171 @@ static int alloc_t(DittoBackend *be, DittoBuffer *buf, DittoTensor *t, DittoDTyp
     return rc;
 }
 
+/* The bench's tensors for B frames: inputs (filled), the warp output and the image; activations in the backend's dtype. */
+typedef struct BenchIO {
+    DittoBuffer bufs[6];
+    DittoTensor f_s, kp_s, kp_d, kp_n, wout, img;
+} BenchIO;
+
+static void io_free(BenchIO *io)
+{
+    for (int i = 0; i < 6; i++)
+        ditto_buffer_free(&io->bufs[i]);
+}
+
+/* round16: f_s values rounded to float16 precision even when stored as f32 (the reference for an f16 backend). */
+static int io_alloc(BenchIO *io, DittoBackend *be, DittoWarp *warp, DittoDecoder *dec, int64_t B, bool full, bool round16)
+{
+    const int64_t C = full ? 32 : 8, D = 16, HW = 64;
+    const DittoDType act = be->act_dtype;
+    int64_t wshape[4], ishape[4];
+    memset(io, 0, sizeof *io);
+    int rc = alloc_t(be, &io->bufs[0], &io->f_s, act, DITTO_SHAPE(B, C, D, HW, HW));
+    if (!rc) rc = alloc_t(be, &io->bufs[1], &io->kp_s, DITTO_F32, DITTO_SHAPE(B, 21, 3));
+    if (!rc) rc = alloc_t(be, &io->bufs[2], &io->kp_d, DITTO_F32, DITTO_SHAPE(B, 21, 3));
+    if (!rc) rc = alloc_t(be, &io->bufs[3], &io->kp_n, DITTO_F32, DITTO_SHAPE(B, 21, 3));
+    if (!rc) rc = ditto_warp_out_shape(warp, &io->f_s, wshape);
+    if (!rc) rc = alloc_t(be, &io->bufs[4], &io->wout, act, 4, wshape);
+    if (!rc) rc = ditto_decoder_out_shape(dec, &io->wout, ishape);
+    if (!rc) rc = alloc_t(be, &io->bufs[5], &io->img, act, 4, ishape);
+    if (!rc) rc = fill_random_r(be, &io->f_s, 1, 0.5f, round16);
+    if (!rc) rc = fill_random(be, &io->kp_s, 2, 0.3f);
+    if (!rc) rc = fill_random(be, &io->kp_d, 3, 0.3f);
+    if (rc < 0)
+        io_free(io);
+    return rc;
+}
+
+/* Download t as float32 into a new host array of its numel. */
+static float *download_f32(DittoBackend *be, const DittoTensor *t)
+{
+    size_t n = (size_t)ditto_tensor_numel(t), nb = ditto_tensor_nbytes(t);
+    float *out = malloc((n ? n : 1) * sizeof *out);
+    void *raw = malloc(nb ? nb : 1);
+    if (!out || !raw || be->download(be, raw, t->data, nb) < 0) {
+        free(out);
+        free(raw);
+        return NULL;
+    }
+    ditto_convert(out, DITTO_F32, raw, t->dtype, n);
+    free(raw);
+    return out;
+}
+
+/* One forward (stitch, warp, decode) at B = 1 with the bench's inputs; host float32 copies of the warp output and the image. */
+static int forward_once(DittoBackend *be, DittoStitch *st, DittoWarp *warp, DittoDecoder *dec, bool full, bool round16, float **wout_h,
+                        float **img_h, size_t *nw, size_t *ni)
+{
+    BenchIO io;
+    DittoArena ws;
+    ditto_arena_init(&ws, &be->allocator, 0);
+    int rc = io_alloc(&io, be, warp, dec, 1, full, round16);
+    if (rc < 0)
+        return rc;
+    rc = ditto_stitch_forward(st, &ws, &io.kp_s, &io.kp_d, &io.kp_n, NULL);
+    if (!rc) rc = ditto_warp_forward(warp, &ws, &io.f_s, &io.kp_s, &io.kp_n, &io.wout, NULL);
+    if (!rc) rc = ditto_decoder_forward(dec, &ws, &io.wout, &io.img, NULL);
+    if (!rc) rc = be->sync(be);
+    if (!rc) {
+        *wout_h = download_f32(be, &io.wout);
+        *img_h = download_f32(be, &io.img);
+        *nw = (size_t)ditto_tensor_numel(&io.wout);
+        *ni = (size_t)ditto_tensor_numel(&io.img);
+        if (!*wout_h || !*img_h)
+            rc = DITTO_ERR_NOMEM;
+    }
+    ditto_arena_free(&ws);
+    io_free(&io);
+    return rc;
+}
+
+static void compare(const char *what, const float *a, const float *ref, size_t n, double *rel_l2, double *cosine, double *max_abs)
+{
+    double d2 = 0, r2 = 0, a2 = 0, ar = 0, mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - ref[i];
+        d2 += d * d;
+        r2 += (double)ref[i] * ref[i];
+        a2 += (double)a[i] * a[i];
+        ar += (double)a[i] * ref[i];
+        if (fabs(d) > mx)
+            mx = fabs(d);
+    }
+    *rel_l2 = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
+    *cosine = a2 > 0 && r2 > 0 ? ar / sqrt(a2 * r2) : 1.0;
+    *max_abs = mx;
+    printf("fidelity %-14s rel_l2 %.3e  cosine %.8f  max|diff| %.3e  (%zu values)\n", what, *rel_l2, *cosine, mx, n);
+}
+
+/*
+ * --fidelity: the same synthetic networks and inputs through this backend and
+ * the CPU backend (float32 storage, double-precision statistics, the
+ * reference implementation) at B = 1; rel-L2 and cosine of the warp output
+ * and of the image. f16 inputs are rounded the same way on both sides.
+ */
+static int fidelity(DittoBackend *be, DittoStitch *st, DittoWarp *warp, DittoDecoder *dec, bool full, int threads, FILE *jf)
+{
+    DittoBackendParams cp;
+    ditto_backend_params_default(&cp);
+    cp.nthreads = threads;
+    cp.log = ditto_logger_stderr(DITTO_LOG_WARN);
+    DittoBackend *cpu = NULL;
+    DittoCatalog *cw = NULL, *cg = NULL, *cs = NULL;
+    DittoWarp *warp_c = NULL;
+    DittoDecoder *dec_c = NULL;
+    DittoStitch *st_c = NULL;
+    float *w_a = NULL, *i_a = NULL, *w_r = NULL, *i_r = NULL;
+    size_t nw = 0, ni = 0, nw2 = 0, ni2 = 0;
+    int rc = ditto_backend_open(&cpu, "cpu", &cp);
+    if (!rc) rc = ditto_synthetic_catalog(&cw, DITTO_NET_WARP, full, 1, &cp.log);
+    if (!rc) rc = ditto_synthetic_catalog(&cg, DITTO_NET_DECODER, full, 2, &cp.log);
+    if (!rc) rc = ditto_synthetic_catalog(&cs, DITTO_NET_STITCH, full, 3, &cp.log);
+    if (!rc) rc = ditto_warp_load(&warp_c, cpu, cw);
+    if (!rc) rc = ditto_decoder_load(&dec_c, cpu, cg);
+    if (!rc) rc = ditto_stitch_load(&st_c, cpu, cs);
+    /* f_s is stored as f16 on an f16 backend: the reference gets the same rounded values */
+    const bool r16 = be->act_dtype == DITTO_F16;
+    if (!rc) rc = forward_once(be, st, warp, dec, full, r16, &w_a, &i_a, &nw, &ni);
+    if (!rc) {
+        fprintf(stderr, "ditto bench: fidelity reference on the cpu backend (float32)...\n");
+        rc = forward_once(cpu, st_c, warp_c, dec_c, full, r16, &w_r, &i_r, &nw2, &ni2);
+    }
+    if (!rc && (nw != nw2 || ni != ni2))
+        rc = DITTO_ERR_SHAPE;
+    if (!rc) {
+        double wr, wc, wm, ir, ic, im;
+        compare("warp output", w_a, w_r, nw, &wr, &wc, &wm);
+        compare("image", i_a, i_r, ni, &ir, &ic, &im);
+        if (jf)
+            fprintf(jf, ",\n  \"fidelity_vs_cpu_f32\": {\"warp_rel_l2\": %.4e, \"warp_cosine\": %.8f, \"image_rel_l2\": %.4e, "
+                        "\"image_cosine\": %.8f, \"image_max_abs\": %.4e}", wr, wc, ir, ic, im);
+    }
+    if (rc < 0)
+        fprintf(stderr, "ditto bench: fidelity run failed: %s\n", ditto_strerror(rc));
+    free(w_a);
+    free(i_a);
+    free(w_r);
+    free(i_r);
+    ditto_warp_free(&warp_c);
+    ditto_decoder_free(&dec_c);
+    ditto_stitch_free(&st_c);
+    ditto_catalog_close(&cw);
+    ditto_catalog_close(&cg);
+    ditto_catalog_close(&cs);
+    ditto_backend_close(&cpu);
+    return rc;
+}
+
 int ditto_cmd_bench(int argc, char **argv)
 {
     const char *backend = "cpu", *json = NULL, *batches = "1";
-    int iters = -1, warmup = 1, threads = 0, small = 0, quiet = 0, fp16 = 0;
+    int iters = -1, warmup = 1, threads = 0, small = 0, quiet = 0, fp16 = 0, profile = 0, graph = 0, verbose = 0, fid = 0;
     static const struct option opts[] = {
         { "backend", required_argument, 0, 'b' }, { "batch", required_argument, 0, 'B' }, { "iters", required_argument, 0, 'n' },
         { "warmup", required_argument, 0, 'w' },  { "threads", required_argument, 0, 't' }, { "small", no_argument, 0, 's' },
         { "json", required_argument, 0, 'j' },    { "quiet", no_argument, 0, 'q' },         { "help", no_argument, 0, 'h' },
-        { "fp16", no_argument, 0, 'f' },
+        { "fp16", no_argument, 0, 'f' },          { "profile", optional_argument, 0, 'P' },
+        { "graph", no_argument, 0, 'g' },         { "verbose", no_argument, 0, 'v' },     { "fidelity", no_argument, 0, 'F' },
         { 0, 0, 0, 0 },
     };
     int c;
@@ -114,6 +297,10 @@ int ditto_cmd_bench(int argc, char **argv)
         case 'j': json = optarg; break;
         case 'q': quiet = 1; break;
         case 'f': fp16 = 1; break;
+        case 'g': graph = 1; break;
+        case 'v': verbose = 1; break;
+        case 'F': fid = 1; break;
+        case 'P': profile = optarg ? atoi(optarg) : 40; if (profile <= 0) profile = 40; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -126,12 +313,19 @@ int ditto_cmd_bench(int argc, char **argv)
     ditto_backend_params_default(&bp);
     bp.nthreads = threads;
     bp.fp16 = fp16;
-    bp.log = ditto_logger_stderr(DITTO_LOG_WARN);
+    bp.log = ditto_logger_stderr(verbose ? DITTO_LOG_DEBUG : DITTO_LOG_WARN);
     DittoBackend *be = NULL;
     if (ditto_backend_open(&be, backend, &bp) < 0)
         return 1;
     if (iters < 0)
         iters = be->device == DITTO_DEVICE_CPU ? 2 : 20;
+    if (graph && !be->capture_begin) {
+        fprintf(stderr, "ditto bench: --graph needs a backend with graph capture (cuda)\n");
+        ditto_backend_close(&be);
+        return 2;
+    }
+    if (graph && warmup < 1)
+        warmup = 1;   /* capture needs settled sizes: one run first */
 
     int rc = 0;
     DittoCatalog *cw = NULL, *cg = NULL, *cs = NULL;
@@ -166,13 +360,17 @@ int ditto_cmd_bench(int argc, char **argv)
         goto done;
     }
     if (jf)
-        fprintf(jf, "{\n  \"backend\": \"%s\",\n  \"dtype\": \"%s\",\n  \"size\": \"%s\",\n  \"results\": [", be->name,
-                ditto_dtype_name(be->act_dtype), full ? "official" : "small");
+        fprintf(jf, "{\n  \"backend\": \"%s\",\n  \"dtype\": \"%s\",\n  \"size\": \"%s\",\n  \"cuda_graph\": %s,\n  \"results\": [",
+                be->name, ditto_dtype_name(be->act_dtype), full ? "official" : "small", graph ? "true" : "false");
     /* gpu peak: high-water mark of everything ditto holds on the device (weights, arena, buffers, workspace) so far */
     printf("%-6s %12s %12s %12s %12s %10s %10s%s\n", "batch", "stitch ms/f", "warp ms/f", "decode ms/f", "total ms/f", "frames/s", "arena MB",
            be->mem_info ? "  gpu peak MB" : "");
     int first = 1;
-    size_t dev_used_max = 0;   /* cudaMemGetInfo after each batch's timed runs, arena still held */
+    size_t dev_used_max = 0;
+    /* item 0 gets the same inputs at every batch size (the random fills are index-addressed): its image must not depend on B */
+    unsigned char *ref0 = NULL, *img0 = NULL;
+    size_t item_bytes = 0;
+    int ref_batch = 0;   /* cudaMemGetInfo after each batch's timed runs, arena still held */
     for (const char *p = batches; *p;) {
         int B = atoi(p);
         if (B < 1) {
@@ -180,44 +378,85 @@ int ditto_cmd_bench(int argc, char **argv)
             rc = 2;
             break;
         }
-        const int64_t C = full ? 32 : 8, D = 16, HW = 64;
-        DittoBuffer bfs = { 0 }, bks = { 0 }, bkd = { 0 }, bkn = { 0 }, bwo = { 0 }, bimg = { 0 };
-        DittoTensor f_s, kp_s, kp_d, kp_n, wout, img;
-        int64_t wshape[4], ishape[4];
+        BenchIO io;
         DittoArena ws;
         ditto_arena_init(&ws, &be->allocator, 0);
-        /* f_s, the warp output and the image in the networks' storage dtype; keypoints float32 */
-        const DittoDType act = be->act_dtype;
-        rc = alloc_t(be, &bfs, &f_s, act, DITTO_SHAPE(B, C, D, HW, HW));
-        if (!rc) rc = alloc_t(be, &bks, &kp_s, DITTO_F32, DITTO_SHAPE(B, 21, 3));
-        if (!rc) rc = alloc_t(be, &bkd, &kp_d, DITTO_F32, DITTO_SHAPE(B, 21, 3));
-        if (!rc) rc = alloc_t(be, &bkn, &kp_n, DITTO_F32, DITTO_SHAPE(B, 21, 3));
-        if (!rc) rc = ditto_warp_out_shape(warp, &f_s, wshape);
-        if (!rc) rc = alloc_t(be, &bwo, &wout, act, 4, wshape);
-        if (!rc) rc = ditto_decoder_out_shape(dec, &wout, ishape);
-        if (!rc) rc = alloc_t(be, &bimg, &img, act, 4, ishape);
-        if (!rc) rc = fill_random(be, &f_s, 1, 0.5f);
-        if (!rc) rc = fill_random(be, &kp_s, 2, 0.3f);
-        if (!rc) rc = fill_random(be, &kp_d, 3, 0.3f);
+        rc = io_alloc(&io, be, warp, dec, B, full, false);
+        DittoTensor *f_s = &io.f_s, *kp_s = &io.kp_s, *kp_d = &io.kp_d, *kp_n = &io.kp_n, *wout = &io.wout, *img = &io.img;
         Stage sum = { 0 };
+        void *gr[3] = { NULL, NULL, NULL };   /* --graph: stitch, warp, decode */
         for (int it = 0; !rc && it < warmup + iters; it++) {
+            if (graph && it == warmup) {
+                /* record each stage once; the arena hands out the same addresses as in the warm-up */
+                for (int sgi = 0; !rc && sgi < 3; sgi++) {
+                    rc = be->capture_begin(be);
+                    if (rc < 0)
+                        break;
+                    if (sgi == 0) rc = ditto_stitch_forward(st, &ws, kp_s, kp_d, kp_n, NULL);
+                    if (sgi == 1) rc = ditto_warp_forward(warp, &ws, f_s, kp_s, kp_n, wout, NULL);
+                    if (sgi == 2) rc = ditto_decoder_forward(dec, &ws, wout, img, NULL);
+                    int rc2 = be->capture_end(be, &gr[sgi]);
+                    if (!rc) rc = rc2;
+                }
+                if (!rc) rc = ditto_arena_reset(&ws);
+            }
+            bool replay = graph && it >= warmup;
             double a = now_s();
-            rc = ditto_stitch_forward(st, &ws, &kp_s, &kp_d, &kp_n, NULL);
+            rc = replay ? be->graph_launch(be, gr[0]) : ditto_stitch_forward(st, &ws, kp_s, kp_d, kp_n, NULL);
             if (!rc) rc = be->sync(be);
             double b = now_s();
-            if (!rc) rc = ditto_warp_forward(warp, &ws, &f_s, &kp_s, &kp_n, &wout, NULL);
+            if (!rc) rc = replay ? be->graph_launch(be, gr[1]) : ditto_warp_forward(warp, &ws, f_s, kp_s, kp_n, wout, NULL);
             if (!rc) rc = be->sync(be);
             double c2 = now_s();
-            if (!rc) rc = ditto_decoder_forward(dec, &ws, &wout, &img, NULL);
+            if (!rc) rc = replay ? be->graph_launch(be, gr[2]) : ditto_decoder_forward(dec, &ws, wout, img, NULL);
             if (!rc) rc = be->sync(be);
             double d = now_s();
-            if (!rc) rc = ditto_arena_reset(&ws);
+            if (!rc && !replay) rc = ditto_arena_reset(&ws);
             if (it >= warmup) {
                 sum.stitch += b - a;
                 sum.warp += c2 - b;
                 sum.decode += d - c2;
                 sum.total += d - a;
             }
+        }
+        for (int sgi = 0; sgi < 3; sgi++)
+            if (gr[sgi])
+                be->graph_free(be, gr[sgi]);
+        if (!rc) {
+            size_t ib = ditto_tensor_nbytes(img) / (size_t)B;
+            if (!ref0) {
+                ref0 = malloc(ib);
+                img0 = malloc(ib);
+                item_bytes = ib;
+                ref_batch = B;
+                if (!ref0 || !img0)
+                    rc = DITTO_ERR_NOMEM;
+                else
+                    rc = be->download(be, ref0, img->data, ib);
+            } else if (ib == item_bytes) {
+                rc = be->download(be, img0, img->data, ib);
+                if (!rc && !quiet) {
+                    size_t diff = 0;
+                    for (size_t i = 0; i < ib; i++)
+                        diff += ref0[i] != img0[i];
+                    fprintf(stderr, "ditto bench: batch %d: image of item 0 %s the batch-%d image%s\n", B,
+                            diff ? "DIFFERS from" : "is bit-identical to", ref_batch, diff ? " (bytes differ)" : "");
+                }
+            }
+        }
+        if (!rc && profile) {
+            /* one more run with per-op timing marks (not part of the timed numbers above) */
+            rc = ditto_profile_start(be);
+            if (!rc) rc = ditto_stitch_forward(st, &ws, kp_s, kp_d, kp_n, NULL);
+            if (!rc) rc = ditto_warp_forward(warp, &ws, f_s, kp_s, kp_n, wout, NULL);
+            if (!rc) rc = ditto_decoder_forward(dec, &ws, wout, img, NULL);
+            double ms = 0;
+            if (!rc) {
+                printf("--- batch %d: per-op profile of one stitch+warp+decode run ---\n", B);
+                rc = ditto_profile_report(be, stdout, profile, &ms);
+                printf("--- %.3f ms in ops = %.3f ms/frame ---\n", ms, ms / B);
+            }
+            if (!rc) rc = ditto_arena_reset(&ws);
         }
         if (rc < 0) {
             fprintf(stderr, "ditto bench: batch %d failed: %s\n", B, ditto_strerror(rc));
@@ -245,12 +484,7 @@ int ditto_cmd_bench(int argc, char **argv)
             first = 0;
         }
         ditto_arena_free(&ws);
-        ditto_buffer_free(&bfs);
-        ditto_buffer_free(&bks);
-        ditto_buffer_free(&bkd);
-        ditto_buffer_free(&bkn);
-        ditto_buffer_free(&bwo);
-        ditto_buffer_free(&bimg);
+        io_free(&io);
         if (rc < 0)
             break;
         p = strchr(p, ',');
@@ -265,14 +499,20 @@ int ditto_cmd_bench(int argc, char **argv)
         printf("peak GPU memory: %.0f MB held by ditto (weights %.0f MB, arenas, buffers, workspace); device in use up to %.0f of %.0f MB"
                " (cudaMemGetInfo after each batch: also the CUDA context and library handles)\n",
                mi.peak / 1048576.0, mi_load.used / 1048576.0, dev_used_max / 1048576.0, mi.device_total / 1048576.0);
+    if (jf)
+        fprintf(jf, "\n  ]");
+    if (fid && rc >= 0 && fidelity(be, st, warp, dec, full, threads, jf) < 0)
+        rc = 1;
     if (jf) {
-        fprintf(jf, "\n  ],\n  \"peak_rss_mb\": %.1f", peak_rss_mb());
+        fprintf(jf, ",\n  \"peak_rss_mb\": %.1f", peak_rss_mb());
         if (have_mi)
             fprintf(jf, ",\n  \"gpu_weights_mb\": %.1f,\n  \"gpu_peak_mb\": %.1f,\n  \"gpu_device_used_max_mb\": %.1f,\n  \"gpu_device_total_mb\": %.1f",
                     mi_load.used / 1048576.0, mi.peak / 1048576.0, dev_used_max / 1048576.0, mi.device_total / 1048576.0);
         fprintf(jf, "\n}\n");
         fclose(jf);
     }
+    free(ref0);
+    free(img0);
 done:
     ditto_warp_free(&warp);
     ditto_decoder_free(&dec);
