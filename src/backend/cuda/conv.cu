@@ -692,7 +692,7 @@ static int conv_small_o(DittoBackend *be, const ConvGeom *g, int64_t H, int64_t 
 }
 
 /* Largest NHWC scratch (x and y of one chunk of items) a call may use. */
-#define NHWC_CHUNK_BYTES ((size_t)192 << 20)
+#define NHWC_CHUNK_BYTES ((size_t)128 << 20)
 
 static size_t align256(size_t n)
 {
