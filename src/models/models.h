@@ -78,6 +78,11 @@ void ditto_warp_free(DittoWarp **m);
 int ditto_warp_out_shape(const DittoWarp *m, const DittoTensor *f_s, int64_t shape[4]);
 int ditto_warp_forward(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, const DittoTensor *kp_source, const DittoTensor *kp_driving,
                        DittoTensor *out, const DittoTap *tap);
+/*
+ * Without taps, items run in chunks whose activations fit in bytes (0: the
+ * default, 320 MiB); results do not depend on it. For tests.
+ */
+void ditto_warp_set_budget(DittoWarp *m, size_t bytes);
 
 /* ---- SPADEDecoder (G): decoder.pth ---- */
 typedef struct DittoDecoder DittoDecoder;

@@ -25,6 +25,7 @@
 #include "nn/weights.h"
 
 #define WARP_MAX_BLOCKS 8
+#define WARP_BUDGET ((size_t)320 << 20)
 
 struct DittoWarp {
     DittoBackend *be;
@@ -59,6 +60,8 @@ struct DittoWarp {
     DittoConvBn third;                  /* third.{conv,norm}: (256,512,3,3) */
     DittoTensor fourth_w;               /* fourth.weight (256,256,1,1) */
     DittoTensor fourth_b;               /* fourth.bias (256) */
+
+    size_t budget;                      /* activation bytes per chunk of items (0: WARP_BUDGET) */
 
     /* make_coordinate_grid of the last (D,H,W) seen: (D,H,W,3) on the backend */
     DittoBuffer grid_buf;
@@ -453,8 +456,51 @@ static int check_kp(const DittoWarp *m, const char *name, const DittoTensor *kp,
                       (long long)m->num_kp);
 }
 
+static int warp_items(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, const DittoTensor *kp_source, const DittoTensor *kp_driving,
+                      DittoTensor *out, const DittoTap *tap);
+
+void ditto_warp_set_budget(DittoWarp *m, size_t bytes)
+{
+    m->budget = bytes;
+}
+
+/*
+ * Without taps, items go through the network in chunks whose activations fit
+ * in the budget (WARP_BUDGET): at full size an item holds ~100 MB at once
+ * (sparse motions in float32, the hourglass at 16x64x64). Every op works per
+ * item, so chunking does not change any item's result.
+ */
 int ditto_warp_forward(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, const DittoTensor *kp_source, const DittoTensor *kp_driving,
                        DittoTensor *out, const DittoTap *tap)
+{
+    int64_t oshape[4];
+    DITTO_TRY(ditto_warp_out_shape(m, f_s, oshape));
+    const int64_t B = f_s->shape[0];
+    if (tap || B < 2 || kp_source->ndim != 3 || kp_driving->ndim != 3 || kp_source->shape[0] != B || kp_driving->shape[0] != B ||
+        out->ndim != 4 || out->shape[0] != B)
+        return warp_items(m, ws, f_s, kp_source, kp_driving, out, tap);   /* also reports bad arguments */
+    /* per item and voxel: K+1 sparse motions (2 x float32 xyz), the hourglass input and its widest activations */
+    const int64_t vox = f_s->shape[2] * f_s->shape[3] * f_s->shape[4], K1 = m->num_kp + 1;
+    const size_t per_item = (size_t)vox * ((size_t)K1 * 3 * 4 * 2 + (size_t)(K1 * (m->c_compress + 1) + 3 * m->c_pred) * ditto_dtype_size(m->act));
+    const size_t budget = m->budget ? m->budget : WARP_BUDGET;
+    int64_t chunk = per_item ? (int64_t)(budget / per_item) : B;
+    chunk = chunk < 1 ? 1 : chunk > B ? B : chunk;
+    if (chunk >= B)
+        return warp_items(m, ws, f_s, kp_source, kp_driving, out, NULL);
+    for (int64_t i0 = 0; i0 < B; i0 += chunk) {
+        const int64_t nb = B - i0 < chunk ? B - i0 : chunk;
+        DittoTensor fc, ksc, kdc, oc;
+        DITTO_TRY(ditto_tensor_slice(f_s, 0, i0, i0 + nb, 1, &fc));
+        DITTO_TRY(ditto_tensor_slice(kp_source, 0, i0, i0 + nb, 1, &ksc));
+        DITTO_TRY(ditto_tensor_slice(kp_driving, 0, i0, i0 + nb, 1, &kdc));
+        DITTO_TRY(ditto_tensor_slice(out, 0, i0, i0 + nb, 1, &oc));
+        DITTO_TRY(warp_items(m, ws, &fc, &ksc, &kdc, &oc, NULL));
+    }
+    return 0;
+}
+
+static int warp_items(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, const DittoTensor *kp_source, const DittoTensor *kp_driving,
+                      DittoTensor *out, const DittoTap *tap)
 {
     DittoBackend *be = m->be;
     int64_t oshape[4];

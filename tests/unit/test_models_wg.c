@@ -228,6 +228,22 @@ static void test_warp_case(TestCtx *c, DittoArena *ws, DittoWarp *w, const char 
             tt_free(db);
         }
         report_items(c, cname, out, single, B, rc);
+        /* chunks of one item (what the memory budget does at full size): the same bits */
+        TT *chunked = tt_new(c, DITTO_F32, 4, shape);
+        ditto_warp_set_budget(w, 1);
+        rc = ditto_warp_forward(w, ws, &f_s->dev, &kp_s->dev, &kp_d->dev, &chunked->dev, NULL);
+        ditto_warp_set_budget(w, 0);
+        char label[96];
+        snprintf(label, sizeof label, "%s.chunks_of_1", cname);
+        if (rc < 0) {
+            test_report(c, label, false, "chunked forward failed");
+        } else {
+            tt_to_host(chunked);
+            double max_d = 0;
+            size_t diff = item_diff(tt_f32(out), 0, tt_f32(chunked), (size_t)ditto_tensor_numel(&out->host), &max_d);
+            test_report(c, label, diff == 0, "%zu values differ from the unchunked run (max |diff| %.3g)", diff, max_d);
+        }
+        tt_free(chunked);
     }
     tt_free(out);
 done:
