@@ -2,6 +2,7 @@
 #include "ops/ops.h"
 
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -541,6 +542,54 @@ int ditto_op_warp_affine(DittoBackend *be, const DittoWarpAffineParams *p, const
     if (det == 0 || det != det)
         return bad_arg(be, DITTO_OP_WARP_AFFINE, "matrix is singular");
     CALL(DITTO_OP_WARP_AFFINE, x, y, be->ops.warp_affine(be, p, x, y));
+}
+
+/* t is a contiguous uint8 / float32 tensor of exactly this shape on be's device. */
+static int check_plane(DittoBackend *be, DittoOp op, const char *name, const DittoTensor *t, DittoDType dt, int ndim, const int64_t *shape)
+{
+    bool ok = t->dtype == dt && t->ndim == ndim && t->device == be->device && ditto_tensor_is_contiguous(t);
+    for (int i = 0; ok && i < ndim; i++)
+        ok = t->shape[i] == shape[i];
+    if (!ok) {
+        char want[DITTO_SHAPE_STR_MAX];
+        return ditto_fail(&be->log, DITTO_ERR_SHAPE, "op %s: %s is %s %s, expected contiguous %s %s on the %s backend", ditto_op_name(op), name,
+                          ditto_dtype_name(t->dtype), SHAPE(t), ditto_dtype_name(dt), ditto_shape_str(shape, ndim, want, sizeof want), be->name);
+    }
+    return 0;
+}
+
+int ditto_op_mask_blend(DittoBackend *be, const DittoBlendParams *p, const DittoTensor *mask, const DittoTensor *img, const DittoTensor *src,
+                        DittoTensor *dst)
+{
+    NEED(DITTO_OP_MASK_BLEND, mask_blend);
+    if (src->ndim != 3)
+        return bad_shape(be, DITTO_OP_MASK_BLEND, "src needs (H,W,3)", src, NULL);
+    const int64_t H = src->shape[0], W = src->shape[1];
+    DITTO_TRY(check_plane(be, DITTO_OP_MASK_BLEND, "src", src, DITTO_U8, 3, (const int64_t[]){ H, W, 3 }));
+    DITTO_TRY(check_plane(be, DITTO_OP_MASK_BLEND, "dst", dst, DITTO_U8, 3, (const int64_t[]){ H, W, 3 }));
+    if (mask->ndim != 3)
+        return bad_shape(be, DITTO_OP_MASK_BLEND, "mask needs (h,w,1)", mask, NULL);
+    const int64_t h = mask->shape[0], w = mask->shape[1];
+    DITTO_TRY(check_plane(be, DITTO_OP_MASK_BLEND, "mask", mask, DITTO_F32, 3, (const int64_t[]){ h, w, 1 }));
+    DITTO_TRY(check_plane(be, DITTO_OP_MASK_BLEND, "img", img, DITTO_F32, 3, (const int64_t[]){ h, w, 3 }));
+    if (p->y0 < 0 || p->y0 > p->y1 || p->y1 > H || p->y1 > h || p->x0 < 0 || p->x0 > p->x1 || p->x1 > W || p->x1 > w)
+        return bad_arg(be, DITTO_OP_MASK_BLEND, "box outside the frame or the mask");
+    if (p->y0 == p->y1 || p->x0 == p->x1)
+        return 0;
+    CALL(DITTO_OP_MASK_BLEND, img, dst, be->ops.mask_blend(be, p, mask, img, src, dst));
+}
+
+int ditto_op_rgb_to_yuv420(DittoBackend *be, const DittoTensor *x, DittoTensor *y, DittoTensor *u, DittoTensor *v)
+{
+    NEED(DITTO_OP_RGB_TO_YUV420, rgb_to_yuv420);
+    if (x->ndim != 3 || x->shape[0] < 1 || x->shape[1] < 1 || x->shape[0] > INT32_MAX / 4 || x->shape[1] > INT32_MAX / 4)
+        return bad_shape(be, DITTO_OP_RGB_TO_YUV420, "x needs (H,W,3), H, W >= 1", x, NULL);
+    const int64_t H = x->shape[0], W = x->shape[1], ch = (H + 1) / 2, cw = (W + 1) / 2;
+    DITTO_TRY(check_plane(be, DITTO_OP_RGB_TO_YUV420, "x", x, DITTO_U8, 3, (const int64_t[]){ H, W, 3 }));
+    DITTO_TRY(check_plane(be, DITTO_OP_RGB_TO_YUV420, "y", y, DITTO_U8, 2, (const int64_t[]){ H, W }));
+    DITTO_TRY(check_plane(be, DITTO_OP_RGB_TO_YUV420, "u", u, DITTO_U8, 2, (const int64_t[]){ ch, cw }));
+    DITTO_TRY(check_plane(be, DITTO_OP_RGB_TO_YUV420, "v", v, DITTO_U8, 2, (const int64_t[]){ ch, cw }));
+    CALL(DITTO_OP_RGB_TO_YUV420, x, y, be->ops.rgb_to_yuv420(be, x, y, u, v));
 }
 
 int ditto_op_resize_area(DittoBackend *be, const DittoTensor *x, DittoTensor *y)

@@ -127,6 +127,11 @@ typedef struct DittoSpadeParams {
     float slope;
 } DittoSpadeParams;
 
+/* mask_blend: frame rows [y0, y1) and columns [x0, x1). */
+typedef struct DittoBlendParams {
+    int64_t y0, y1, x0, x1;
+} DittoBlendParams;
+
 typedef enum DittoPoolKind { DITTO_POOL_AVG = 0, DITTO_POOL_MAX } DittoPoolKind;
 
 typedef struct DittoPoolParams {
@@ -238,6 +243,8 @@ typedef struct DittoOps {
     int (*attention)(struct DittoBackend *be, const DittoAttentionParams *p, const DittoTensor *q, const DittoTensor *k, const DittoTensor *v, const DittoTensor *mask, DittoTensor *y);
     int (*rotary)(struct DittoBackend *be, const DittoRotaryParams *p, const DittoTensor *x, const DittoTensor *freqs, DittoTensor *y);
     int (*warp_affine)(struct DittoBackend *be, const DittoWarpAffineParams *p, const DittoTensor *x, DittoTensor *y);
+    int (*mask_blend)(struct DittoBackend *be, const DittoBlendParams *p, const DittoTensor *mask, const DittoTensor *img, const DittoTensor *src, DittoTensor *dst);
+    int (*rgb_to_yuv420)(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y, DittoTensor *u, DittoTensor *v);
     int (*resize_area)(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
     int (*resize_bilinear)(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
     int (*gather)(struct DittoBackend *be, int axis, const DittoTensor *x, const DittoTensor *idx, DittoTensor *y);
@@ -311,6 +318,16 @@ int ditto_op_attention(struct DittoBackend *be, float scale, const DittoTensor *
 int ditto_op_rotary(struct DittoBackend *be, int64_t pos_offset, const DittoTensor *x, const DittoTensor *freqs, DittoTensor *y);
 /* cv2.warpAffine(INTER_LINEAR, BORDER_CONSTANT): x (H,W,C) or (N,H,W,C), u8 or f32 -> y of the same dtype and channels. */
 int ditto_op_warp_affine(struct DittoBackend *be, const DittoWarpAffineParams *p, const DittoTensor *x, DittoTensor *y);
+/*
+ * Paste-back blend (core/bt601.h ditto_blend_px) over the box p of the frame:
+ * dst[r,c,:] = blend(mask[r,c], img[r,c,:], src[r,c,:]) for r in [y0, y1),
+ * c in [x0, x1); dst is not written outside the box. mask (h,w,1) and img
+ * (h,w,3) float32 cover at least the box (h >= y1, w >= x1; rows w apart);
+ * src, dst (H,W,3) uint8, dst may be src.
+ */
+int ditto_op_mask_blend(struct DittoBackend *be, const DittoBlendParams *p, const DittoTensor *mask, const DittoTensor *img, const DittoTensor *src, DittoTensor *dst);
+/* BT.601 limited-range yuv420p (io/color.h): x (H,W,3) uint8 RGB -> y (H,W), u, v (ceil(H/2), ceil(W/2)) uint8. */
+int ditto_op_rgb_to_yuv420(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y, DittoTensor *u, DittoTensor *v);
 /* cv2.resize INTER_AREA / INTER_LINEAR to y's spatial size; (H,W,C) or (N,H,W,C), u8 or f32. */
 int ditto_op_resize_area(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
 int ditto_op_resize_bilinear(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);

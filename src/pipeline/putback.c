@@ -170,49 +170,6 @@ void ditto_putback_close(DittoPutback **pb)
     *pb = NULL;
 }
 
-/* ---- blend (host) ---- */
-
-typedef struct BlendCtx {
-    const float *mask_w, *img_w;   /* rectangle [0, y1) x [0, x1) */
-    int64_t rect_w;                /* x1 of the rectangle: its row length */
-    const uint8_t *src;
-    uint8_t *dst;
-    int64_t W;                     /* frame row length in pixels */
-    DittoPutbackBox box;
-} BlendCtx;
-
-static void blend_row(void *arg, int t)
-{
-    const BlendCtx *b = arg;
-    int64_t y = b->box.y0 + t;
-    const float *m = b->mask_w + y * b->rect_w;
-    const float *img = b->img_w + y * b->rect_w * 3;
-    const uint8_t *src = b->src + y * b->W * 3;
-    uint8_t *dst = b->dst + y * b->W * 3;
-    for (int64_t x = b->box.x0; x < b->box.x1; x++) {
-        /* .clip(0, 1); each "x > y ? x : y" form is one branch-free max/min instruction */
-        float a = m[x];
-        a = a > 0.0f ? a : 0.0f;
-        a = a < 1.0f ? a : 1.0f;
-        float ia = 1.0f - a;
-        for (int c = 0; c < 3; c++) {
-            /*
-             * Upstream's blend is built with -O3 -march=native -ffast-math,
-             * which contracts m*img + (1-m)*src into fma(m, img, (1-m)*src):
-             * the first product exact, one rounding. The float32 products
-             * are exact in double, so this is that fma up to a double
-             * rounding (a tie case that practically never moves the
-             * truncated value), without needing FMA hardware.
-             */
-            float v = (float)((double)a * (double)img[3 * x + c] + (double)(ia * (float)src[3 * x + c]));
-            /* clamp, then a truncating C cast; NaN (from a NaN render) goes to 0 */
-            v = v > 0.0f ? v : 0.0f;
-            v = v < 255.0f ? v : 255.0f;
-            dst[3 * x + c] = (uint8_t)v;
-        }
-    }
-}
-
 /* ---- run ---- */
 
 static bool is_image(const DittoTensor *t, DittoDType dt, int64_t B, int64_t h, int64_t w)
@@ -258,10 +215,8 @@ static int run_one(DittoPutback *pb, const DittoTensor *frame, const DittoTensor
         pb->mask_valid = true;
     }
     DITTO_TRY(ditto_op_warp_affine(be, &wp, render, &img_w));
-
-    BlendCtx b = { .mask_w = mask_w.data, .img_w = img_w.data, .rect_w = rect_w, .src = frame->data, .dst = out->data, .W = W, .box = box };
-    ditto_pool_run(be->pool, (int)(box.y1 - box.y0), blend_row, &b);
-    return 0;
+    DittoBlendParams bp = { box.y0, box.y1, box.x0, box.x1 };
+    return ditto_op_mask_blend(be, &bp, &mask_w, &img_w, frame, out);
 }
 
 int ditto_putback_run(DittoPutback *pb, const DittoTensor *frame, const DittoTensor *render, const float *M_c2o, DittoTensor *out,
@@ -269,9 +224,6 @@ int ditto_putback_run(DittoPutback *pb, const DittoTensor *frame, const DittoTen
 {
     if (!pb || !frame || !render || !M_c2o || !out)
         return DITTO_ERR_INVAL;
-    DittoBackend *be = pb->be;
-    if (be->device != DITTO_DEVICE_CPU)
-        return ditto_fail(&pb->log, DITTO_ERR_UNSUPPORTED, "putback: the blend has no %s implementation yet", be->name);
     int64_t B = frame->ndim == 4 ? frame->shape[0] : 1;
     if (!is_image(frame, DITTO_U8, B, -1, -1) || !is_image(out, DITTO_U8, B, -1, -1) || !ditto_tensor_same_shape(frame, out))
         return ditto_fail(&pb->log, DITTO_ERR_SHAPE, "putback: frame and out must be contiguous uint8 (H,W,3) or (B,H,W,3) of one shape");

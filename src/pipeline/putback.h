@@ -21,9 +21,9 @@
  * The warped mask is cached per matrix: an image avatar (one M_c2o for the
  * whole clip) warps it once.
  *
- * Tensors live on the putback's backend. The blend runs on the host for
- * the CPU backend; other backends report DITTO_ERR_UNSUPPORTED until they
- * get a blend kernel (the warps already run there).
+ * Tensors live on the putback's backend: the warps and the blend
+ * (ditto_op_mask_blend, core/bt601.h) run there, with the same arithmetic
+ * on the CPU and the GPU.
  */
 #ifndef DITTO_PIPELINE_PUTBACK_H
 #define DITTO_PIPELINE_PUTBACK_H
@@ -70,8 +70,7 @@ void ditto_putback_close(DittoPutback **pb);
  *   out     same shape as frame, uint8; may be frame itself (in place)
  *   box     B boxes that were blended (ditto_putback_box), or NULL
  * W, H at most the open sizes. Returns 0, DITTO_ERR_SHAPE / DITTO_ERR_INVAL
- * (logged), DITTO_ERR_UNSUPPORTED on a backend without a host blend, or an
- * error of the warp.
+ * (logged), or an error of the warp or the blend.
  */
 int ditto_putback_run(DittoPutback *pb, const DittoTensor *frame, const DittoTensor *render, const float *M_c2o, DittoTensor *out,
                       DittoPutbackBox *box);

@@ -368,6 +368,132 @@ static void case_negative(TestCtx *c)
 
 #define IMG(n, h, w, c) ((Img){ n, h, w, c })
 
+/* ---- output path: mask_blend, rgb_to_yuv420 ---- */
+
+/*
+ * Blend over a box of an H x W frame from an h x w mask / render; the mask
+ * strays outside [0, 1] and the render outside [0, 255] so both clamps run.
+ * Outside the box dst must keep its poison (0xA5) or, in place, the frame.
+ */
+static void case_blend(TestCtx *c, const char *name, int64_t H, int64_t W, int64_t h, int64_t w, DittoBlendParams box, bool in_place)
+{
+    if (!test_selected(c, name))
+        return;
+    TT *mask = tt_new(c, DITTO_F32, 3, (const int64_t[]){ h, w, 1 }), *img = tt_new(c, DITTO_F32, 3, (const int64_t[]){ h, w, 3 });
+    TT *src = tt_new(c, DITTO_U8, 3, (const int64_t[]){ H, W, 3 });
+    TT *dst = in_place ? src : new_out(c, DITTO_U8, 3, (const int64_t[]){ H, W, 3 });
+    tt_fill_uniform(mask, -0.2f, 1.2f);
+    tt_fill_uniform(img, -10.0f, 265.0f);
+    tt_fill_uniform(src, 0, 255);
+    tt_to_dev(mask);
+    tt_to_dev(img);
+    tt_to_dev(src);
+    double *ref = ref_new(dst);
+    const float *m = mask->host.data, *im = img->host.data;
+    const uint8_t *s = src->host.data;
+    for (int64_t r = 0; r < H; r++)
+        for (int64_t x = 0; x < W; x++)
+            for (int ch = 0; ch < 3; ch++) {
+                int64_t i = (r * W + x) * 3 + ch;
+                bool in = r >= box.y0 && r < box.y1 && x >= box.x0 && x < box.x1;
+                if (!in) {
+                    ref[i] = in_place ? s[i] : 0xA5;
+                    continue;
+                }
+                /* a = clip(mask); fma(a, img, (1 - a) * src) with the product (1 - a) * src in float32; clamp; truncate */
+                float a = fminf(fmaxf(m[r * w + x], 0.0f), 1.0f);
+                double v = fma((double)a, (double)im[(r * w + x) * 3 + ch], (double)((1.0f - a) * (float)s[i]));
+                v = (double)(float)v;
+                ref[i] = floor(v < 0 ? 0 : v > 255 ? 255 : v);
+            }
+    DittoTensor *sd = &src->dev;
+    if (op_ok(c, name, ditto_op_mask_blend(c->be, &box, &mask->dev, &img->dev, sd, &dst->dev)))
+        check_u8(c, name, dst, ref, 0);
+    free(ref);
+    tt_free(mask);
+    tt_free(img);
+    tt_free(src);
+    if (!in_place)
+        tt_free(dst);
+}
+
+/* yuv420p against the integer formula of io/color.h, written out here; odd sizes repeat the last row / column. */
+static void case_yuv(TestCtx *c, const char *name, int64_t H, int64_t W, int kind)
+{
+    if (!test_selected(c, name))
+        return;
+    const int64_t ch = (H + 1) / 2, cw = (W + 1) / 2;
+    TT *x = tt_new(c, DITTO_U8, 3, (const int64_t[]){ H, W, 3 });
+    TT *y = new_out(c, DITTO_U8, 2, (const int64_t[]){ H, W });
+    TT *u = new_out(c, DITTO_U8, 2, (const int64_t[]){ ch, cw }), *v = new_out(c, DITTO_U8, 2, (const int64_t[]){ ch, cw });
+    uint8_t *px8 = x->host.data;
+    tt_fill_uniform(x, 0, 255);
+    if (kind == 1)   /* extremes: black, white, pure primaries */
+        for (int64_t i = 0; i < H * W * 3; i++)
+            px8[i] = (uint8_t)(((i / 3) % 5 == 0) ? 0 : ((i / 3) % 5 == 1) ? 255 : (i % 3 == (i / 3) % 5 - 2) ? 255 : 0);
+    tt_to_dev(x);
+    double *ry = ref_new(y), *ru = ref_new(u), *rv = ref_new(v);
+    for (int64_t r = 0; r < H; r++)
+        for (int64_t col = 0; col < W; col++) {
+            const uint8_t *p = px8 + (r * W + col) * 3;
+            ry[r * W + col] = (double)((16829 * p[0] + 33039 * p[1] + 6416 * p[2] + (16 << 16) + (1 << 15)) >> 16);
+        }
+    for (int64_t cy = 0; cy < ch; cy++)
+        for (int64_t cx = 0; cx < cw; cx++) {
+            int64_t rs = 0, gs = 0, bs = 0;
+            for (int k = 0; k < 4; k++) {
+                int64_t r = 2 * cy + (k >> 1), col = 2 * cx + (k & 1);
+                r = r < H ? r : H - 1;
+                col = col < W ? col : W - 1;
+                const uint8_t *p = px8 + (r * W + col) * 3;
+                rs += p[0];
+                gs += p[1];
+                bs += p[2];
+            }
+            ru[cy * cw + cx] = (double)((-9714 * rs - 19070 * gs + 28784 * bs + (128 << 18) + (1 << 17)) >> 18);
+            rv[cy * cw + cx] = (double)((28784 * rs - 24103 * gs - 4681 * bs + (128 << 18) + (1 << 17)) >> 18);
+        }
+    if (op_ok(c, name, ditto_op_rgb_to_yuv420(c->be, &x->dev, &y->dev, &u->dev, &v->dev))) {
+        char sub[160];
+        snprintf(sub, sizeof sub, "%s y", name);
+        check_u8(c, sub, y, ry, 0);
+        snprintf(sub, sizeof sub, "%s u", name);
+        check_u8(c, sub, u, ru, 0);
+        snprintf(sub, sizeof sub, "%s v", name);
+        check_u8(c, sub, v, rv, 0);
+    }
+    free(ry);
+    free(ru);
+    free(rv);
+    tt_free(x);
+    tt_free(y);
+    tt_free(u);
+    tt_free(v);
+}
+
+static void output_negative(TestCtx *c)
+{
+    if (!test_selected(c, "output negative"))
+        return;
+    TT *mask = tt_new(c, DITTO_F32, 3, (const int64_t[]){ 8, 9, 1 }), *img = tt_new(c, DITTO_F32, 3, (const int64_t[]){ 8, 9, 3 });
+    TT *img2 = tt_new(c, DITTO_F32, 3, (const int64_t[]){ 8, 8, 3 }), *src = tt_new(c, DITTO_U8, 3, (const int64_t[]){ 10, 12, 3 });
+    TT *y = tt_new(c, DITTO_U8, 2, (const int64_t[]){ 10, 12 }), *uv = tt_new(c, DITTO_U8, 2, (const int64_t[]){ 5, 6 });
+    TT *uv_bad = tt_new(c, DITTO_U8, 2, (const int64_t[]){ 5, 5 });
+    DittoBlendParams ok = { 1, 7, 2, 8 }, wide = { 1, 7, 2, 10 };
+    expect_rc(c, "output negative: blend box past the mask", ditto_op_mask_blend(c->be, &wide, &mask->dev, &img->dev, &src->dev, &src->dev), DITTO_ERR_INVAL);
+    expect_rc(c, "output negative: blend img size", ditto_op_mask_blend(c->be, &ok, &mask->dev, &img2->dev, &src->dev, &src->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "output negative: blend f32 frame", ditto_op_mask_blend(c->be, &ok, &mask->dev, &img->dev, &img->dev, &src->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "output negative: yuv chroma size", ditto_op_rgb_to_yuv420(c->be, &src->dev, &y->dev, &uv->dev, &uv_bad->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "output negative: yuv float input", ditto_op_rgb_to_yuv420(c->be, &img->dev, &y->dev, &uv->dev, &uv->dev), DITTO_ERR_SHAPE);
+    tt_free(mask);
+    tt_free(img);
+    tt_free(img2);
+    tt_free(src);
+    tt_free(y);
+    tt_free(uv);
+    tt_free(uv_bad);
+}
+
 void test_ops_image(TestCtx *c)
 {
     double m[6];
@@ -415,4 +541,14 @@ void test_ops_image(TestCtx *c)
     case_bilinear(c, "resize_bilinear_u8_mixed_b3_c3", DITTO_U8, true, IMG(3, 9, 31, 3), IMG(3, 20, 12, 3));
 
     case_negative(c);
+
+    /* output path */
+    case_blend(c, "mask_blend_box", 37, 45, 30, 41, (DittoBlendParams){ 3, 29, 5, 40 }, false);
+    case_blend(c, "mask_blend_box_in_place", 37, 45, 37, 45, (DittoBlendParams){ 0, 37, 0, 45 }, true);
+    case_blend(c, "mask_blend_corner_rect", 64, 50, 20, 17, (DittoBlendParams){ 11, 20, 4, 17 }, true);
+    case_yuv(c, "rgb_to_yuv420_even", 34, 48, 0);
+    case_yuv(c, "rgb_to_yuv420_odd", 33, 45, 0);
+    case_yuv(c, "rgb_to_yuv420_1x1", 1, 1, 0);
+    case_yuv(c, "rgb_to_yuv420_extremes_odd", 17, 23, 1);
+    output_negative(c);
 }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "backend/cpu/cpu.h"
+#include "core/bt601.h"
 
 #define MAX_TASKS 1024
 
@@ -472,6 +473,59 @@ static int cpu_resize_area(DittoBackend *be, const DittoTensor *x, DittoTensor *
  * path, as cv::resize does (the same value: each output is the mean of a
  * 2x2 block).
  */
+/* ---- output path: paste-back blend, yuv420p ---- */
+
+typedef struct BlendTask {
+    const DittoBlendParams *p;
+    const float *mask, *img;
+    int64_t w;                  /* mask / img row length */
+    const uint8_t *src;
+    uint8_t *dst;
+    int64_t W;                  /* frame row length */
+} BlendTask;
+
+static void blend_row(void *arg, int t)
+{
+    const BlendTask *b = arg;
+    const int64_t r = b->p->y0 + t;
+    const float *m = b->mask + r * b->w, *img = b->img + r * b->w * 3;
+    const uint8_t *src = b->src + r * b->W * 3;
+    uint8_t *dst = b->dst + r * b->W * 3;
+    for (int64_t x = b->p->x0; x < b->p->x1; x++)
+        for (int c = 0; c < 3; c++)
+            dst[3 * x + c] = ditto_blend_px(m[x], img[3 * x + c], src[3 * x + c]);
+}
+
+static int cpu_mask_blend(DittoBackend *be, const DittoBlendParams *p, const DittoTensor *mask, const DittoTensor *img, const DittoTensor *src,
+                          DittoTensor *dst)
+{
+    BlendTask b = { p, mask->data, img->data, mask->shape[1], src->data, dst->data, src->shape[1] };
+    ditto_pool_run(be->pool, (int)(p->y1 - p->y0), blend_row, &b);
+    return 0;
+}
+
+typedef struct YuvTask {
+    const uint8_t *rgb;
+    int w, h, ch;
+    uint8_t *y, *u, *v;
+} YuvTask;
+
+#define YUV_ROWS 8   /* chroma rows per task */
+
+static void yuv_task(void *arg, int t)
+{
+    const YuvTask *k = arg;
+    int r0 = t * YUV_ROWS, r1 = r0 + YUV_ROWS < k->ch ? r0 + YUV_ROWS : k->ch;
+    ditto_bt601_yuv420_rows(k->rgb, (ptrdiff_t)k->w * 3, k->w, k->h, r0, r1, k->y, k->w, k->u, k->v, (k->w + 1) / 2);
+}
+
+static int cpu_rgb_to_yuv420(DittoBackend *be, const DittoTensor *x, DittoTensor *y, DittoTensor *u, DittoTensor *v)
+{
+    YuvTask k = { x->data, (int)x->shape[1], (int)x->shape[0], (int)((x->shape[0] + 1) / 2), y->data, u->data, v->data };
+    ditto_pool_run(be->pool, (k.ch + YUV_ROWS - 1) / YUV_ROWS, yuv_task, &k);
+    return 0;
+}
+
 static int cpu_resize_bilinear(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
 {
     ImgDims in = img_dims(x), out = img_dims(y);
@@ -488,4 +542,6 @@ void ditto_cpu_init_image(DittoOps *ops)
     ops->warp_affine = cpu_warp_affine;
     ops->resize_area = cpu_resize_area;
     ops->resize_bilinear = cpu_resize_bilinear;
+    ops->mask_blend = cpu_mask_blend;
+    ops->rgb_to_yuv420 = cpu_rgb_to_yuv420;
 }

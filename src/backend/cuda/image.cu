@@ -18,6 +18,10 @@
 
 #include "backend/cuda/cuda_backend.h"
 
+extern "C" {
+#include "core/bt601.h"
+}
+
 #define IMG_THREADS 256
 
 #define GRID_LOOP(i, n) \
@@ -464,9 +468,70 @@ static int cuda_resize_bilinear(DittoBackend *be, const DittoTensor *x, DittoTen
     return run_linear(be, x, y, false);
 }
 
+/* ---- output path: paste-back blend, yuv420p (core/bt601.h: the CPU's arithmetic) ---- */
+
+static __global__ void k_mask_blend(const float *mask, const float *img, int64_t w, const uint8_t *src, uint8_t *dst, int64_t W, int64_t y0,
+                                    int64_t x0, int64_t bw, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = y0 + i / bw, x = x0 + i % bw;
+        float m = mask[r * w + x];
+        const float *pi = img + (r * w + x) * 3;
+        const uint8_t *ps = src + (r * W + x) * 3;
+        uint8_t *pd = dst + (r * W + x) * 3;
+        for (int c = 0; c < 3; c++)
+            pd[c] = ditto_blend_px(m, pi[c], ps[c]);
+    }
+}
+
+static int cuda_mask_blend(DittoBackend *be, const DittoBlendParams *p, const DittoTensor *mask, const DittoTensor *img, const DittoTensor *src,
+                           DittoTensor *dst)
+{
+    const int64_t bw = p->x1 - p->x0, n = (p->y1 - p->y0) * bw;
+    k_mask_blend<<<ditto_cuda_blocks(n, 256), 256, 0, ditto_cuda(be)->stream>>>((const float *)mask->data, (const float *)img->data,
+                                                                              mask->shape[1], (const uint8_t *)src->data,
+                                                                              (uint8_t *)dst->data, src->shape[1], p->y0, p->x0, bw, n);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+/* One thread per 2x2 block: its (up to) four luma values and one chroma pair. */
+static __global__ void k_yuv420(const uint8_t *rgb, int w, int h, uint8_t *py, uint8_t *pu, uint8_t *pv, int cw, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int cy = (int)(i / cw), cx = (int)(i % cw);
+        int y0 = 2 * cy, y1 = y0 + 1 < h ? y0 + 1 : y0, x0 = 2 * cx, x1 = x0 + 1 < w ? x0 + 1 : x0;
+        const uint8_t *a = rgb + ((int64_t)y0 * w + x0) * 3, *b = rgb + ((int64_t)y0 * w + x1) * 3;
+        const uint8_t *c = rgb + ((int64_t)y1 * w + x0) * 3, *d = rgb + ((int64_t)y1 * w + x1) * 3;
+        py[(int64_t)y0 * w + x0] = ditto_bt601_y(a[0], a[1], a[2]);
+        if (x1 != x0)
+            py[(int64_t)y0 * w + x1] = ditto_bt601_y(b[0], b[1], b[2]);
+        if (y1 != y0) {
+            py[(int64_t)y1 * w + x0] = ditto_bt601_y(c[0], c[1], c[2]);
+            if (x1 != x0)
+                py[(int64_t)y1 * w + x1] = ditto_bt601_y(d[0], d[1], d[2]);
+        }
+        int32_t rs = a[0] + b[0] + c[0] + d[0], gs = a[1] + b[1] + c[1] + d[1], bs = a[2] + b[2] + c[2] + d[2];
+        pu[i] = ditto_bt601_cb(rs, gs, bs);
+        pv[i] = ditto_bt601_cr(rs, gs, bs);
+    }
+}
+
+static int cuda_rgb_to_yuv420(DittoBackend *be, const DittoTensor *x, DittoTensor *y, DittoTensor *u, DittoTensor *v)
+{
+    const int h = (int)x->shape[0], w = (int)x->shape[1], cw = (w + 1) / 2;
+    const int64_t n = (int64_t)((h + 1) / 2) * cw;
+    k_yuv420<<<ditto_cuda_blocks(n, 256), 256, 0, ditto_cuda(be)->stream>>>((const uint8_t *)x->data, w, h, (uint8_t *)y->data,
+                                                                          (uint8_t *)u->data, (uint8_t *)v->data, cw, n);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
 void ditto_cuda_init_image(DittoOps *ops)
 {
     ops->warp_affine = cuda_warp_affine;
     ops->resize_area = cuda_resize_area;
     ops->resize_bilinear = cuda_resize_bilinear;
+    ops->mask_blend = cuda_mask_blend;
+    ops->rgb_to_yuv420 = cuda_rgb_to_yuv420;
 }
