@@ -76,14 +76,14 @@ grep -E "^FAIL|passed|^fp16" "$OUT/test_ops_cuda_f16.txt" | head -60 | tee -a "$
 
 log "ditto verify --backend cuda"
 $BUILD/ditto verify --fixtures "$DITTO_SHARED/fixtures/ditto" --backend cuda \
-    --case 'appearance_*,motion_*,warp_*,decoder_*,stitching_*,fn_grid_sample_3d,fn_kp2gaussian,fn_make_coordinate_grid' \
+    --case 'appearance_*,motion_*,warp_*,decoder_*,stitching_*,fn_grid_sample_3d,fn_kp2gaussian,fn_make_coordinate_grid,crop_*,putback_*' \
     >"$OUT/verify_cuda.txt" 2>&1
 echo "rc=$?" >>"$OUT/verify_cuda.txt"
 grep -vE "^\s*$" "$OUT/verify_cuda.txt" | tail -25 | tee -a "$OUT/summary.txt"
 
 log "ditto verify --backend cuda --fp16"
 $BUILD/ditto verify --fixtures "$DITTO_SHARED/fixtures/ditto" --backend cuda --fp16 -v \
-    --case 'appearance_*,motion_*,warp_*,decoder_*,stitching_*,fn_grid_sample_3d,fn_kp2gaussian,fn_make_coordinate_grid' \
+    --case 'appearance_*,motion_*,warp_*,decoder_*,stitching_*,fn_grid_sample_3d,fn_kp2gaussian,fn_make_coordinate_grid,crop_*,putback_*' \
     >"$OUT/verify_cuda_f16.txt" 2>&1
 echo "rc=$?" >>"$OUT/verify_cuda_f16.txt"
 # summary without the indented intermediate lines (they stay in the log: where the fp16 error grows)
@@ -109,7 +109,7 @@ log "ditto bench --fp16 (cuda, official sizes, synthetic weights, float16 storag
 $BUILD/ditto bench --backend cuda --fp16 --batch 1,8 --iters $IT --json "$OUT/bench_cuda_f16.json" 2>&1 | tee -a "$OUT/summary.txt"
 
 log "ditto bench --fp16 --graph (each stage replayed as a CUDA graph)"
-$BUILD/ditto bench --backend cuda --fp16 --graph --fidelity --verbose --batch 1,4,8,16 --iters $IT --json "$OUT/bench_cuda_f16_graph.json" \
+$BUILD/ditto bench --backend cuda --fp16 --graph --loop --fidelity --verbose --batch 1,4,8,16 --iters $IT --json "$OUT/bench_cuda_f16_graph.json" \
     >"$OUT/bench_f16_graph.txt" 2>&1
 grep -vE "^ditto: (debug|info)|^\[" "$OUT/bench_f16_graph.txt" | tee -a "$OUT/summary.txt"
 grep -cE "batched \(algo" "$OUT/bench_f16_graph.txt" | sed 's/^/conv plans checked bit-identical per item (batched): /' | tee -a "$OUT/summary.txt"

@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "models/models.h"
+#include "pipeline/putback.h"
 #include "nn/weights.h"
 #include "tools/cli.h"
 #include "weights/synthetic.h"
@@ -52,6 +53,9 @@ static void usage(FILE *f)
             "  --fp16           cuda: float16 activations and weights (fp32 math inside each op)\n"
             "  --small          use the small synthetic configuration (quick smoke run)\n"
             "  --json FILE      also write the results as JSON to FILE\n"
+            "  --loop           also time the output path after the decoder: paste-back into\n"
+            "                   a 1432x1432 frame, yuv420p, planes to the host (the full\n"
+            "                   render loop of an image avatar)\n"
             "  --graph          cuda: capture each stage once as a CUDA graph after the\n"
             "                   warm-up and time graph replays (no per-op launch cost)\n"
             "  --fidelity       also run B = 1 on the cpu backend (the float32 reference) with\n"
@@ -65,7 +69,110 @@ static void usage(FILE *f)
             "  -h, --help       this text\n");
 }
 
-typedef struct Stage { double stitch, warp, decode, total; } Stage;
+static int alloc_t(DittoBackend *be, DittoBuffer *buf, DittoTensor *t, DittoDType dt, int ndim, const int64_t *shape)
+{
+    *t = ditto_tensor(NULL, dt, ndim, shape);
+    int rc = ditto_buffer_alloc(buf, &be->allocator, ditto_tensor_nbytes(t));
+    t->data = buf->ptr;
+    t->device = be->device;
+    return rc;
+}
+
+typedef struct Stage { double stitch, warp, decode, post, total; } Stage;
+
+/*
+ * --loop: the output path after the decoder, as a session runs it for an
+ * image avatar: the faces as (B,512,512,3) x 255, pasted into B copies of a
+ * LOOP_SIDE^2 frame (a fixed crop matrix), converted to yuv420p, and the
+ * planes downloaded to the host.
+ */
+#define LOOP_SIDE 1432
+
+typedef struct BenchPost {
+    DittoPutback *pb;
+    DittoBuffer frame_b, out_b, hwc_b, yuv_b;
+    DittoTensor frame, out, hwc;    /* (H,W,3) u8, (B,H,W,3) u8, (B,512,512,3) f32 */
+    uint8_t *host;                  /* B frames of planes */
+    size_t plane_bytes;             /* one frame: Y, U, V */
+    float M[9];
+} BenchPost;
+
+static void post_close(BenchPost *p)
+{
+    ditto_putback_close(&p->pb);
+    ditto_buffer_free(&p->frame_b);
+    ditto_buffer_free(&p->out_b);
+    ditto_buffer_free(&p->hwc_b);
+    ditto_buffer_free(&p->yuv_b);
+    free(p->host);
+    memset(p, 0, sizeof *p);
+}
+
+static int post_open(BenchPost *p, DittoBackend *be, int64_t B)
+{
+    const int64_t S = LOOP_SIDE, C = DITTO_PUTBACK_CROP, cs = (S + 1) / 2;
+    memset(p, 0, sizeof *p);
+    p->plane_bytes = (size_t)(S * S + 2 * cs * cs);
+    /* crop -> frame: scale 1.05, a slight rotation, the face left of centre */
+    const float s = 1.05f, th = 0.05f;
+    const float M[9] = { s * cosf(th), -s * sinf(th), 450.0f, s * sinf(th), s * cosf(th), 330.0f, 0, 0, 1 };
+    memcpy(p->M, M, sizeof M);
+    int rc = ditto_putback_open(&p->pb, be, S, S, &be->log);
+    if (!rc) rc = alloc_t(be, &p->frame_b, &p->frame, DITTO_U8, DITTO_SHAPE(S, S, 3));
+    if (!rc) rc = alloc_t(be, &p->out_b, &p->out, DITTO_U8, DITTO_SHAPE(B, S, S, 3));
+    if (!rc) rc = alloc_t(be, &p->hwc_b, &p->hwc, DITTO_F32, DITTO_SHAPE(B, C, C, 3));
+    if (!rc) rc = ditto_buffer_alloc(&p->yuv_b, &be->allocator, p->plane_bytes * (size_t)B);
+    if (!rc && !(p->host = malloc(p->plane_bytes * (size_t)B)))
+        rc = DITTO_ERR_NOMEM;
+    if (!rc) {   /* a frame of random pixels */
+        uint8_t *h = malloc((size_t)(S * S * 3));
+        if (!h) {
+            rc = DITTO_ERR_NOMEM;
+        } else {
+            uint64_t x = 88172645463325252ull;
+            for (int64_t i = 0; i < S * S * 3; i++) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                h[i] = (uint8_t)(x >> 56);
+            }
+            rc = be->upload(be, p->frame.data, h, (size_t)(S * S * 3));
+            free(h);
+        }
+    }
+    if (rc < 0)
+        post_close(p);
+    return rc;
+}
+
+/* Device part of the output path for the B images in img (B,3,512,512): no host transfer, so it can be captured. */
+static int post_run(BenchPost *p, DittoBackend *be, const DittoTensor *img)
+{
+    const int64_t B = img->shape[0], S = LOOP_SIDE, cs = (S + 1) / 2;
+    DittoTensor perm;
+    DITTO_TRY(ditto_tensor_permute(img, (const int[]){ 0, 2, 3, 1 }, &perm));
+    DITTO_TRY(ditto_op_copy(be, &perm, &p->hwc));
+    const DittoUnaryParams x255 = { DITTO_UNARY_AFFINE, 255.0f, 0.0f };
+    DITTO_TRY(ditto_op_unary(be, &x255, &p->hwc, &p->hwc));
+    for (int64_t b = 0; b < B; b++) {
+        DittoTensor r, o;
+        DITTO_TRY(ditto_tensor_select(&p->hwc, 0, b, &r));
+        DITTO_TRY(ditto_tensor_select(&p->out, 0, b, &o));
+        DITTO_TRY(ditto_putback_run(p->pb, &p->frame, &r, p->M, &o, NULL));
+        uint8_t *base = (uint8_t *)p->yuv_b.ptr + (size_t)b * p->plane_bytes;
+        DittoTensor y = ditto_tensor(base, DITTO_U8, 2, (const int64_t[]){ S, S });
+        DittoTensor u = ditto_tensor(base + S * S, DITTO_U8, 2, (const int64_t[]){ cs, cs });
+        DittoTensor v = ditto_tensor(base + S * S + cs * cs, DITTO_U8, 2, (const int64_t[]){ cs, cs });
+        y.device = u.device = v.device = be->device;
+        DITTO_TRY(ditto_op_rgb_to_yuv420(be, &o, &y, &u, &v));
+    }
+    return 0;
+}
+
+static int post_download(BenchPost *p, DittoBackend *be, int64_t B)
+{
+    return be->download(be, p->host, p->yuv_b.ptr, p->plane_bytes * (size_t)B);
+}
 
 /* Normal(0, scale) values from (seed, stream); round16: rounded to float16 precision even in an f32 tensor. */
 static int fill_random_r(DittoBackend *be, DittoTensor *t, uint64_t stream, float scale, bool round16)
@@ -108,14 +215,6 @@ static int fill_random(DittoBackend *be, DittoTensor *t, uint64_t stream, float 
     return fill_random_r(be, t, stream, scale, false);
 }
 
-static int alloc_t(DittoBackend *be, DittoBuffer *buf, DittoTensor *t, DittoDType dt, int ndim, const int64_t *shape)
-{
-    *t = ditto_tensor(NULL, dt, ndim, shape);
-    int rc = ditto_buffer_alloc(buf, &be->allocator, ditto_tensor_nbytes(t));
-    t->data = buf->ptr;
-    t->device = be->device;
-    return rc;
-}
 
 /* The bench's tensors for B frames: inputs (filled), the warp output and the image; activations in the backend's dtype. */
 typedef struct BenchIO {
@@ -275,13 +374,14 @@ static int fidelity(DittoBackend *be, DittoStitch *st, DittoWarp *warp, DittoDec
 int ditto_cmd_bench(int argc, char **argv)
 {
     const char *backend = "cpu", *json = NULL, *batches = "1";
-    int iters = -1, warmup = 1, threads = 0, small = 0, quiet = 0, fp16 = 0, profile = 0, graph = 0, verbose = 0, fid = 0;
+    int iters = -1, warmup = 1, threads = 0, small = 0, quiet = 0, fp16 = 0, profile = 0, graph = 0, verbose = 0, fid = 0, loop = 0;
     static const struct option opts[] = {
         { "backend", required_argument, 0, 'b' }, { "batch", required_argument, 0, 'B' }, { "iters", required_argument, 0, 'n' },
         { "warmup", required_argument, 0, 'w' },  { "threads", required_argument, 0, 't' }, { "small", no_argument, 0, 's' },
         { "json", required_argument, 0, 'j' },    { "quiet", no_argument, 0, 'q' },         { "help", no_argument, 0, 'h' },
         { "fp16", no_argument, 0, 'f' },          { "profile", optional_argument, 0, 'P' },
         { "graph", no_argument, 0, 'g' },         { "verbose", no_argument, 0, 'v' },     { "fidelity", no_argument, 0, 'F' },
+        { "loop", no_argument, 0, 'L' },
         { 0, 0, 0, 0 },
     };
     int c;
@@ -300,6 +400,7 @@ int ditto_cmd_bench(int argc, char **argv)
         case 'g': graph = 1; break;
         case 'v': verbose = 1; break;
         case 'F': fid = 1; break;
+        case 'L': loop = 1; break;
         case 'P': profile = optarg ? atoi(optarg) : 40; if (profile <= 0) profile = 40; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -363,7 +464,7 @@ int ditto_cmd_bench(int argc, char **argv)
         fprintf(jf, "{\n  \"backend\": \"%s\",\n  \"dtype\": \"%s\",\n  \"size\": \"%s\",\n  \"cuda_graph\": %s,\n  \"results\": [",
                 be->name, ditto_dtype_name(be->act_dtype), full ? "official" : "small", graph ? "true" : "false");
     /* gpu peak: high-water mark of everything ditto holds on the device (weights, arena, buffers, workspace) so far */
-    printf("%-6s %12s %12s %12s %12s %10s %10s%s\n", "batch", "stitch ms/f", "warp ms/f", "decode ms/f", "total ms/f", "frames/s", "arena MB",
+    printf("%-6s %12s %12s %12s %12s %12s %10s %10s%s\n", "batch", "stitch ms/f", "warp ms/f", "decode ms/f", "post ms/f", "total ms/f", "frames/s", "arena MB",
            be->mem_info ? "  gpu peak MB" : "");
     int first = 1;
     size_t dev_used_max = 0;
@@ -384,17 +485,22 @@ int ditto_cmd_bench(int argc, char **argv)
         rc = io_alloc(&io, be, warp, dec, B, full, false);
         DittoTensor *f_s = &io.f_s, *kp_s = &io.kp_s, *kp_d = &io.kp_d, *kp_n = &io.kp_n, *wout = &io.wout, *img = &io.img;
         Stage sum = { 0 };
-        void *gr[3] = { NULL, NULL, NULL };   /* --graph: stitch, warp, decode */
+        void *gr[4] = { NULL, NULL, NULL, NULL };   /* --graph: stitch, warp, decode, post */
+        BenchPost post;
+        memset(&post, 0, sizeof post);
+        if (!rc && loop)
+            rc = post_open(&post, be, B);
         for (int it = 0; !rc && it < warmup + iters; it++) {
             if (graph && it == warmup) {
                 /* record each stage once; the arena hands out the same addresses as in the warm-up */
-                for (int sgi = 0; !rc && sgi < 3; sgi++) {
+                for (int sgi = 0; !rc && sgi < (loop ? 4 : 3); sgi++) {
                     rc = be->capture_begin(be);
                     if (rc < 0)
                         break;
                     if (sgi == 0) rc = ditto_stitch_forward(st, &ws, kp_s, kp_d, kp_n, NULL);
                     if (sgi == 1) rc = ditto_warp_forward(warp, &ws, f_s, kp_s, kp_n, wout, NULL);
                     if (sgi == 2) rc = ditto_decoder_forward(dec, &ws, wout, img, NULL);
+                    if (sgi == 3) rc = post_run(&post, be, img);
                     int rc2 = be->capture_end(be, &gr[sgi]);
                     if (!rc) rc = rc2;
                 }
@@ -411,15 +517,21 @@ int ditto_cmd_bench(int argc, char **argv)
             if (!rc) rc = replay ? be->graph_launch(be, gr[2]) : ditto_decoder_forward(dec, &ws, wout, img, NULL);
             if (!rc) rc = be->sync(be);
             double d = now_s();
+            if (!rc && loop) {
+                rc = replay ? be->graph_launch(be, gr[3]) : post_run(&post, be, img);
+                if (!rc) rc = post_download(&post, be, B);
+            }
+            double e = now_s();
             if (!rc && !replay) rc = ditto_arena_reset(&ws);
             if (it >= warmup) {
                 sum.stitch += b - a;
                 sum.warp += c2 - b;
                 sum.decode += d - c2;
-                sum.total += d - a;
+                sum.post += e - d;
+                sum.total += e - a;
             }
         }
-        for (int sgi = 0; sgi < 3; sgi++)
+        for (int sgi = 0; sgi < 4; sgi++)
             if (gr[sgi])
                 be->graph_free(be, gr[sgi]);
         if (!rc) {
@@ -470,13 +582,18 @@ int ditto_cmd_bench(int argc, char **argv)
                 if (mi.device_used > dev_used_max)
                     dev_used_max = mi.device_used;
             }
-            printf("%-6d %12.2f %12.2f %12.2f %12.2f %10.2f %10.0f%s\n", B, 1e3 * sum.stitch / n, 1e3 * sum.warp / n, 1e3 * sum.decode / n,
-                   1e3 * sum.total / n, n / sum.total, ws.peak / 1048576.0, gpu);
+            char postc[32] = "           -";
+            if (loop)
+                snprintf(postc, sizeof postc, "%12.2f", 1e3 * sum.post / n);
+            printf("%-6d %12.2f %12.2f %12.2f %s %12.2f %10.2f %10.0f%s\n", B, 1e3 * sum.stitch / n, 1e3 * sum.warp / n, 1e3 * sum.decode / n,
+                   postc, 1e3 * sum.total / n, n / sum.total, ws.peak / 1048576.0, gpu);
             if (jf) {
                 fprintf(jf, "%s\n    {\"batch\": %d, \"iters\": %d, \"stitch_ms_per_frame\": %.4f, \"warp_ms_per_frame\": %.4f, "
                             "\"decode_ms_per_frame\": %.4f, \"total_ms_per_frame\": %.4f, \"fps\": %.3f, \"arena_mb\": %.1f",
                         first ? "" : ",", B, iters, 1e3 * sum.stitch / n, 1e3 * sum.warp / n, 1e3 * sum.decode / n, 1e3 * sum.total / n,
                         n / sum.total, ws.peak / 1048576.0);
+                if (loop)
+                    fprintf(jf, ", \"post_ms_per_frame\": %.4f, \"loop_side\": %d", 1e3 * sum.post / n, LOOP_SIDE);
                 if (have_mi)
                     fprintf(jf, ", \"gpu_peak_mb\": %.1f, \"gpu_device_used_mb\": %.1f", mi.peak / 1048576.0, mi.device_used / 1048576.0);
                 fprintf(jf, "}");
@@ -485,6 +602,7 @@ int ditto_cmd_bench(int argc, char **argv)
         }
         ditto_arena_free(&ws);
         io_free(&io);
+        post_close(&post);
         if (rc < 0)
             break;
         p = strchr(p, ',');
