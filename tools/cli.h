@@ -11,6 +11,8 @@ typedef struct DittoCommand {
 int ditto_cmd_info(int argc, char **argv);
 int ditto_cmd_verify(int argc, char **argv);
 int ditto_cmd_bench(int argc, char **argv);
+/* ditto bench --e2e AVATAR ...: the whole pipeline through the session API (cmd_bench_e2e.c). */
+int ditto_bench_e2e(int argc, char **argv);
 int ditto_cmd_bake(int argc, char **argv);
 int ditto_cmd_render(int argc, char **argv);
 

@@ -55,6 +55,8 @@ static void usage(FILE *f)
             "performance:\n"
             "  --backend NAME     cpu or cuda (default cpu)\n"
             "  --batch N          frames per render batch (default 8); results do not depend on it\n"
+            "  --precision P      auto (default: fp16 on cuda, fp32 on cpu), fp32 or fp16 (cuda only):\n"
+            "                     storage of the render networks; fp16 is ~9x faster on the GPU\n"
             "  --threads N        CPU threads per pipeline stage (default: all cores)\n\n"
             "  --quiet            print errors only (no progress line, no summary)\n"
             "  -h, --help         this text\n");
@@ -201,7 +203,8 @@ int ditto_cmd_render(int argc, char **argv)
     Cli cli;
     memset(&cli, 0, sizeof cli);
     const char *weights = getenv("DITTO_WEIGHTS"), *aux = NULL, *backend = "cpu", *hashes = NULL;
-    long threads = 0, v;
+    long threads = 0, v = 0;
+    int precision = DITTO_PRECISION_AUTO;
     DittoRenderParams rp;
     ditto_render_params_default(&rp);
     DittoSessionParams *sp = &rp.session;
@@ -213,6 +216,7 @@ int ditto_cmd_render(int argc, char **argv)
         { "bitrate", required_argument, 0, 'r' },  { "encoder", required_argument, 0, 'E' },  { "preset", required_argument, 0, 'P' },
         { "frame-hashes", required_argument, 0, 'H' }, { "backend", required_argument, 0, 'b' }, { "batch", required_argument, 0, 'B' },
         { "threads", required_argument, 0, 't' },  { "quiet", no_argument, 0, 'q' },          { "help", no_argument, 0, 'h' },
+        { "precision", required_argument, 0, 'p' },
         { 0, 0, 0, 0 },
     };
     int c;
@@ -248,6 +252,18 @@ int ditto_cmd_render(int argc, char **argv)
         case 'P': rp.preset = optarg; break;
         case 'H': hashes = optarg; break;
         case 'b': backend = optarg; break;
+        case 'p':
+            if (!strcmp(optarg, "auto"))
+                precision = DITTO_PRECISION_AUTO;
+            else if (!strcmp(optarg, "fp32"))
+                precision = DITTO_PRECISION_FP32;
+            else if (!strcmp(optarg, "fp16"))
+                precision = DITTO_PRECISION_FP16;
+            else {
+                fprintf(stderr, "ditto render: --precision '%s': expected auto, fp32 or fp16\n", optarg);
+                bad = 1;
+            }
+            break;
         case 'B': bad = parse_long(optarg, "--batch", 1, 256, &v); sp->batch = (int)v; break;
         case 't': bad = parse_long(optarg, "--threads", 0, 1024, &threads); break;
         case 'q': cli.quiet = 1; break;
@@ -280,6 +296,7 @@ int ditto_cmd_render(int argc, char **argv)
     mp.weights = weights;
     mp.aux = aux;
     mp.backend = backend;
+    mp.precision = precision;
     mp.threads = (int)threads;
     mp.log = log;
     DittoModels *m = NULL;

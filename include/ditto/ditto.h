@@ -69,6 +69,14 @@ typedef struct DittoModelsParams {
     const char *aux;
     /** "cpu" (default) or "cuda". */
     const char *backend;
+    /**
+     * Storage of the render networks (stitch, warp, decoder) on the backend:
+     * DITTO_PRECISION_AUTO (default: float16 on "cuda", float32 on "cpu"),
+     * DITTO_PRECISION_FP32, or DITTO_PRECISION_FP16 (GPU backends only; fp32
+     * maths inside every op, coordinates and statistics in fp32). Avatar
+     * registration, HuBERT and the motion model stay float32.
+     */
+    int precision;
     /** CPU threads of each pipeline stage; <= 0: all cores (default). */
     int threads;
     /** Seed of the synthetic weights (0). */
@@ -77,7 +85,9 @@ typedef struct DittoModelsParams {
     DittoLogger log;
 } DittoModelsParams;
 
-/** weights NULL (must be set), backend "cpu", all cores, no logger. */
+enum { DITTO_PRECISION_AUTO = 0, DITTO_PRECISION_FP32 = 1, DITTO_PRECISION_FP16 = 2 };
+
+/** weights NULL (must be set), backend "cpu", automatic precision, all cores, no logger. */
 DITTO_API void ditto_models_params_default(DittoModelsParams *p);
 
 /**

@@ -173,7 +173,8 @@ static int open_registrar(DittoModels *m, const DittoModelsParams *p)
     memset(&cfg, 0, sizeof cfg);
     cfg.log = m->log;
     cfg.threads = p->threads;
-    cfg.be = m->be;
+    /* registration stays float32: on the render backend unless that one stores float16 */
+    cfg.be = m->be->act_dtype == DITTO_F32 ? m->be : m->be_motion;
     cfg.synthetic = m->synthetic;
     const char *aux_dir = p->aux ? p->aux : m->synthetic ? NULL : p->weights;
     char paths[DITTO_AUX_COUNT][4096], app[4096], mot[4096];
@@ -227,8 +228,15 @@ int ditto_models_open(DittoModels **out, const DittoModelsParams *p)
     bp.nthreads = p->threads;
     bp.log = m->log;
     const char *bname = p->backend ? p->backend : "cpu";
-    if ((rc = ditto_backend_open(&m->be, bname, &bp)) < 0 || (rc = ditto_backend_open(&m->be_motion, bname, &bp)) < 0) {
-        ditto_fail(&m->log, rc, "cannot open the %s backend: %s", bname, ditto_strerror(rc));
+    if (p->precision < DITTO_PRECISION_AUTO || p->precision > DITTO_PRECISION_FP16) {
+        rc = ditto_fail(&m->log, DITTO_ERR_INVAL, "precision %d: expected auto, fp32 or fp16", p->precision);
+        goto fail;
+    }
+    DittoBackendParams bp_render = bp;
+    bp_render.fp16 = p->precision == DITTO_PRECISION_FP16 || (p->precision == DITTO_PRECISION_AUTO && strcmp(bname, "cpu") != 0);
+    if ((rc = ditto_backend_open(&m->be, bname, &bp_render)) < 0 || (rc = ditto_backend_open(&m->be_motion, bname, &bp)) < 0) {
+        ditto_fail(&m->log, rc, "cannot open the %s backend%s: %s", bname, bp_render.fp16 ? " with float16 render networks" : "",
+                   ditto_strerror(rc));
         goto fail;
     }
     if ((rc = ditto_backend_cpu_open(&m->be_post, &bp)) < 0)
@@ -303,6 +311,16 @@ bool ditto_models_synthetic(const DittoModels *m)
 const char *ditto_models_backend(const DittoModels *m)
 {
     return m && m->be ? m->be->name : "none";
+}
+
+int ditto_models_mem(const DittoModels *m, DittoMemInfo *render, DittoMemInfo *motion)
+{
+    memset(render, 0, sizeof *render);
+    memset(motion, 0, sizeof *motion);
+    if (!m || !m->be || !m->be->mem_info)
+        return DITTO_ERR_UNSUPPORTED;
+    DITTO_TRY(m->be->mem_info(m->be, render));
+    return m->be_motion->mem_info(m->be_motion, motion);
 }
 
 /* ---- session ---------------------------------------------------------------------- */

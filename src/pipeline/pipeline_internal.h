@@ -62,4 +62,11 @@ int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_
 /* Monotonic clock in seconds. */
 double ditto_now(void);
 
+/*
+ * Device memory of a model set's backends (backend.h DittoMemInfo): the
+ * render networks' and the motion / audio / registration one's.
+ * DITTO_ERR_UNSUPPORTED on backends without accounting (the CPU).
+ */
+int ditto_models_mem(const DittoModels *m, DittoMemInfo *render, DittoMemInfo *motion);
+
 #endif

@@ -18,6 +18,7 @@ struct DittoRenderer {
     DittoMotionStitch *ms;
     const DittoAvatar *av;
     DittoLogger log;
+    DittoDType act;              /* f_s, warp output and image: the networks' storage (be->act_dtype) */
     int batch;
     int64_t fs_numel;            /* elements of one frame's f_s */
     bool fs_filled;              /* image: the batch f_s holds B copies already */
@@ -40,16 +41,16 @@ double ditto_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static DittoTensor dev_tensor(DittoBackend *be, const DittoBuffer *b, int ndim, const int64_t *shape)
+static DittoTensor dev_tensor(DittoBackend *be, const DittoBuffer *b, DittoDType dt, int ndim, const int64_t *shape)
 {
-    DittoTensor t = ditto_tensor(b->ptr, DITTO_F32, ndim, shape);
+    DittoTensor t = ditto_tensor(b->ptr, dt, ndim, shape);
     t.device = be->device;
     return t;
 }
 
-static int alloc_f32(DittoBackend *be, DittoBuffer *b, int64_t numel)
+static int alloc_dt(DittoBackend *be, DittoBuffer *b, DittoDType dt, int64_t numel)
 {
-    return ditto_buffer_alloc(b, &be->allocator, (size_t)numel * sizeof(float));
+    return ditto_buffer_alloc(b, &be->allocator, (size_t)numel * ditto_dtype_size(dt));
 }
 
 int ditto_renderer_open(DittoRenderer **out, const DittoRendererConfig *c)
@@ -65,6 +66,7 @@ int ditto_renderer_open(DittoRenderer **out, const DittoRendererConfig *c)
     r->decoder = c->decoder;
     r->av = c->avatar;
     r->log = c->log;
+    r->act = c->be->act_dtype;
     r->batch = c->batch;
     const DittoAvatar *av = c->avatar;
     const int64_t B = c->batch, n_src = av->n_frames;
@@ -106,12 +108,27 @@ int ditto_renderer_open(DittoRenderer **out, const DittoRendererConfig *c)
         goto fail;
     }
     const int64_t side = DITTO_RENDER_SIDE;
-    if ((rc = ditto_arena_init(&r->ws, &r->be->allocator, 0)) < 0 || (rc = alloc_f32(r->be, &r->fs_all_buf, n_src * r->fs_numel)) < 0 ||
-        (rc = alloc_f32(r->be, &r->fs_buf, B * r->fs_numel)) < 0 || (rc = alloc_f32(r->be, &r->kp_buf, 2 * B * DITTO_KP_DIM)) < 0 ||
-        (rc = alloc_f32(r->be, &r->feat_buf, B * r->feat_shape[1] * r->feat_shape[2] * r->feat_shape[3])) < 0 ||
-        (rc = alloc_f32(r->be, &r->img_buf, B * 3 * side * side)) < 0 || (rc = alloc_f32(r->be, &r->hwc_buf, B * 3 * side * side)) < 0)
+    const DittoDType act = r->act;
+    if ((rc = ditto_arena_init(&r->ws, &r->be->allocator, 0)) < 0 || (rc = alloc_dt(r->be, &r->fs_all_buf, act, n_src * r->fs_numel)) < 0 ||
+        (rc = alloc_dt(r->be, &r->fs_buf, act, B * r->fs_numel)) < 0 || (rc = alloc_dt(r->be, &r->kp_buf, DITTO_F32, 2 * B * DITTO_KP_DIM)) < 0 ||
+        (rc = alloc_dt(r->be, &r->feat_buf, act, B * r->feat_shape[1] * r->feat_shape[2] * r->feat_shape[3])) < 0 ||
+        (rc = alloc_dt(r->be, &r->img_buf, act, B * 3 * side * side)) < 0 ||
+        (rc = alloc_dt(r->be, &r->hwc_buf, DITTO_F32, B * 3 * side * side)) < 0)
         goto fail;
-    rc = r->be->upload(r->be, r->fs_all_buf.ptr, av->f_s, (size_t)(n_src * r->fs_numel) * sizeof(float));
+    /* every source frame's f_s, once: rounded to the networks' storage dtype on the host */
+    const size_t n_fs = (size_t)(n_src * r->fs_numel);
+    if (act == DITTO_F32) {
+        rc = r->be->upload(r->be, r->fs_all_buf.ptr, av->f_s, n_fs * sizeof(float));
+    } else {
+        void *tmp = ditto_malloc(n_fs * ditto_dtype_size(act) + 1);
+        if (!tmp) {
+            rc = DITTO_ERR_NOMEM;
+            goto fail;
+        }
+        ditto_convert(tmp, act, av->f_s, DITTO_F32, n_fs);
+        rc = r->be->upload(r->be, r->fs_all_buf.ptr, tmp, n_fs * ditto_dtype_size(act));
+        ditto_free(tmp);
+    }
     if (rc < 0)
         goto fail;
     *out = r;
@@ -144,10 +161,11 @@ void ditto_renderer_close(DittoRenderer **pr)
 static int put_fs(DittoRenderer *r, int64_t b, int64_t src)
 {
     const int64_t n = r->fs_numel;
-    DittoTensor from = dev_tensor(r->be, &r->fs_all_buf, DITTO_SHAPE(n));
-    DittoTensor to = dev_tensor(r->be, &r->fs_buf, DITTO_SHAPE(n));
-    from.data = (float *)from.data + src * n;
-    to.data = (float *)to.data + b * n;
+    const size_t esz = ditto_dtype_size(r->act);
+    DittoTensor from = dev_tensor(r->be, &r->fs_all_buf, r->act, DITTO_SHAPE(n));
+    DittoTensor to = dev_tensor(r->be, &r->fs_buf, r->act, DITTO_SHAPE(n));
+    from.data = (char *)from.data + (size_t)(src * n) * esz;
+    to.data = (char *)to.data + (size_t)(b * n) * esz;
     return ditto_op_copy(r->be, &from, &to);
 }
 
@@ -170,7 +188,7 @@ int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_
         r->xs[b] = &av->x_s_info[ditto_mirror_index(g0 + b, av->n_frames)];
 
     /* motion stitch -> x_s, x_d (n,21,3) */
-    DittoTensor x_s = dev_tensor(be, &r->kp_buf, DITTO_SHAPE(N, DITTO_NUM_KP, 3));
+    DittoTensor x_s = dev_tensor(be, &r->kp_buf, DITTO_F32, DITTO_SHAPE(N, DITTO_NUM_KP, 3));
     DittoTensor x_d = x_s;
     x_d.data = (float *)x_s.data + (int64_t)r->batch * DITTO_KP_DIM;
     TRY(ditto_motion_stitch_run(r->ms, be, &r->ws, g0, N, r->xs, x_d_info, ctrl, &x_s, &x_d, NULL));
@@ -186,15 +204,15 @@ int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_
     t1 = ditto_now();
 
     /* warp */
-    DittoTensor f_s = dev_tensor(be, &r->fs_buf, DITTO_SHAPE(N, fs[0], fs[1], fs[2], fs[3]));
-    DittoTensor feat = dev_tensor(be, &r->feat_buf, DITTO_SHAPE(N, fe[1], fe[2], fe[3]));
+    DittoTensor f_s = dev_tensor(be, &r->fs_buf, r->act, DITTO_SHAPE(N, fs[0], fs[1], fs[2], fs[3]));
+    DittoTensor feat = dev_tensor(be, &r->feat_buf, r->act, DITTO_SHAPE(N, fe[1], fe[2], fe[3]));
     TRY(ditto_warp_forward(r->warp, &r->ws, &f_s, &x_s, &x_d, &feat, NULL));
     TRY(be->sync(be));
     t2 = ditto_now();
 
     /* decode, then (n,3,512,512) -> (n,512,512,3) x 255 */
-    DittoTensor img = dev_tensor(be, &r->img_buf, DITTO_SHAPE(N, 3, side, side));
-    DittoTensor hwc = dev_tensor(be, &r->hwc_buf, DITTO_SHAPE(N, side, side, 3));
+    DittoTensor img = dev_tensor(be, &r->img_buf, r->act, DITTO_SHAPE(N, 3, side, side));
+    DittoTensor hwc = dev_tensor(be, &r->hwc_buf, DITTO_F32, DITTO_SHAPE(N, side, side, 3));   /* the copy converts */
     DittoTensor img_p;
     TRY(ditto_decoder_forward(r->decoder, &r->ws, &feat, &img, NULL));
     TRY(ditto_tensor_permute(&img, (const int[]){ 0, 2, 3, 1 }, &img_p));
