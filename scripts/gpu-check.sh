@@ -6,13 +6,16 @@
 # benchmark in the same run, and writes every log and JSON under $OUT
 # (default /tmp/gpu-out).
 #
-#   scripts/gpu-check.sh [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study]
+#   scripts/gpu-check.sh [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study] [--e2e-only]
 #     --quick          fewer batch sizes and iterations in ditto bench
 #     --no-torch       skip the PyTorch reference
 #     --torch-compile  also time torch.compile (long: several minutes of compiling)
 #     --bench-only     skip the op tests and ditto verify
 #     --profile        per-op profile of one fp16 run at B=8 (ditto bench --profile)
 #     --conv-study     the cuDNN conv layout study (bench/torch_ref/conv_layouts.py)
+#     --e2e-only       build, then only `ditto bench --e2e` on .carry/full.avatar (a
+#                      .avatar baked with `ditto bake --weights synthetic`: official
+#                      sizes) with synthetic:full weights, 15.755 s of audio, 50 steps
 #
 # Inputs it expects next to the checkout (copied there by the developer and
 # carried to the machine, both git-ignored):
@@ -28,6 +31,7 @@ COMPILE=0
 TESTS=1
 PROFILE=0
 STUDY=0
+E2E_ONLY=0
 for a in "$@"; do
     case "$a" in
     --quick) QUICK=1 ;;
@@ -36,7 +40,8 @@ for a in "$@"; do
     --bench-only) TESTS=0 ;;
     --profile) PROFILE=1 ;;
     --conv-study) STUDY=1 ;;
-    *) echo "usage: $0 [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study]" >&2; exit 2 ;;
+    --e2e-only) E2E_ONLY=1; TORCH=0 ;;
+    *) echo "usage: $0 [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study] [--e2e-only]" >&2; exit 2 ;;
     esac
 done
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
@@ -62,6 +67,14 @@ rm -f $BUILD/CMakeCache.txt   # paths of carried packages may change between run
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DDITTO_CUDA=ON -DDITTO_FFMPEG=OFF \
     -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
 ninja -C $BUILD >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
+
+if [ $E2E_ONLY = 1 ]; then
+    log "ditto bench --e2e (cuda, synthetic:full, fp16 render networks)"
+    timeout 150 $BUILD/ditto bench --e2e .carry/full.avatar --backend cuda --weights synthetic:full --steps 50 \
+        --json "$OUT/bench_e2e.json" 2>&1 | grep -v "SYNTHETIC WEIGHTS" | tee -a "$OUT/summary.txt"
+    log "done"
+    exit 0
+fi
 
 if [ $TESTS = 1 ]; then
 log "op tests, cuda backend vs double references"
