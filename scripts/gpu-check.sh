@@ -72,6 +72,9 @@ if [ $E2E_ONLY = 1 ]; then
     log "ditto bench --e2e (cuda, synthetic:full, fp16 render networks)"
     timeout 150 $BUILD/ditto bench --e2e .carry/full.avatar --backend cuda --weights synthetic:full --steps 50 \
         --json "$OUT/bench_e2e.json" 2>&1 | grep -v "SYNTHETIC WEIGHTS" | tee -a "$OUT/summary.txt"
+    log "the same with --batch 3 (the frames checksum must match)"
+    timeout 150 $BUILD/ditto bench --e2e .carry/full.avatar --backend cuda --weights synthetic:full --steps 50 --batch 3 \
+        --json "$OUT/bench_e2e_b3.json" 2>&1 | grep -E "checksum|wall" | tee -a "$OUT/summary.txt"
     log "done"
     exit 0
 fi

@@ -139,6 +139,7 @@ int ditto_bench_e2e(int argc, char **argv)
     rc = ditto_session_open(&s, m, &sp);
     const double t_open = ditto_now() - t1;
     int64_t frames = 0;
+    uint64_t sum = 1469598103934665603ull;   /* FNV-1a over the frames' SHA-256 (YUV planes): one checksum for the clip */
     double t_first = 0, t2 = ditto_now();
     if (rc >= 0)
         rc = ditto_session_push_audio(s, pcm, n);
@@ -153,6 +154,10 @@ int ditto_bench_e2e(int argc, char **argv)
             break;
         if (!frames++)
             t_first = ditto_now() - t2;
+        char hex[65];
+        if (ditto_frame_sha256(&f, hex) == 0)
+            for (int k = 0; k < 64; k++)
+                sum = (sum ^ (uint8_t)hex[k]) * 1099511628211ull;
     }
     const double wall = ditto_now() - t2;
     if (rc < 0) {
@@ -168,6 +173,7 @@ int ditto_bench_e2e(int argc, char **argv)
         printf("  session open (avatar) %8.3f s\n", t_open);
         printf("  wall, push -> last    %8.3f s  (%lld frames, %.1f frames/s, %.2fx real time; first frame after %.3f s)\n", wall,
                (long long)frames, (double)frames / wall, seconds / wall, t_first);
+        printf("  frames checksum       %016llx  (FNV-1a of the frames' SHA-256: compare runs)\n", (unsigned long long)sum);
         printf("  busy time per stage (stages overlap):\n");
         for (int k = 0; k < DITTO_STAGE_COUNT; k++)
             if (st.seconds[k] > 0)
@@ -185,6 +191,7 @@ int ditto_bench_e2e(int argc, char **argv)
                         seconds, steps, batch);
                 fprintf(jf, "  \"load_s\": %.4f, \"open_s\": %.4f, \"wall_s\": %.4f, \"first_frame_s\": %.4f, \"frames\": %lld,\n", t_load, t_open,
                         wall, t_first, (long long)frames);
+                fprintf(jf, "  \"frames_checksum\": \"%016llx\",\n", (unsigned long long)sum);
                 fprintf(jf, "  \"stages_busy_s\": {");
                 for (int k = 0; k < DITTO_STAGE_COUNT; k++)
                     fprintf(jf, "%s\"%s\": %.4f", k ? ", " : "", ditto_stage_name((DittoStage)k), st.seconds[k]);

@@ -137,18 +137,17 @@ static int pred_noise(DittoBackend *be, const DittoDdimSchedule *s, int t, const
 }
 
 /*
- * Standard normals of stream (window + b, step) for every window b into dst
- * (B, L, F). Drawn on the host and uploaded: the op table has no RNG op yet
- * (one window's noise is L*F floats per step, small next to the step itself).
+ * Standard normals of stream (window + b, step) for every window b: B blocks
+ * of n floats at host. Drawn on the host (the op table has no RNG op yet)
+ * and uploaded once per sampling for all steps, so the step loop never waits
+ * for a transfer.
  */
-static int draw_noise(DittoBackend *be, const DittoDdimNoise *nz, uint32_t step, float *host, DittoTensor *dst)
+static void draw_noise(const DittoDdimNoise *nz, uint32_t step, int64_t B, int64_t n, float *host)
 {
-    const int64_t B = dst->shape[0], n = dst->shape[1] * dst->shape[2];
     for (int64_t b = 0; b < B; b++) {
         uint64_t stream = ditto_rng_stream(DITTO_RNG_PURPOSE_DDIM, nz->window + (uint32_t)b, step);
         ditto_rng_fill_normal(nz->seed, stream, 0, host + b * n, (size_t)n);
     }
-    return be->upload(be, dst->data, host, ditto_tensor_nbytes(dst));
 }
 
 int ditto_ddim_sample(DittoLmdm *m, DittoArena *ws, const DittoDdimSchedule *s, const DittoTensor *kp_cond, const DittoTensor *cond,
@@ -177,7 +176,7 @@ int ditto_ddim_sample(DittoLmdm *m, DittoArena *ws, const DittoDdimSchedule *s, 
     float *host = NULL;
     DittoArenaMark mark = ditto_arena_mark(ws);
     DittoLmdmCond st;
-    DittoTensor x, x0, eps, tmp, zs;
+    DittoTensor x, x0, eps, tmp, zall;
     int rc;
     CK(ditto_lmdm_cond_init(m, ws, kp_cond, cond, &st, tap));             /* audio-dependent work, once */
     NEW(x, B, L, F);
@@ -187,11 +186,19 @@ int ditto_ddim_sample(DittoLmdm *m, DittoArena *ws, const DittoDdimSchedule *s, 
     if (injected) {
         CK(ditto_op_copy(be, noise->x_T, &x));
     } else {
-        NEW(zs, B, L, F);
-        host = ditto_malloc(ditto_tensor_nbytes(&x));
+        /* slot 0: x_T (stream step 0); slot i + 1: z_i (stream step i + 1) of every step that is not the last */
+        NEW(zall, S + 1, B, L, F);
+        host = ditto_malloc(ditto_tensor_nbytes(&zall));
         if (!host)
             CK(DITTO_ERR_NOMEM);
-        CK(draw_noise(be, noise, 0, host, &x));                           /* x_T */
+        draw_noise(noise, 0, B, L * F, host);
+        for (int i = 0; i < S; i++)
+            if (s->step[i].t_next >= 0)
+                draw_noise(noise, (uint32_t)i + 1, B, L * F, host + (size_t)(i + 1) * (size_t)(B * L * F));
+        CK(be->upload(be, zall.data, host, ditto_tensor_nbytes(&zall)));
+        DittoTensor z0;
+        CK(ditto_tensor_select(&zall, 0, 0, &z0));
+        CK(ditto_op_copy(be, &z0, &x));                                   /* x_T */
     }
     for (int i = 0; i < S; i++) {
         const DittoDdimStep *sp = &s->step[i];
@@ -214,8 +221,7 @@ int ditto_ddim_sample(DittoLmdm *m, DittoArena *ws, const DittoDdimSchedule *s, 
                 z.stride[0] = 0;
             }
         } else {
-            CK(draw_noise(be, noise, (uint32_t)i + 1, host, &zs));        /* z_i */
-            z = zs;
+            CK(ditto_tensor_select(&zall, 0, i + 1, &z));                 /* z_i */
         }
         CK(mul_scalar(be, sp->alpha_next_sqrt, &x0, &x));                   /* x = x0 sqrt(abar_next) */
         CK(mul_scalar(be, sp->c, &eps, &tmp));
