@@ -108,6 +108,22 @@ static void report_items(TestCtx *c, const char *cname, TT *batch, TT **single, 
         tt_free(single[b]);
 }
 
+/* A chunked run (got, freed here) against the unchunked one (ref, on the host): every value the same. */
+static void report_same(TestCtx *c, const char *cname, const char *what, TT *ref, TT *got, int rc)
+{
+    char label[96];
+    snprintf(label, sizeof label, "%s.%s", cname, what);
+    if (rc < 0) {
+        test_report(c, label, false, "chunked forward failed");
+    } else {
+        tt_to_host(got);
+        double max_d = 0;
+        size_t diff = item_diff(tt_f32(ref), 0, tt_f32(got), (size_t)ditto_tensor_numel(&ref->host), &max_d);
+        test_report(c, label, diff == 0, "%zu values differ from the unchunked run (max |diff| %.3g)", diff, max_d);
+    }
+    tt_free(got);
+}
+
 /* ---- pure functions ---- */
 
 static void test_fn_grid(TestCtx *c)
@@ -233,17 +249,7 @@ static void test_warp_case(TestCtx *c, DittoArena *ws, DittoWarp *w, const char 
         ditto_warp_set_budget(w, 1);
         rc = ditto_warp_forward(w, ws, &f_s->dev, &kp_s->dev, &kp_d->dev, &chunked->dev, NULL);
         ditto_warp_set_budget(w, 0);
-        char label[96];
-        snprintf(label, sizeof label, "%s.chunks_of_1", cname);
-        if (rc < 0) {
-            test_report(c, label, false, "chunked forward failed");
-        } else {
-            tt_to_host(chunked);
-            double max_d = 0;
-            size_t diff = item_diff(tt_f32(out), 0, tt_f32(chunked), (size_t)ditto_tensor_numel(&out->host), &max_d);
-            test_report(c, label, diff == 0, "%zu values differ from the unchunked run (max |diff| %.3g)", diff, max_d);
-        }
-        tt_free(chunked);
+        report_same(c, cname, "chunks_of_1", out, chunked, rc);
     }
     tt_free(out);
 done:
@@ -295,17 +301,7 @@ static void test_decoder_case(TestCtx *c, DittoArena *ws, DittoDecoder *g, const
         ditto_decoder_set_up_budget(g, 1);
         rc = ditto_decoder_forward(g, ws, &feat->dev, &chunked->dev, NULL);
         ditto_decoder_set_up_budget(g, 0);
-        char label[96];
-        snprintf(label, sizeof label, "%s.up_chunks_of_1", cname);
-        if (rc < 0) {
-            test_report(c, label, false, "chunked forward failed");
-        } else {
-            tt_to_host(chunked);
-            double max_d = 0;
-            size_t diff = item_diff(tt_f32(img), 0, tt_f32(chunked), (size_t)ditto_tensor_numel(&img->host), &max_d);
-            test_report(c, label, diff == 0, "%zu values differ from the unchunked run (max |diff| %.3g)", diff, max_d);
-        }
-        tt_free(chunked);
+        report_same(c, cname, "up_chunks_of_1", img, chunked, rc);
     }
     tt_free(img);
     tt_free(feat);
