@@ -616,7 +616,8 @@ static __global__ void k_small_o_sum(const float *part, const void *bias, bool b
 static bool small_o_fits(const ConvGeom *g, int64_t *H, int64_t *W, int64_t *Hin, int64_t *Win, bool *flat)
 {
     *flat = false;
-    if (g->G != 1 || g->O > SO_OMAX || g->O < 1)
+    /* grid z = items x channel ranges; bigger batches take the general path */
+    if (g->G != 1 || g->O > SO_OMAX || g->O < 1 || g->N * ((g->C + SO_CSPLIT - 1) / SO_CSPLIT) > 65535)
         return false;
     bool unit = true, nopad = true;
     for (int i = 0; i < 3; i++) {
@@ -643,10 +644,8 @@ static bool small_o_fits(const ConvGeom *g, int64_t *H, int64_t *W, int64_t *Hin
 static int conv_small_o(DittoBackend *be, const ConvGeom *g, int64_t H, int64_t W, int64_t Hin, int64_t Win, bool flat,
                         const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y)
 {
-    const int splits = (int)((g->C + SO_CSPLIT - 1) / SO_CSPLIT);
+    const int splits = (int)((g->C + SO_CSPLIT - 1) / SO_CSPLIT);   /* splits * N <= 65535: small_o_fits */
     const int64_t NOHW = g->N * g->O * H * W;
-    if ((int64_t)splits * g->N > 65535)
-        return ditto_fail(&be->log, DITTO_ERR_RANGE, "op conv: too many items x channel ranges for the direct kernel");
     float *part = NULL;
     if (splits > 1)
         DITTO_TRY(ditto_cuda_workspace(be, (size_t)splits * (size_t)NOHW * sizeof(float), (void **)&part));
