@@ -630,7 +630,7 @@ static bool small_o_fits(const ConvGeom *g, int64_t *H, int64_t *W, int64_t *Hin
         *flat = true;
         *Hin = *H = g->in_vol / g->in[2];
         *Win = *W = g->in[2];
-        return g->in_vol < INT_MAX && g->C * g->in_vol < INT_MAX && g->O * g->out_vol < INT_MAX;
+        return *H / SO_TILE < 65535 && g->in_vol < INT_MAX && g->C * g->in_vol < INT_MAX && g->O * g->out_vol < INT_MAX;
     }
     if (g->in[0] != 1 || g->k[0] != 1 || g->k[1] > SO_KMAX || g->k[2] > SO_KMAX)
         return false;
@@ -638,7 +638,7 @@ static bool small_o_fits(const ConvGeom *g, int64_t *H, int64_t *W, int64_t *Hin
     *Win = g->in[2];
     *H = g->out[1];
     *W = g->out[2];
-    return g->C * g->in_vol < INT_MAX && g->O * g->out_vol < INT_MAX;
+    return *H / SO_TILE < 65535 && g->C * g->in_vol < INT_MAX && g->O * g->out_vol < INT_MAX;
 }
 
 static int conv_small_o(DittoBackend *be, const ConvGeom *g, int64_t H, int64_t W, int64_t Hin, int64_t Win, bool flat,
