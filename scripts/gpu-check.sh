@@ -13,6 +13,7 @@
 #     --bench-only     skip the op tests and ditto verify
 #     --profile        per-op profile of one fp16 run at B=8 (ditto bench --profile)
 #     --conv-study     the cuDNN conv layout study (bench/torch_ref/conv_layouts.py)
+#     --tree-hash      print the hash of the sources that runs log, and exit
 #     --e2e-only       build, then only `ditto bench --e2e` on .carry/full.avatar (a
 #                      .avatar baked with `ditto bake --weights synthetic`: official
 #                      sizes) with synthetic:full weights, 15.755 s of audio, 50 steps
@@ -25,6 +26,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
+# The machine's copy of the tree may carry a stale .git: runs also print a hash of the
+# sources, which `scripts/gpu-check.sh --tree-hash` prints for a checkout, to match a run to a commit.
+tree_hash() { find CMakeLists.txt cmake include src tools tests bench scripts -type f -not -name '*.pyc' 2>/dev/null | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-16; }
 QUICK=0
 TORCH=1
 COMPILE=0
@@ -34,6 +38,7 @@ STUDY=0
 E2E_ONLY=0
 for a in "$@"; do
     case "$a" in
+    --tree-hash) tree_hash; exit 0 ;;
     --quick) QUICK=1 ;;
     --no-torch) TORCH=0 ;;
     --torch-compile) COMPILE=1 ;;
@@ -58,7 +63,7 @@ if ls .carry/debs/*.deb >/dev/null 2>&1; then
 fi
 export DITTO_SHARED="$PWD/.carry/shared"
 
-log "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (+uncommitted changes)')"
+log "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (+uncommitted changes)'), source tree $(tree_hash)"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee -a "$OUT/summary.txt"
 
 log "build (CUDA on, FFmpeg off, sm_90)"
