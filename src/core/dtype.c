@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "core/dtype_elem.h"
 #include "core/half.h"
 
 static const struct { size_t size; const char *name; } dtype_info[DITTO_DTYPE_COUNT] = {
@@ -40,44 +41,6 @@ float ditto_bf16_to_f32(uint16_t h)
     return ditto_bf16_to_f32_inline(h);
 }
 
-static double load(const void *p, DittoDType t, size_t i)
-{
-    switch (t) {
-    case DITTO_F32: return ((const float *)p)[i];
-    case DITTO_F16: return ditto_f16_to_f32(((const uint16_t *)p)[i]);
-    case DITTO_BF16: return ditto_bf16_to_f32(((const uint16_t *)p)[i]);
-    case DITTO_F64: return ((const double *)p)[i];
-    case DITTO_I64: return (double)((const int64_t *)p)[i];
-    case DITTO_I32: return ((const int32_t *)p)[i];
-    case DITTO_U8: return ((const uint8_t *)p)[i];
-    case DITTO_I8: return ((const int8_t *)p)[i];
-    case DITTO_BOOL: return ((const uint8_t *)p)[i] != 0;
-    default: return 0;
-    }
-}
-
-/* Float -> integer casts are undefined in C outside the target range: clamp. */
-static double clampd(double v, double lo, double hi)
-{
-    return v != v ? 0 : v < lo ? lo : v > hi ? hi : v;
-}
-
-static void store(void *p, DittoDType t, size_t i, double v)
-{
-    switch (t) {
-    case DITTO_F32: ((float *)p)[i] = (float)v; break;
-    case DITTO_F16: ((uint16_t *)p)[i] = ditto_f32_to_f16((float)v); break;
-    case DITTO_BF16: ((uint16_t *)p)[i] = ditto_f32_to_bf16((float)v); break;
-    case DITTO_F64: ((double *)p)[i] = v; break;
-    case DITTO_I64: ((int64_t *)p)[i] = (int64_t)clampd(v, -9.2233720368547748e18, 9.2233720368547748e18 - 1024); break;
-    case DITTO_I32: ((int32_t *)p)[i] = (int32_t)clampd(v, -2147483648.0, 2147483647.0); break;
-    case DITTO_U8: ((uint8_t *)p)[i] = (uint8_t)clampd(v, 0, 255); break;
-    case DITTO_I8: ((int8_t *)p)[i] = (int8_t)clampd(v, -128, 127); break;
-    case DITTO_BOOL: ((uint8_t *)p)[i] = v != 0; break;
-    default: break;
-    }
-}
-
 void ditto_convert(void *dst, DittoDType dt, const void *src, DittoDType st, size_t n)
 {
     if (dt == st) {
@@ -103,7 +66,7 @@ void ditto_convert(void *dst, DittoDType dt, const void *src, DittoDType st, siz
         return;
     }
     for (size_t i = 0; i < n; i++)
-        store(dst, dt, i, load(src, st, i));
+        ditto_elem_store(dst, dt, (int64_t)i, ditto_elem_load(src, st, (int64_t)i));
 }
 
 void ditto_convert_unaligned(void *dst, DittoDType dt, const void *src, DittoDType st, size_t n)

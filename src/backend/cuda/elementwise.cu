@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
+#include "core/dtype_elem.h"
 #include "core/half.h"
 
 #define EW_MAX_OPS 3
@@ -126,44 +127,7 @@ static int on_device(DittoBackend *be, const char *op, const DittoTensor *t)
     return 0;
 }
 
-/* ---- dtype conversion, bit-identical to core/dtype.c (shared core/half.h) ---- */
-
-static __device__ double cv_load(const void *p, int t, int64_t i)
-{
-    switch (t) {
-    case DITTO_F32: return ((const float *)p)[i];
-    case DITTO_F16: return ditto_half_to_f32(((const uint16_t *)p)[i]);
-    case DITTO_BF16: return ditto_bf16_to_f32_inline(((const uint16_t *)p)[i]);
-    case DITTO_F64: return ((const double *)p)[i];
-    case DITTO_I64: return (double)((const int64_t *)p)[i];
-    case DITTO_I32: return ((const int32_t *)p)[i];
-    case DITTO_U8: return ((const uint8_t *)p)[i];
-    case DITTO_I8: return ((const int8_t *)p)[i];
-    case DITTO_BOOL: return ((const uint8_t *)p)[i] != 0;
-    default: return 0;
-    }
-}
-
-static __device__ double cv_clamp(double v, double lo, double hi)
-{
-    return v != v ? 0 : v < lo ? lo : v > hi ? hi : v;
-}
-
-static __device__ void cv_store(void *p, int t, int64_t i, double v)
-{
-    switch (t) {
-    case DITTO_F32: ((float *)p)[i] = (float)v; break;
-    case DITTO_F16: ((uint16_t *)p)[i] = ditto_half_from_f32((float)v); break;
-    case DITTO_BF16: ((uint16_t *)p)[i] = ditto_bf16_from_f32((float)v); break;
-    case DITTO_F64: ((double *)p)[i] = v; break;
-    case DITTO_I64: ((int64_t *)p)[i] = (int64_t)cv_clamp(v, -9.2233720368547748e18, 9.2233720368547748e18 - 1024); break;
-    case DITTO_I32: ((int32_t *)p)[i] = (int32_t)cv_clamp(v, -2147483648.0, 2147483647.0); break;
-    case DITTO_U8: ((uint8_t *)p)[i] = (uint8_t)(int)cv_clamp(v, 0, 255); break;
-    case DITTO_I8: ((int8_t *)p)[i] = (int8_t)(int)cv_clamp(v, -128, 127); break;
-    case DITTO_BOOL: ((uint8_t *)p)[i] = v != 0; break;
-    default: break;
-    }
-}
+/* ---- dtype conversion: core/dtype_elem.h, as ditto_convert on the host ---- */
 
 static __device__ __forceinline__ void copy_bytes(void *y, int64_t oy, const void *x, int64_t ox, int size)
 {
@@ -192,7 +156,7 @@ static __global__ void copy_kernel(const __grid_constant__ EwDims d, void *y, in
             else
                 ((int32_t *)y)[off[0]] = (int32_t)v;
         } else {
-            cv_store(y, dt, off[0], cv_load(x, st, off[1]));
+            ditto_elem_store(y, dt, off[0], ditto_elem_load(x, st, off[1]));
         }
     }
 }
