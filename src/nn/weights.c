@@ -242,13 +242,13 @@ int ditto_loader_get(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *
     return get_key(l, out, ndim, shape, key, l->dtype);
 }
 
-static int key_of(DittoLoader *l, char *buf, size_t n, const char *fmt, ...)
+/* prefix + fmt into buf, as every getter forms its key */
+static void key_of(DittoLoader *l, char *buf, size_t n, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vkey(l, buf, n, fmt, ap);
     va_end(ap);
-    return 0;
 }
 
 int ditto_loader_get_cat(DittoLoader *l, DittoTensor *out, int n, const char *const *keys, int ndim, const int64_t *shape)
@@ -267,11 +267,9 @@ int ditto_loader_get_cat(DittoLoader *l, DittoTensor *out, int n, const char *co
         char key[256];
         key_of(l, key, sizeof key, "%s", keys[i]);
         DittoCatalogEntry *e = expect(l, key, ndim, shape);
-        float *h = e ? read_host(l, e) : NULL;
-        if (h) {
-            memcpy(all + numel * (size_t)i, h, numel * sizeof(float));
-            ditto_free_aligned(h);
-        }
+        int rc = e ? ditto_catalog_read_f32(l->cat, e, all + numel * (size_t)i) : 0;   /* straight into its rows */
+        if (rc < 0)
+            ditto_loader_fail(l, rc, "cannot read '%s'", e->name);
     }
     if (!l->err) {
         int64_t cat_shape[DITTO_MAX_DIMS];
