@@ -420,9 +420,14 @@ struct DittoA2mLmdm {
     DittoDdimSchedule sched;
     DittoArena ws;
     bool ws_init;
-    DittoBuffer kp_buf, cond_buf, out_buf;
+    DittoBuffer kp_buf, cond_buf, out_buf, noise_buf;
     DittoTensor kp, cond, out;       /* (1, F), (1, L, Cc), (1, L, F) */
+    DittoTensor noise;               /* (S + 1, 1, L, F): x_T, then z of every step (DittoDdimNoise.all) */
+    float *noise_host;               /* its host staging, seeded noise only */
     int64_t n_xT;                    /* windows the injected x_T covers */
+    int64_t runs;                    /* windows sampled so far */
+    void *graph;                     /* captured window, replayed; NULL: op by op */
+    bool graph_failed;               /* capture did not work here: stay op by op */
 };
 
 void ditto_a2m_lmdm_params_default(DittoA2mLmdmParams *p)
@@ -430,6 +435,7 @@ void ditto_a2m_lmdm_params_default(DittoA2mLmdmParams *p)
     memset(p, 0, sizeof *p);
     p->steps = DITTO_DDIM_DEFAULT_STEPS;
     p->coef = DITTO_DDIM_COEF_EXACT;
+    p->graph = true;
 }
 
 static int device_tensor(DittoBackend *be, DittoBuffer *buf, int ndim, const int64_t *shape, DittoTensor *t)
@@ -439,6 +445,20 @@ static int device_tensor(DittoBackend *be, DittoBuffer *buf, int ndim, const int
     t->data = buf->ptr;
     t->device = be->allocator.device;
     return 0;
+}
+
+/* Injected z (S-1, 1, L, F) into noise slots 1 .. S-1, once: it is the same for every window. */
+static int copy_step_noise(DittoA2mLmdm *s)
+{
+    const int S = s->p.steps;
+    DittoTensor dst;
+    DITTO_TRY(ditto_tensor_slice(&s->noise, 0, 1, S, 1, &dst));
+    const DittoTensor *z = s->p.z;
+    if (z->ndim != 4 || z->shape[0] != S - 1 || z->shape[1] != 1 || z->shape[2] != dst.shape[2] || z->shape[3] != dst.shape[3] ||
+        z->dtype != DITTO_F32 || z->device != s->be->allocator.device)
+        return ditto_fail(&s->be->log, DITTO_ERR_SHAPE, "audio2motion: injected z must be a float32 (%d, 1, %lld, %lld) on the %s backend", S - 1,
+                          (long long)dst.shape[2], (long long)dst.shape[3], s->be->name);
+    return ditto_op_copy(s->be, z, &dst);
 }
 
 int ditto_a2m_lmdm_open(DittoA2mLmdm **out, DittoLmdm *m, const DittoA2mLmdmParams *p)
@@ -482,6 +502,12 @@ int ditto_a2m_lmdm_open(DittoA2mLmdm **out, DittoLmdm *m, const DittoA2mLmdmPara
         rc = device_tensor(be, &s->cond_buf, 3, (const int64_t[]){ 1, L, d->cond_dim }, &s->cond);
     if (rc >= 0)
         rc = device_tensor(be, &s->out_buf, 3, (const int64_t[]){ 1, L, F }, &s->out);
+    if (rc >= 0)
+        rc = device_tensor(be, &s->noise_buf, 4, (const int64_t[]){ p->steps + 1, 1, L, F }, &s->noise);
+    if (rc >= 0 && !p->x_T && !(s->noise_host = ditto_malloc(ditto_tensor_nbytes(&s->noise))))
+        rc = DITTO_ERR_NOMEM;
+    if (rc >= 0 && p->x_T && p->steps > 1)
+        rc = copy_step_noise(s);
     if (rc < 0) {
         ditto_a2m_lmdm_close(&s);
         return rc;
@@ -495,6 +521,10 @@ void ditto_a2m_lmdm_close(DittoA2mLmdm **ps)
     if (!ps || !*ps)
         return;
     DittoA2mLmdm *s = *ps;
+    if (s->graph)
+        s->be->graph_free(s->be, s->graph);
+    ditto_free(s->noise_host);
+    ditto_buffer_free(&s->noise_buf);
     ditto_buffer_free(&s->kp_buf);
     ditto_buffer_free(&s->cond_buf);
     ditto_buffer_free(&s->out_buf);
@@ -504,30 +534,67 @@ void ditto_a2m_lmdm_close(DittoA2mLmdm **ps)
     *ps = NULL;
 }
 
+/*
+ * One window's device work with every address fixed: the first window runs
+ * op by op (the arena reaches its size), then the arena is folded into one
+ * block and the second window is captured; later windows replay it. The
+ * capture is kept only if nothing was allocated while recording.
+ */
+static int run_window_device(DittoA2mLmdm *s)
+{
+    DittoBackend *be = s->be;
+    DittoDdimNoise nz = { .all = &s->noise };
+    const bool want = s->p.graph && be->capture_begin && !s->graph_failed;
+    if (s->graph)
+        return be->graph_launch(be, s->graph);
+    if (!want || s->runs == 0)
+        return ditto_ddim_sample(s->m, &s->ws, &s->sched, &s->kp, &s->cond, &nz, &s->out, NULL);
+    DITTO_TRY(be->sync(be));
+    DITTO_TRY(ditto_arena_reset(&s->ws));
+    const int grows = s->ws.grows;
+    DITTO_TRY(be->capture_begin(be));
+    int rc = ditto_ddim_sample(s->m, &s->ws, &s->sched, &s->kp, &s->cond, &nz, &s->out, NULL);
+    void *g = NULL;
+    int rc2 = be->capture_end(be, &g);
+    if (rc >= 0 && rc2 >= 0 && g && s->ws.grows == grows) {
+        s->graph = g;
+        ditto_log(&be->log, DITTO_LOG_DEBUG, "audio2motion: window of %d DDIM steps captured as a graph", s->sched.steps);
+        return be->graph_launch(be, g);
+    }
+    if (g)
+        be->graph_free(be, g);
+    s->graph_failed = true;
+    ditto_log(&be->log, DITTO_LOG_WARN, "audio2motion: graph capture of the DDIM loop failed (%s); running op by op",
+              ditto_strerror(rc < 0 ? rc : rc2 < 0 ? rc2 : DITTO_ERR_NOMEM));
+    return ditto_ddim_sample(s->m, &s->ws, &s->sched, &s->kp, &s->cond, &nz, &s->out, NULL);
+}
+
 static int lmdm_sample(void *ctx, int64_t window, const float *kp_cond, const float *cond, float *pred)
 {
     DittoA2mLmdm *s = ctx;
     DittoBackend *be = s->be;
-    DittoDdimNoise nz = { 0 };
-    DittoTensor xT;
+    const int64_t n = s->out.shape[1] * s->out.shape[2];
+    DittoTensor slot0;
+    DITTO_TRY(ditto_tensor_select(&s->noise, 0, 0, &slot0));               /* (1, L, F) */
     if (s->p.x_T) {
-        /* upstream order: x_T[w] per window, the same z for every window */
+        /* upstream order: x_T[w] per window, the same z for every window (copied at open) */
         if (window >= s->n_xT)
             return ditto_fail(&be->log, DITTO_ERR_RANGE, "audio2motion: injected x_T holds %lld windows, window %lld wanted", (long long)s->n_xT,
                               (long long)window);
+        DittoTensor xT;
         DITTO_TRY(ditto_tensor_slice(s->p.x_T, 0, window, window + 1, 1, &xT));
         DITTO_TRY(ditto_tensor_reshape(&xT, 3, s->out.shape, &xT));
-        nz.x_T = &xT;
-        nz.z = s->p.z;
+        DITTO_TRY(ditto_op_copy(be, &xT, &slot0));
     } else {
         if (window < 0 || window >= (1 << 24))
             return ditto_fail(&be->log, DITTO_ERR_RANGE, "audio2motion: window %lld beyond the RNG stream layout", (long long)window);
-        nz.seed = s->p.seed;
-        nz.window = (uint32_t)window;
+        ditto_ddim_draw_noise(&s->sched, s->p.seed, (uint32_t)window, 1, n, s->noise_host);
+        DITTO_TRY(be->upload(be, s->noise.data, s->noise_host, ditto_tensor_nbytes(&s->noise)));
     }
     DITTO_TRY(be->upload(be, s->kp.data, kp_cond, ditto_tensor_nbytes(&s->kp)));
     DITTO_TRY(be->upload(be, s->cond.data, cond, ditto_tensor_nbytes(&s->cond)));
-    DITTO_TRY(ditto_ddim_sample(s->m, &s->ws, &s->sched, &s->kp, &s->cond, &nz, &s->out, NULL));
+    DITTO_TRY(run_window_device(s));
+    s->runs++;
     DITTO_TRY(be->sync(be));
     return be->download(be, pred, s->out.data, ditto_tensor_nbytes(&s->out));
 }

@@ -190,17 +190,25 @@ typedef struct DittoA2mLmdmParams {
      */
     const DittoTensor *x_T;
     const DittoTensor *z;
+    /*
+     * Replay windows as one CUDA graph on backends that capture [true]: the
+     * first window runs op by op (sizes settle), the second is captured
+     * (cond_init plus every DDIM step) and replayed from then on; the frames
+     * are the ones op-by-op execution gives. false: always op by op.
+     */
+    bool graph;
 } DittoA2mLmdmParams;
 
-/* 50 steps, exact coefficients, seed 0, seeded noise. */
+/* 50 steps, exact coefficients, seed 0, seeded noise, graphs on. */
 void ditto_a2m_lmdm_params_default(DittoA2mLmdmParams *p);
 
 typedef struct DittoA2mLmdm DittoA2mLmdm;
 
 /*
  * A sampler over model m (borrowed: it must outlive the sampler): its own
- * scratch arena and device buffers for one window. Injected tensors are
- * borrowed too. Errors: DITTO_ERR_INVAL / _RANGE / _SHAPE for bad params,
+ * scratch arena and device buffers for one window (inputs, output and the
+ * noise of every step, so a window's device work reads and writes fixed
+ * addresses). Injected tensors are borrowed too. Errors: DITTO_ERR_INVAL / _RANGE / _SHAPE for bad params,
  * DITTO_ERR_NOMEM.
  */
 int ditto_a2m_lmdm_open(DittoA2mLmdm **out, DittoLmdm *m, const DittoA2mLmdmParams *p);

@@ -136,17 +136,25 @@ static int pred_noise(DittoBackend *be, const DittoDdimSchedule *s, int t, const
     return ditto_op_binary(be, DITTO_BINARY_SUB, eps, tmp, eps);
 }
 
-/*
- * Standard normals of stream (window + b, step) for every window b: B blocks
- * of n floats at host. Drawn on the host (the op table has no RNG op yet)
- * and uploaded once per sampling for all steps, so the step loop never waits
- * for a transfer.
- */
-static void draw_noise(const DittoDdimNoise *nz, uint32_t step, int64_t B, int64_t n, float *host)
+/* Standard normals of stream (window + b, step) for every window b: B blocks of n floats at host. */
+static void draw_noise(uint64_t seed, uint32_t window, uint32_t step, int64_t B, int64_t n, float *host)
 {
     for (int64_t b = 0; b < B; b++) {
-        uint64_t stream = ditto_rng_stream(DITTO_RNG_PURPOSE_DDIM, nz->window + (uint32_t)b, step);
-        ditto_rng_fill_normal(nz->seed, stream, 0, host + b * n, (size_t)n);
+        uint64_t stream = ditto_rng_stream(DITTO_RNG_PURPOSE_DDIM, window + (uint32_t)b, step);
+        ditto_rng_fill_normal(seed, stream, 0, host + b * n, (size_t)n);
+    }
+}
+
+void ditto_ddim_draw_noise(const DittoDdimSchedule *s, uint64_t seed, uint32_t window, int64_t B, int64_t n, float *host)
+{
+    const size_t slot = (size_t)(B * n);
+    draw_noise(seed, window, 0, B, n, host);                        /* x_T: stream step 0 */
+    for (int i = 0; i < s->steps; i++) {
+        float *z = host + (size_t)(i + 1) * slot;
+        if (s->step[i].t_next >= 0)
+            draw_noise(seed, window, (uint32_t)i + 1, B, n, z);     /* z_i: stream step i + 1 */
+        else
+            memset(z, 0, slot * sizeof *z);
     }
 }
 
@@ -162,8 +170,11 @@ int ditto_ddim_sample(DittoLmdm *m, DittoArena *ws, const DittoDdimSchedule *s, 
     if (S < 1 || S > DITTO_DDIM_MAX_STEPS)
         return ditto_fail(&be->log, DITTO_ERR_RANGE, "ddim: schedule of %d steps (not initialised?)", S);
     DITTO_TRY(check_tensor(be, "out", out, DITTO_SHAPE(B, L, F)));
-    const bool injected = noise->x_T != NULL;
-    if (injected) {
+    const bool all = noise->all != NULL;
+    const bool injected = !all && noise->x_T != NULL;
+    if (all) {
+        DITTO_TRY(check_tensor(be, "noise", noise->all, DITTO_SHAPE(S + 1, B, L, F)));
+    } else if (injected) {
         DITTO_TRY(check_tensor(be, "x_T", noise->x_T, DITTO_SHAPE(B, L, F)));
         if (S > 1) {
             int64_t zb = noise->z && noise->z->ndim == 4 && noise->z->shape[1] == 1 ? 1 : B;
@@ -186,16 +197,17 @@ int ditto_ddim_sample(DittoLmdm *m, DittoArena *ws, const DittoDdimSchedule *s, 
     if (injected) {
         CK(ditto_op_copy(be, noise->x_T, &x));
     } else {
-        /* slot 0: x_T (stream step 0); slot i + 1: z_i (stream step i + 1) of every step that is not the last */
-        NEW(zall, S + 1, B, L, F);
-        host = ditto_malloc(ditto_tensor_nbytes(&zall));
-        if (!host)
-            CK(DITTO_ERR_NOMEM);
-        draw_noise(noise, 0, B, L * F, host);
-        for (int i = 0; i < S; i++)
-            if (s->step[i].t_next >= 0)
-                draw_noise(noise, (uint32_t)i + 1, B, L * F, host + (size_t)(i + 1) * (size_t)(B * L * F));
-        CK(be->upload(be, zall.data, host, ditto_tensor_nbytes(&zall)));
+        if (all) {
+            zall = *noise->all;
+        } else {
+            /* drawn here, uploaded once for all steps so the step loop never waits for a transfer */
+            NEW(zall, S + 1, B, L, F);
+            host = ditto_malloc(ditto_tensor_nbytes(&zall));
+            if (!host)
+                CK(DITTO_ERR_NOMEM);
+            ditto_ddim_draw_noise(s, noise->seed, noise->window, B, L * F, host);
+            CK(be->upload(be, zall.data, host, ditto_tensor_nbytes(&zall)));
+        }
         DittoTensor z0;
         CK(ditto_tensor_select(&zall, 0, 0, &z0));
         CK(ditto_op_copy(be, &z0, &x));                                   /* x_T */

@@ -102,7 +102,21 @@ typedef struct DittoDdimNoise {
     const DittoTensor *z;
     uint64_t seed;
     uint32_t window;               /* window index of batch item 0 (< 2^24 - B) */
+    /*
+     * Or all of it already on the device: (S + 1, B, L, F) contiguous float32,
+     * slot 0 = x_T, slot i + 1 = z of step i (the last slot is never read).
+     * Takes precedence over x_T and the seed; the call then does no host
+     * work and no transfer, so it can be captured as a CUDA graph.
+     */
+    const DittoTensor *all;
 } DittoDdimNoise;
+
+/*
+ * The seeded noise of windows window .. window + B - 1 in the layout of
+ * DittoDdimNoise.all, into host (S + 1) * B * n floats, n = L * F. Slots of
+ * steps that draw no noise (the last) are zeroed. Pure host work.
+ */
+void ditto_ddim_draw_noise(const DittoDdimSchedule *s, uint64_t seed, uint32_t window, int64_t B, int64_t n, float *host);
 
 /*
  * Sample B windows: kp_cond (B, F), cond (B, L, cond_dim) -> out (B, L, F),
