@@ -6,7 +6,7 @@
 # benchmark in the same run, and writes every log and JSON under $OUT
 # (default /tmp/gpu-out).
 #
-#   scripts/gpu-check.sh [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study] [--e2e-only]
+#   scripts/gpu-check.sh [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study] [--e2e-only] [--motion-only]
 #     --quick          fewer batch sizes and iterations in ditto bench
 #     --no-torch       skip the PyTorch reference
 #     --torch-compile  also time torch.compile (long: several minutes of compiling)
@@ -17,6 +17,9 @@
 #     --e2e-only       build, then only `ditto bench --e2e` on .carry/full.avatar (a
 #                      .avatar baked with `ditto bake --weights synthetic`: official
 #                      sizes) with synthetic:full weights, 15.755 s of audio, 50 steps
+#     --motion-only    build, then only the motion checks: `ditto verify --backend cuda`
+#                      on the LMDM / audio2motion fixtures and `ditto bench --lmdm`
+#                      (windows op by op and as CUDA graphs, parity with the cpu)
 #
 # Inputs it expects next to the checkout (copied there by the developer and
 # carried to the machine, both git-ignored):
@@ -36,6 +39,7 @@ TESTS=1
 PROFILE=0
 STUDY=0
 E2E_ONLY=0
+MOTION_ONLY=0
 for a in "$@"; do
     case "$a" in
     --tree-hash) tree_hash; exit 0 ;;
@@ -46,7 +50,8 @@ for a in "$@"; do
     --profile) PROFILE=1 ;;
     --conv-study) STUDY=1 ;;
     --e2e-only) E2E_ONLY=1; TORCH=0 ;;
-    *) echo "usage: $0 [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study] [--e2e-only]" >&2; exit 2 ;;
+    --motion-only) MOTION_ONLY=1; TORCH=0 ;;
+    *) echo "usage: $0 [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study] [--e2e-only] [--motion-only]" >&2; exit 2 ;;
     esac
 done
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
@@ -72,6 +77,21 @@ rm -f $BUILD/CMakeCache.txt   # paths of carried packages may change between run
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DDITTO_CUDA=ON -DDITTO_FFMPEG=OFF \
     -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
 ninja -C $BUILD >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
+
+motion_checks() {
+    log "ditto verify --backend cuda: LMDM, DDIM sampler, audio2motion (several windows: graph capture and replay)"
+    $BUILD/ditto verify --fixtures "$DITTO_SHARED/fixtures/ditto" --backend cuda --case 'lmdm_*,a2m_*' >"$OUT/verify_cuda_motion.txt" 2>&1
+    echo "rc=$?" >>"$OUT/verify_cuda_motion.txt"
+    grep -vE "^\s*$" "$OUT/verify_cuda_motion.txt" | tail -16 | tee -a "$OUT/summary.txt"
+    log "ditto bench --lmdm (cuda, official size, 50 steps; parity: 2 windows on the cpu)"
+    timeout 300 $BUILD/ditto bench --lmdm --backend cuda --windows 12 --steps 50 --parity 2 --json "$OUT/bench_lmdm.json" 2>&1 \
+        | tee -a "$OUT/summary.txt"
+}
+if [ $MOTION_ONLY = 1 ]; then
+    motion_checks
+    log "done"
+    exit 0
+fi
 
 if [ $E2E_ONLY = 1 ]; then
     log "ditto bench --e2e (cuda, synthetic:full, fp16 render networks)"
@@ -121,6 +141,8 @@ if [ $STUDY = 1 ]; then
     log "cuDNN conv layouts (PyTorch)"
     python3 bench/torch_ref/conv_layouts.py --batch 8 --json "$OUT/conv_layouts.json" 2>&1 | tee "$OUT/conv_layouts.txt" | tail -40
 fi
+
+[ $TESTS = 1 ] && motion_checks
 
 log "ditto bench (cuda, official sizes, synthetic weights)"
 if [ $QUICK = 1 ]; then B=1,8; IT=5; else B=1,4,8,16; IT=20; fi

@@ -13,6 +13,8 @@ int ditto_cmd_verify(int argc, char **argv);
 int ditto_cmd_bench(int argc, char **argv);
 /* ditto bench --e2e AVATAR ...: the whole pipeline through the session API (cmd_bench_e2e.c). */
 int ditto_bench_e2e(int argc, char **argv);
+/* ditto bench --lmdm ...: the motion sampler alone, op by op and as CUDA graphs (cmd_bench_lmdm.c). */
+int ditto_bench_lmdm(int argc, char **argv);
 int ditto_cmd_bake(int argc, char **argv);
 int ditto_cmd_render(int argc, char **argv);
 

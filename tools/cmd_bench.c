@@ -67,7 +67,8 @@ static void usage(FILE *f)
             "  --quiet          print only the table\n"
             "  --verbose        log backend decisions (e.g. which convolutions run batched)\n"
             "  -h, --help       this text\n\n"
-            "ditto bench --e2e AVATAR [...] times the whole pipeline instead (--e2e --help).\n");
+            "ditto bench --e2e AVATAR [...] times the whole pipeline instead (--e2e --help);\n"
+            "ditto bench --lmdm [...] times the motion sampler (--lmdm --help).\n");
 }
 
 static int alloc_t(DittoBackend *be, DittoBuffer *buf, DittoTensor *t, DittoDType dt, int ndim, const int64_t *shape)
@@ -377,6 +378,8 @@ int ditto_cmd_bench(int argc, char **argv)
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--e2e") || !strncmp(argv[i], "--e2e=", 6))
             return ditto_bench_e2e(argc, argv);
+        else if (!strcmp(argv[i], "--lmdm"))
+            return ditto_bench_lmdm(argc, argv);
     const char *backend = "cpu", *json = NULL, *batches = "1";
     int iters = -1, warmup = 1, threads = 0, small = 0, quiet = 0, fp16 = 0, profile = 0, graph = 0, verbose = 0, fid = 0, loop = 0;
     static const struct option opts[] = {
