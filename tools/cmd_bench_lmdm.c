@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/profile.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "pipeline/audio2motion.h"
@@ -38,6 +39,8 @@ static void usage(FILE *f)
             "  --small          the small synthetic configuration (quick smoke run)\n"
             "  --parity N       also sample the first N windows on the cpu backend and\n"
             "                   print the rel-L2 of the motion against it (default 0)\n"
+            "  --profile[=N]    one more window op by op with per-op timing; prints the N\n"
+            "                   most expensive op/shape groups (default 40)\n"
             "  --json FILE      also write the numbers as JSON\n"
             "  -h, --help       this text\n");
 }
@@ -117,11 +120,12 @@ static void rel_l2(const float *a, const float *ref, size_t n, double *rel, doub
 int ditto_bench_lmdm(int argc, char **argv)
 {
     const char *backend = "cpu", *json = NULL;
-    int windows = -1, steps = 50, threads = 0, small = 0, parity = 0;
+    int windows = -1, steps = 50, threads = 0, small = 0, parity = 0, profile = 0;
     static const struct option opts[] = {
         { "lmdm", no_argument, 0, 'l' },          { "backend", required_argument, 0, 'b' }, { "windows", required_argument, 0, 'W' },
         { "steps", required_argument, 0, 'n' },   { "threads", required_argument, 0, 't' }, { "small", no_argument, 0, 's' },
         { "parity", required_argument, 0, 'p' },  { "json", required_argument, 0, 'j' },    { "help", no_argument, 0, 'h' },
+        { "profile", optional_argument, 0, 'P' },
         { 0, 0, 0, 0 },
     };
     int c;
@@ -136,6 +140,7 @@ int ditto_bench_lmdm(int argc, char **argv)
         case 's': small = 1; break;
         case 'p': parity = atoi(optarg); break;
         case 'j': json = optarg; break;
+        case 'P': profile = optarg ? atoi(optarg) : 40; if (profile <= 0) profile = 40; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -212,6 +217,23 @@ int ditto_bench_lmdm(int argc, char **argv)
                windows > 1 ? graph.ms[1] : NAN);
         rel_l2(graph.pred, eager.pred, (size_t)windows * win, &g_rel, &g_max);
         printf("graph vs op by op: max |diff| %.3g over %d windows%s\n", g_max, windows, g_max == 0 ? " (bit-identical)" : "");
+    }
+    if (profile) {
+        /* one more window op by op with timing marks (not part of the numbers above) */
+        lp.graph = false;
+        rc = ditto_profile_start(be);
+        if (rc >= 0)
+            rc = run_windows(m, &lp, 1, kp, cond, &ref);
+        double ms = 0;
+        if (rc >= 0) {
+            printf("--- per-op profile of one window (%d steps) ---\n", steps);
+            rc = ditto_profile_report(be, stdout, profile, &ms);
+            printf("--- %.3f ms in ops = %.3f ms/step ---\n", ms, ms / steps);
+        }
+        if (rc < 0) {
+            fprintf(stderr, "ditto bench: profile run failed: %s\n", ditto_strerror(rc));
+            goto out;
+        }
     }
     double p_rel = NAN, p_max = NAN;
     if (parity > 0) {
