@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/evp.h>
+
 #include "backend/backend.h"
 #include "core/log.h"
 #include "ditto/ditto.h"
@@ -33,6 +35,8 @@ static void usage(FILE *f)
             "  --steps N        DDIM steps (default 50)\n"
             "  --batch N        render batch (default 8)\n"
             "  --threads N      CPU threads per stage (default: all cores)\n"
+            "  --rgb-checksum   also checksum the frames' RGB (SHA-256 per frame, on the\n"
+            "                   pulling thread: slower; for comparing two paths' frames)\n"
             "  --json FILE      also write the numbers as JSON\n"
             "  -h, --help       this text\n");
 }
@@ -63,13 +67,13 @@ static double mb(size_t b)
 int ditto_bench_e2e(int argc, char **argv)
 {
     const char *avatar = NULL, *weights = "synthetic:full", *backend = "cpu", *json = NULL;
-    int precision = DITTO_PRECISION_AUTO, steps = 50, batch = 8, threads = 0;
+    int precision = DITTO_PRECISION_AUTO, steps = 50, batch = 8, threads = 0, rgb_sum = 0;
     double seconds = 15.755;
     static const struct option opts[] = {
         { "e2e", required_argument, 0, 'e' },      { "weights", required_argument, 0, 'w' }, { "backend", required_argument, 0, 'b' },
         { "precision", required_argument, 0, 'p' }, { "seconds", required_argument, 0, 's' }, { "steps", required_argument, 0, 'n' },
         { "batch", required_argument, 0, 'B' },    { "threads", required_argument, 0, 't' }, { "json", required_argument, 0, 'j' },
-        { "help", no_argument, 0, 'h' },           { 0, 0, 0, 0 },
+        { "help", no_argument, 0, 'h' },           { "rgb-checksum", no_argument, 0, 'r' }, { 0, 0, 0, 0 },
     };
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -96,6 +100,7 @@ int ditto_bench_e2e(int argc, char **argv)
         case 'B': batch = atoi(optarg); break;
         case 't': threads = atoi(optarg); break;
         case 'j': json = optarg; break;
+        case 'r': rgb_sum = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -140,6 +145,7 @@ int ditto_bench_e2e(int argc, char **argv)
     const double t_open = ditto_now() - t1;
     int64_t frames = 0;
     uint64_t sum = 1469598103934665603ull;   /* FNV-1a over the frames' SHA-256 (YUV planes): one checksum for the clip */
+    uint64_t sum_rgb = sum;                  /* the same over the RGB24 frames (--rgb-checksum) */
     double t_first = 0, t2 = ditto_now();
     if (rc >= 0)
         rc = ditto_session_push_audio(s, pcm, n);
@@ -158,6 +164,13 @@ int ditto_bench_e2e(int argc, char **argv)
         if (ditto_frame_sha256(&f, hex) == 0)
             for (int k = 0; k < 64; k++)
                 sum = (sum ^ (uint8_t)hex[k]) * 1099511628211ull;
+        if (rgb_sum) {
+            unsigned char md[32];
+            unsigned int len = 0;
+            EVP_Digest(f.rgb, (size_t)f.rgb_stride * (size_t)f.height, md, &len, EVP_sha256(), NULL);
+            for (unsigned k = 0; k < len; k++)
+                sum_rgb = (sum_rgb ^ md[k]) * 1099511628211ull;
+        }
     }
     const double wall = ditto_now() - t2;
     if (rc < 0) {
@@ -174,6 +187,8 @@ int ditto_bench_e2e(int argc, char **argv)
         printf("  wall, push -> last    %8.3f s  (%lld frames, %.1f frames/s, %.2fx real time; first frame after %.3f s)\n", wall,
                (long long)frames, (double)frames / wall, seconds / wall, t_first);
         printf("  frames checksum       %016llx  (FNV-1a of the frames' SHA-256: compare runs)\n", (unsigned long long)sum);
+        if (rgb_sum)
+            printf("  rgb checksum          %016llx\n", (unsigned long long)sum_rgb);
         printf("  busy time per stage (stages overlap):\n");
         for (int k = 0; k < DITTO_STAGE_COUNT; k++)
             if (st.seconds[k] > 0)
@@ -192,6 +207,8 @@ int ditto_bench_e2e(int argc, char **argv)
                 fprintf(jf, "  \"load_s\": %.4f, \"open_s\": %.4f, \"wall_s\": %.4f, \"first_frame_s\": %.4f, \"frames\": %lld,\n", t_load, t_open,
                         wall, t_first, (long long)frames);
                 fprintf(jf, "  \"frames_checksum\": \"%016llx\",\n", (unsigned long long)sum);
+                if (rgb_sum)
+                    fprintf(jf, "  \"rgb_checksum\": \"%016llx\",\n", (unsigned long long)sum_rgb);
                 fprintf(jf, "  \"stages_busy_s\": {");
                 for (int k = 0; k < DITTO_STAGE_COUNT; k++)
                     fprintf(jf, "%s\"%s\": %.4f", k ? ", " : "", ditto_stage_name((DittoStage)k), st.seconds[k]);

@@ -21,6 +21,7 @@
  */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -326,7 +327,7 @@ int ditto_models_mem(const DittoModels *m, DittoMemInfo *render, DittoMemInfo *m
 /* ---- session ---------------------------------------------------------------------- */
 
 typedef struct RenderSlot {
-    float *render;             /* (B, 512, 512, 3) */
+    void *out;                 /* (B, 512, 512, 3) float renders, or with device_post B finished frames */
     int64_t g0;
     int n;
 } RenderSlot;
@@ -351,7 +352,9 @@ struct DittoSession {
     DittoA2m *a2m;
     DittoAudioFeatures *af;
     DittoRenderer *rend;
-    DittoPutback *pb;
+    bool device_post;          /* paste-back and colour on the render backend: slots hold finished frames */
+    size_t frame_bytes;        /* one finished frame: RGB24, Y, U, V (the OutSlot layout) */
+    DittoPutback *pb;          /* host paste-back (without device_post) */
     float *cond_rows;          /* (5, 1103): conditions of one HuBERT call */
     float *pcm_local;          /* PCM_PIECE samples handed to the motion worker */
 
@@ -572,12 +575,14 @@ static void *render_main(void *arg)
             any |= (cp[k] = fade_ctrl(s, g + k, total, &ctrl[k])) != NULL;
         DittoRenderTimes t = { 0 };
         compute_enter(s->m);
-        rc = ditto_renderer_run(s->rend, g, n, xd, any ? cp : NULL, slot->render, &t);
+        rc = ditto_renderer_run(s->rend, g, n, xd, any ? cp : NULL, slot->out, &t);
         compute_leave(s->m);
         pthread_mutex_lock(&s->mu);
         s->seconds[DITTO_STAGE_STITCH] += t.stitch;
         s->seconds[DITTO_STAGE_WARP] += t.warp;
         s->seconds[DITTO_STAGE_DECODE] += t.decode;
+        s->seconds[DITTO_STAGE_PUTBACK] += t.putback;
+        s->seconds[DITTO_STAGE_COLOR] += t.color;
         if (rc < 0) {
             fail_locked(s, rc);
         } else {
@@ -629,17 +634,22 @@ static void *post_main(void *arg)
             pthread_mutex_unlock(&s->mu);
 
             int64_t g = slot->g0 + k, src = ditto_mirror_index(g, av->n_frames);
-            double t0 = ditto_now();
-            DittoTensor frame = ditto_tensor(av->img_rgb + src * H * W * 3, DITTO_U8, 3, (const int64_t[]){ H, W, 3 });
-            DittoTensor render = ditto_tensor_f32(slot->render + (int64_t)k * side * side * 3, 3, (const int64_t[]){ side, side, 3 });
-            DittoTensor outt = ditto_tensor(o->rgb, DITTO_U8, 3, (const int64_t[]){ H, W, 3 });
-            rc = ditto_putback_run(s->pb, &frame, &render, av->m_c2o + src * 9, &outt, NULL);
-            double t1 = ditto_now();
-            if (rc >= 0) {
-                DittoYuvPlanes yuv = { o->y, o->u, o->v, W, ditto_yuv420_chroma_size((int)W) };
-                rc = ditto_rgb_to_yuv420(cpu->pool, o->rgb, (int)W, (int)H, W * 3, &yuv);
+            double t0 = ditto_now(), t1 = t0, t2 = t0;
+            if (s->device_post) {
+                /* finished on the device: RGB and planes in the OutSlot layout */
+                memcpy(o->rgb, (const uint8_t *)slot->out + (size_t)k * s->frame_bytes, s->frame_bytes);
+            } else {
+                DittoTensor frame = ditto_tensor(av->img_rgb + src * H * W * 3, DITTO_U8, 3, (const int64_t[]){ H, W, 3 });
+                DittoTensor render = ditto_tensor_f32((float *)slot->out + (int64_t)k * side * side * 3, 3, (const int64_t[]){ side, side, 3 });
+                DittoTensor outt = ditto_tensor(o->rgb, DITTO_U8, 3, (const int64_t[]){ H, W, 3 });
+                rc = ditto_putback_run(s->pb, &frame, &render, av->m_c2o + src * 9, &outt, NULL);
+                t1 = ditto_now();
+                if (rc >= 0) {
+                    DittoYuvPlanes yuv = { o->y, o->u, o->v, W, ditto_yuv420_chroma_size((int)W) };
+                    rc = ditto_rgb_to_yuv420(cpu->pool, o->rgb, (int)W, (int)H, W * 3, &yuv);
+                }
+                t2 = ditto_now();
             }
-            double t2 = ditto_now();
             pthread_mutex_lock(&s->mu);
             s->seconds[DITTO_STAGE_PUTBACK] += t1 - t0;
             s->seconds[DITTO_STAGE_COLOR] += t2 - t1;
@@ -741,13 +751,26 @@ static int session_setup(DittoSession *s)
     if ((rc = ditto_audio_features_open(&s->af, m->hubert, false, on_features, s, &s->log)) < 0)
         return rc;
 
+    /*
+     * On a GPU the paste-back and the colour conversion run there too (exact:
+     * the same arithmetic as on the CPU, core/bt601.h), and full batches are
+     * replayed as CUDA graphs. DITTO_POST=host and DITTO_GRAPHS=0 turn them
+     * off, to compare frames or time the alternatives; DITTO_POST=device
+     * takes that path on the CPU backend too (the tests compare the two).
+     */
+    const char *post_env = getenv("DITTO_POST"), *graphs_env = getenv("DITTO_GRAPHS");
+    s->device_post = post_env && !strcmp(post_env, "device") ? true
+                   : post_env && !strcmp(post_env, "host")   ? false
+                                                             : m->be->device != DITTO_DEVICE_CPU;
     DittoRendererConfig rc_cfg = {
         .be = m->be, .warp = m->warp, .decoder = m->decoder, .stitch = m->stitch, .avatar = av, .is_image = s->is_image,
-        .batch = s->B, .fade_type = (p->fade_in > 0 || p->fade_out > 0) ? DITTO_FADE_S : DITTO_FADE_NONE, .log = s->log,
+        .batch = s->B, .fade_type = (p->fade_in > 0 || p->fade_out > 0) ? DITTO_FADE_S : DITTO_FADE_NONE,
+        .device_post = s->device_post, .graphs = !(graphs_env && !strcmp(graphs_env, "0")), .log = s->log,
     };
     if ((rc = ditto_renderer_open(&s->rend, &rc_cfg)) < 0)
         return rc;
-    if ((rc = ditto_putback_open(&s->pb, m->be_post, s->W, s->H, &s->log)) < 0)
+    s->frame_bytes = ditto_renderer_frame_bytes(s->rend);
+    if (!s->device_post && (rc = ditto_putback_open(&s->pb, m->be_post, s->W, s->H, &s->log)) < 0)
         return rc;
 
     /* queues */
@@ -761,8 +784,9 @@ static int session_setup(DittoSession *s)
     s->pcm_local = ditto_malloc((size_t)PCM_PIECE * sizeof(float));
     if (!s->mq || !s->os || !s->cond_rows || !s->pcm_local)
         return ditto_fail(&s->log, DITTO_ERR_NOMEM, "session: out of memory");
+    const size_t slot_bytes = s->device_post ? s->frame_bytes * (size_t)s->B : (size_t)(s->B * side * side * 3) * sizeof(float);
     for (int i = 0; i < RENDER_SLOTS; i++)
-        if (!(s->rs[i].render = ditto_malloc_aligned((size_t)(s->B * side * side * 3) * sizeof(float))))
+        if (!(s->rs[i].out = ditto_malloc_aligned(slot_bytes)))
             return ditto_fail(&s->log, DITTO_ERR_NOMEM, "session: out of memory for %d renders of %lldx%lld", s->B, (long long)side,
                               (long long)side);
     for (int i = 0; i < s->n_os; i++) {
@@ -852,7 +876,7 @@ void ditto_session_close(DittoSession **ps)
     ditto_conditions_free(&s->cond);
     ditto_avatar_free(&s->av);
     for (int i = 0; i < RENDER_SLOTS; i++)
-        ditto_free_aligned(s->rs[i].render);
+        ditto_free_aligned(s->rs[i].out);
     for (int i = 0; s->os && i < s->n_os; i++)
         ditto_free_aligned(s->os[i].rgb);
     ditto_free(s->os);

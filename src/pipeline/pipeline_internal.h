@@ -22,12 +22,21 @@
  *   motion stitch (host math + stitching network)  -> x_s, x_d (B,21,3)
  *   f_s of each frame's source frame (mirror index) -> (B,C,D,H,W)
  *   warp -> (B,C',H,W) -> decoder -> (B,3,512,512) in [0,1]
- *   -> HWC * 255 (the float32 render paste-back takes) -> host
+ *   -> HWC * 255 (the float32 render paste-back takes)
+ * then either to the host (paste-back follows there, pipeline.c), or, with
+ * device_post, paste-back into the full avatar frame and BT.601 yuv420p on
+ * the same backend, and only the finished frames go to the host.
  * Every buffer is allocated at open for `batch` frames (the source f_s of
- * every avatar frame is uploaded once), scratch comes from one arena that
- * settles after the first batch; nothing is allocated per frame. A batch
- * of n < batch frames (the tail) uses the leading part of the buffers.
- * Frames must come in order (the motion stitch carries state: d0, fades).
+ * every avatar frame is uploaded once, and an image avatar's frame too),
+ * scratch comes from one arena that settles after the first batch; nothing
+ * is allocated per frame. A batch of n < batch frames (the tail) uses the
+ * leading part of the buffers. Frames must come in order (the motion
+ * stitch carries state: d0, fades).
+ *
+ * CUDA graphs (graphs and a backend that captures): once a full batch has
+ * run op by op, the warp and the decoder (+ HWC x 255) of a full batch are
+ * captured and replayed from then on; they read and write fixed buffers,
+ * so the frames are those of op-by-op execution.
  */
 typedef struct DittoRenderer DittoRenderer;
 
@@ -40,23 +49,34 @@ typedef struct DittoRendererConfig {
     bool is_image;                          /* image source (motion stitch defaults) */
     int batch;                              /* B >= 1 */
     DittoFadeType fade_type;                /* for the fade controls */
+    bool device_post;                       /* paste-back + yuv420p on be: run gives finished frames */
+    bool graphs;                            /* replay full batches as CUDA graphs where be captures */
     DittoLogger log;
 } DittoRendererConfig;
 
 int ditto_renderer_open(DittoRenderer **out, const DittoRendererConfig *c);
 void ditto_renderer_close(DittoRenderer **r);
 
-/* Busy time of the three render stages, seconds (backend synchronised). */
+/*
+ * Bytes of one finished frame (device_post): RGB24 (H,W,3), then the
+ * yuv420p planes Y (H,W), U and V (ch,cw each, ditto_yuv420_chroma_size),
+ * packed in that order.
+ */
+size_t ditto_renderer_frame_bytes(const DittoRenderer *r);
+
+/* Busy time of the render stages, seconds (backend synchronised). */
 typedef struct DittoRenderTimes {
-    double stitch, warp, decode;
+    double stitch, warp, decode, putback, color;
 } DittoRenderTimes;
 
 /*
  * Frames g0 .. g0+n-1 (1 <= n <= batch): x_d_info (n) from cvt_fmt, ctrl
- * (n entries, each may be NULL) or NULL -> out (n, 512, 512, 3) float32 in
- * 0..255, host memory. Adds the stage times to *t (may be NULL).
+ * (n entries, each may be NULL) or NULL -> out, host memory: without
+ * device_post n renders (n, 512, 512, 3) float32 in 0..255; with it n
+ * finished frames of ditto_renderer_frame_bytes() each. Adds the stage
+ * times to *t (may be NULL).
  */
-int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_d_info, const DittoCtrl *const *ctrl, float *out,
+int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_d_info, const DittoCtrl *const *ctrl, void *out,
                        DittoRenderTimes *t);
 
 /* Monotonic clock in seconds. */

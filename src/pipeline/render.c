@@ -1,15 +1,20 @@
 /*
- * Per-batch render: motion stitch -> warp -> decode -> HWC x 255
- * (pipeline_internal.h). Paste-back and colour conversion follow in
- * pipeline.c on the host.
+ * Per-batch render: motion stitch -> warp -> decode -> HWC x 255, then to
+ * the host or, with device_post, paste-back and yuv420p on the device
+ * (pipeline_internal.h).
  */
 #include <string.h>
 #include <time.h>
 
 #include "core/log.h"
 #include "core/mem.h"
+#include "io/color.h"
 #include "nn/weights.h"
 #include "pipeline/pipeline_internal.h"
+#include "pipeline/putback.h"
+
+/* Capture attempts before graphs are given up for the session (a capture is dropped when the arena had to grow). */
+#define GRAPH_TRIES 3
 
 struct DittoRenderer {
     DittoBackend *be;
@@ -32,6 +37,21 @@ struct DittoRenderer {
     DittoBuffer hwc_buf;         /* (B, 512, 512, 3) */
     int64_t feat_shape[4];
     const DittoXInfo **xs;       /* (B) source infos of a batch */
+
+    /* device_post */
+    bool post;
+    DittoPutback *pb;
+    DittoBuffer src_buf;         /* (H, W, 3) u8: the image avatar's frame, or one video frame at a time */
+    DittoBuffer out_buf;         /* B finished frames, ditto_renderer_frame_bytes() each */
+    int64_t W, H, cw, ch;
+    size_t frame_bytes;
+
+    /* graphs */
+    bool graphs;
+    void *g_warp, *g_dec;        /* full-batch warp / decoder (+ HWC x 255) */
+    void *g_base;                /* the arena block their scratch lies in */
+    int tries;
+    int last_n;                  /* frames of the previous batch (the arena has settled for a full one) */
 };
 
 double ditto_now(void)
@@ -115,6 +135,21 @@ int ditto_renderer_open(DittoRenderer **out, const DittoRendererConfig *c)
         (rc = alloc_dt(r->be, &r->img_buf, act, B * 3 * side * side)) < 0 ||
         (rc = alloc_dt(r->be, &r->hwc_buf, DITTO_F32, B * 3 * side * side)) < 0)
         goto fail;
+    r->graphs = c->graphs && r->be->capture_begin;
+    r->W = av->width;
+    r->H = av->height;
+    r->cw = ditto_yuv420_chroma_size(av->width);
+    r->ch = ditto_yuv420_chroma_size(av->height);
+    r->frame_bytes = (size_t)(r->W * r->H * 3 + r->W * r->H + 2 * r->cw * r->ch);
+    r->post = c->device_post;
+    if (r->post) {
+        const size_t src_bytes = (size_t)(r->W * r->H * 3);
+        if ((rc = ditto_putback_open(&r->pb, r->be, r->W, r->H, &c->log)) < 0 || (rc = ditto_buffer_alloc(&r->src_buf, &r->be->allocator, src_bytes)) < 0 ||
+            (rc = ditto_buffer_alloc(&r->out_buf, &r->be->allocator, r->frame_bytes * (size_t)B)) < 0)
+            goto fail;
+        if (n_src == 1 && (rc = r->be->upload(r->be, r->src_buf.ptr, av->img_rgb, src_bytes)) < 0)   /* resident for the clip */
+            goto fail;
+    }
     /* every source frame's f_s, once: rounded to the networks' storage dtype on the host */
     const size_t n_fs = (size_t)(n_src * r->fs_numel);
     if (act == DITTO_F32) {
@@ -144,6 +179,13 @@ void ditto_renderer_close(DittoRenderer **pr)
     if (!pr || !*pr)
         return;
     DittoRenderer *r = *pr;
+    if (r->g_warp)
+        r->be->graph_free(r->be, r->g_warp);
+    if (r->g_dec)
+        r->be->graph_free(r->be, r->g_dec);
+    ditto_putback_close(&r->pb);
+    ditto_buffer_free(&r->src_buf);
+    ditto_buffer_free(&r->out_buf);
     ditto_motion_stitch_close(&r->ms);
     ditto_arena_free(&r->ws);
     ditto_buffer_free(&r->fs_all_buf);
@@ -169,9 +211,116 @@ static int put_fs(DittoRenderer *r, int64_t b, int64_t src)
     return ditto_op_copy(r->be, &from, &to);
 }
 
+size_t ditto_renderer_frame_bytes(const DittoRenderer *r)
+{
+    return r->frame_bytes;
+}
+
 #define TRY(expr) do { rc = (expr); if (rc < 0) goto done; } while (0)
 
-int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_d_info, const DittoCtrl *const *ctrl, float *out,
+/* Warp of the n frames in the batch buffers: f_s, x_s, x_d -> feat. */
+static int run_warp(DittoRenderer *r, int64_t N)
+{
+    const int64_t *fs = r->av->fs_shape, *fe = r->feat_shape;
+    DittoTensor x_s = dev_tensor(r->be, &r->kp_buf, DITTO_F32, DITTO_SHAPE(N, DITTO_NUM_KP, 3));
+    DittoTensor x_d = x_s;
+    x_d.data = (float *)x_s.data + (int64_t)r->batch * DITTO_KP_DIM;
+    DittoTensor f_s = dev_tensor(r->be, &r->fs_buf, r->act, DITTO_SHAPE(N, fs[0], fs[1], fs[2], fs[3]));
+    DittoTensor feat = dev_tensor(r->be, &r->feat_buf, r->act, DITTO_SHAPE(N, fe[1], fe[2], fe[3]));
+    return ditto_warp_forward(r->warp, &r->ws, &f_s, &x_s, &x_d, &feat, NULL);
+}
+
+/* Decoder of the n frames: feat -> img (n,3,512,512) -> hwc (n,512,512,3) float32 x 255. */
+static int run_decode(DittoRenderer *r, int64_t N)
+{
+    const int64_t *fe = r->feat_shape, side = DITTO_RENDER_SIDE;
+    DittoTensor feat = dev_tensor(r->be, &r->feat_buf, r->act, DITTO_SHAPE(N, fe[1], fe[2], fe[3]));
+    DittoTensor img = dev_tensor(r->be, &r->img_buf, r->act, DITTO_SHAPE(N, 3, side, side));
+    DittoTensor hwc = dev_tensor(r->be, &r->hwc_buf, DITTO_F32, DITTO_SHAPE(N, side, side, 3));   /* the copy converts */
+    DittoTensor img_p;
+    DITTO_TRY(ditto_decoder_forward(r->decoder, &r->ws, &feat, &img, NULL));
+    DITTO_TRY(ditto_tensor_permute(&img, (const int[]){ 0, 2, 3, 1 }, &img_p));
+    DITTO_TRY(ditto_op_copy(r->be, &img_p, &hwc));
+    const DittoUnaryParams x255 = { DITTO_UNARY_AFFINE, 255.0f, 0.0f };
+    return ditto_op_unary(r->be, &x255, &hwc, &hwc);
+}
+
+/*
+ * One stage op by op, or from its graph. A full batch after a full batch
+ * (the arena has its size) is captured once; the capture is kept only if
+ * the arena did not grow while recording, else dropped and tried again
+ * later (at most GRAPH_TRIES times).
+ */
+static int run_stage(DittoRenderer *r, int64_t N, void **graph, int (*fn)(DittoRenderer *, int64_t))
+{
+    DittoBackend *be = r->be;
+    if ((r->g_warp || r->g_dec) && (r->ws.nblocks != 1 || r->ws.blocks[0].ptr != r->g_base)) {
+        /* the arena was re-folded (it grew in a stage that runs op by op): the captured scratch is gone */
+        if (r->g_warp)
+            be->graph_free(be, r->g_warp);
+        if (r->g_dec)
+            be->graph_free(be, r->g_dec);
+        r->g_warp = r->g_dec = r->g_base = NULL;
+        r->tries++;
+    }
+    if (*graph && N == r->batch)
+        return be->graph_launch(be, *graph);
+    if (!r->graphs || N != r->batch || r->last_n != r->batch || r->tries >= GRAPH_TRIES)
+        return fn(r, N);
+    const int grows = r->ws.grows;
+    DittoArenaMark mark = ditto_arena_mark(&r->ws);
+    DITTO_TRY(be->capture_begin(be));
+    int rc = fn(r, N);
+    void *g = NULL;
+    int rc2 = be->capture_end(be, &g);
+    if (rc >= 0 && rc2 >= 0 && g && r->ws.grows == grows && r->ws.nblocks == 1 && (!r->g_base || r->g_base == r->ws.blocks[0].ptr)) {
+        *graph = g;
+        r->g_base = r->ws.blocks[0].ptr;
+        ditto_log(&r->log, DITTO_LOG_DEBUG, "render: a stage of %lld frames captured as a graph", (long long)N);
+        return be->graph_launch(be, g);
+    }
+    if (g)
+        be->graph_free(be, g);
+    r->tries++;
+    ditto_log(&r->log, DITTO_LOG_DEBUG, "render: graph capture dropped (%s); op by op", rc < 0 ? ditto_strerror(rc) : rc2 < 0 ? ditto_strerror(rc2) : "the arena grew");
+    ditto_arena_release(&r->ws, mark);
+    return fn(r, N);
+}
+
+/* Paste-back and yuv420p of the n renders in hwc on the device, into out_buf. */
+static int run_post(DittoRenderer *r, int64_t g0, int64_t N, double *t_putback)
+{
+    DittoBackend *be = r->be;
+    const DittoAvatar *av = r->av;
+    const int64_t side = DITTO_RENDER_SIDE, W = r->W, H = r->H;
+    DittoTensor hwc = dev_tensor(be, &r->hwc_buf, DITTO_F32, DITTO_SHAPE(N, side, side, 3));
+    DittoTensor src = dev_tensor(be, &r->src_buf, DITTO_U8, DITTO_SHAPE(H, W, 3));
+    double t0 = ditto_now();
+    for (int64_t b = 0; b < N; b++) {
+        int64_t k = ditto_mirror_index(g0 + b, av->n_frames);
+        if (av->n_frames > 1)   /* stream-ordered: the previous frame's paste-back has read the buffer */
+            DITTO_TRY(be->upload(be, r->src_buf.ptr, av->img_rgb + k * H * W * 3, (size_t)(H * W * 3)));
+        DittoTensor render, out;
+        DITTO_TRY(ditto_tensor_select(&hwc, 0, b, &render));
+        out = dev_tensor(be, &r->out_buf, DITTO_U8, DITTO_SHAPE(H, W, 3));
+        out.data = (uint8_t *)out.data + (size_t)b * r->frame_bytes;
+        DITTO_TRY(ditto_putback_run(r->pb, &src, &render, av->m_c2o + k * 9, &out, NULL));
+    }
+    DITTO_TRY(be->sync(be));
+    *t_putback = ditto_now() - t0;
+    for (int64_t b = 0; b < N; b++) {
+        uint8_t *base = (uint8_t *)r->out_buf.ptr + (size_t)b * r->frame_bytes;
+        DittoTensor rgb = ditto_tensor(base, DITTO_U8, DITTO_SHAPE(H, W, 3));
+        DittoTensor y = ditto_tensor(base + H * W * 3, DITTO_U8, DITTO_SHAPE(H, W));
+        DittoTensor u = ditto_tensor(base + H * W * 4, DITTO_U8, DITTO_SHAPE(r->ch, r->cw));
+        DittoTensor v = ditto_tensor(base + H * W * 4 + r->ch * r->cw, DITTO_U8, DITTO_SHAPE(r->ch, r->cw));
+        rgb.device = y.device = u.device = v.device = be->device;
+        DITTO_TRY(ditto_op_rgb_to_yuv420(be, &rgb, &y, &u, &v));
+    }
+    return 0;
+}
+
+int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_d_info, const DittoCtrl *const *ctrl, void *out,
                        DittoRenderTimes *t)
 {
     if (!r || n < 1 || n > r->batch || !x_d_info || !out)
@@ -179,9 +328,8 @@ int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_
     DittoBackend *be = r->be;
     const DittoAvatar *av = r->av;
     const int64_t N = n, side = DITTO_RENDER_SIDE;
-    const int64_t *fs = av->fs_shape, *fe = r->feat_shape;
     int rc = 0;
-    double t0 = ditto_now(), t1, t2, t3;
+    double t0 = ditto_now(), t1, t2, t3, t4 = 0, t_pb = 0;
 
     /* source frame of every generated frame: ping-pong over the loop */
     for (int b = 0; b < n; b++)
@@ -203,28 +351,30 @@ int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_
     TRY(be->sync(be));
     t1 = ditto_now();
 
-    /* warp */
-    DittoTensor f_s = dev_tensor(be, &r->fs_buf, r->act, DITTO_SHAPE(N, fs[0], fs[1], fs[2], fs[3]));
-    DittoTensor feat = dev_tensor(be, &r->feat_buf, r->act, DITTO_SHAPE(N, fe[1], fe[2], fe[3]));
-    TRY(ditto_warp_forward(r->warp, &r->ws, &f_s, &x_s, &x_d, &feat, NULL));
+    TRY(run_stage(r, N, &r->g_warp, run_warp));
     TRY(be->sync(be));
     t2 = ditto_now();
 
-    /* decode, then (n,3,512,512) -> (n,512,512,3) x 255 */
-    DittoTensor img = dev_tensor(be, &r->img_buf, r->act, DITTO_SHAPE(N, 3, side, side));
-    DittoTensor hwc = dev_tensor(be, &r->hwc_buf, DITTO_F32, DITTO_SHAPE(N, side, side, 3));   /* the copy converts */
-    DittoTensor img_p;
-    TRY(ditto_decoder_forward(r->decoder, &r->ws, &feat, &img, NULL));
-    TRY(ditto_tensor_permute(&img, (const int[]){ 0, 2, 3, 1 }, &img_p));
-    TRY(ditto_op_copy(be, &img_p, &hwc));
-    DittoUnaryParams x255 = { DITTO_UNARY_AFFINE, 255.0f, 0.0f };
-    TRY(ditto_op_unary(be, &x255, &hwc, &hwc));
-    TRY(be->download(be, out, hwc.data, (size_t)(N * side * side * 3) * sizeof(float)));
-    t3 = ditto_now();
+    TRY(run_stage(r, N, &r->g_dec, run_decode));
+    if (!r->post) {
+        TRY(be->download(be, out, r->hwc_buf.ptr, (size_t)(N * side * side * 3) * sizeof(float)));
+        t3 = ditto_now();
+    } else {
+        TRY(be->sync(be));
+        t3 = ditto_now();
+        TRY(run_post(r, g0, N, &t_pb));
+        TRY(be->download(be, out, r->out_buf.ptr, r->frame_bytes * (size_t)N));
+        t4 = ditto_now();
+    }
+    r->last_n = n;
     if (t) {
         t->stitch += t1 - t0;
         t->warp += t2 - t1;
         t->decode += t3 - t2;
+        if (r->post) {
+            t->putback += t_pb;
+            t->color += t4 - t3 - t_pb;
+        }
     }
 done:
     if (ditto_arena_reset(&r->ws) < 0 && rc >= 0)
