@@ -93,13 +93,20 @@ if [ $MOTION_ONLY = 1 ]; then
     exit 0
 fi
 
+e2e_checks() {
+    E2E="$BUILD/ditto bench --e2e .carry/full.avatar --backend cuda --weights synthetic:full --steps 50"
+    log "ditto bench --e2e (cuda, synthetic:full, fp16 render networks, paste-back + colour on the GPU, graphs)"
+    timeout 150 $E2E --rgb-checksum --json "$OUT/bench_e2e.json" 2>&1 | grep -v "SYNTHETIC WEIGHTS" | tee -a "$OUT/summary.txt"
+    # the same frames whatever the batch, the paste-back's device or graphs on/off
+    log "the same with --batch 3, DITTO_POST=host (CPU paste-back), DITTO_GRAPHS=0 (checksums must match)"
+    timeout 150 $E2E --rgb-checksum --batch 3 --json "$OUT/bench_e2e_b3.json" 2>&1 | grep -E "checksum|wall" | tee -a "$OUT/summary.txt"
+    DITTO_POST=host timeout 150 $E2E --rgb-checksum --json "$OUT/bench_e2e_hostpost.json" 2>&1 | grep -E "checksum|wall|putback|color" \
+        | tee -a "$OUT/summary.txt"
+    DITTO_GRAPHS=0 timeout 150 $E2E --rgb-checksum --json "$OUT/bench_e2e_nograph.json" 2>&1 | grep -E "checksum|wall|warp|decode" \
+        | tee -a "$OUT/summary.txt"
+}
 if [ $E2E_ONLY = 1 ]; then
-    log "ditto bench --e2e (cuda, synthetic:full, fp16 render networks)"
-    timeout 150 $BUILD/ditto bench --e2e .carry/full.avatar --backend cuda --weights synthetic:full --steps 50 \
-        --json "$OUT/bench_e2e.json" 2>&1 | grep -v "SYNTHETIC WEIGHTS" | tee -a "$OUT/summary.txt"
-    log "the same with --batch 3 (the frames checksum must match)"
-    timeout 150 $BUILD/ditto bench --e2e .carry/full.avatar --backend cuda --weights synthetic:full --steps 50 --batch 3 \
-        --json "$OUT/bench_e2e_b3.json" 2>&1 | grep -E "checksum|wall" | tee -a "$OUT/summary.txt"
+    e2e_checks
     log "done"
     exit 0
 fi
