@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/rng.h"
+#include "core/thread.h"
 
 typedef enum Init {
     INIT_WEIGHT,   /* N(0, 1/fan_in), fan_in = prod(shape[1:]) */
@@ -388,34 +389,34 @@ const char *ditto_net_file_name(DittoNetKind net)
     return (unsigned)net < DITTO_NET_COUNT ? net_files[net] : "unknown";
 }
 
-static void fill(const Spec *s, size_t idx, uint64_t seed, void *data)
+static int64_t spec_numel(const Spec *s)
 {
-    int64_t n = 1, fan_in = 1;
+    int64_t n = 1;
     for (int i = 0; i < s->ndim; i++)
         n *= s->shape[i];
+    return n;
+}
+
+/* Whether elements [first, first + n) of an entry are independent draws (filled in parallel chunks). */
+static bool drawn(const Spec *s)
+{
+    return s->init != INIT_COUNT && s->init != INIT_SN_U && s->init != INIT_ROTARY;
+}
+
+/* Elements [first, first + n) of a drawn entry: the counter-based RNG makes chunks exact. */
+static void fill_range(const Spec *s, size_t idx, uint64_t seed, float *f, int64_t first, int64_t n)
+{
+    int64_t fan_in = 1;
     for (int i = 1; i < s->ndim; i++)
         fan_in *= s->shape[i];
-    float *f = data;
     uint64_t stream = ditto_rng_stream(0x5e, (uint32_t)idx, 0);
-    switch (s->init) {
-    case INIT_COUNT:
-        memset(data, 0, 8);
-        return;
-    case INIT_RVAR:
-        ditto_rng_fill_uniform(seed, stream, 0, f, (size_t)n);
-        for (int64_t i = 0; i < n; i++)
+    if (s->init == INIT_RVAR) {
+        ditto_rng_fill_uniform(seed, stream, (uint64_t)first, f + first, (size_t)n);
+        for (int64_t i = first; i < first + n; i++)
             f[i] += 0.5f;
         return;
-    case INIT_SN_U:
-        return;   /* u = W v / |W v| (so sigma = |W v| > 0), computed by the caller */
-    case INIT_ROTARY:
-        for (int64_t k = 0; k < n; k++)
-            f[k] = (float)pow(10000.0, -(double)(2 * k) / (double)(2 * n));
-        return;
-    default:
-        break;
     }
-    ditto_rng_fill_normal(seed, stream, 0, f, (size_t)n);
+    ditto_rng_fill_normal(seed, stream, (uint64_t)first, f + first, (size_t)n);
     float scale = 1, shift = 0;
     switch (s->init) {
     case INIT_WEIGHT: scale = 1.0f / sqrtf((float)fan_in); break;
@@ -424,16 +425,62 @@ static void fill(const Spec *s, size_t idx, uint64_t seed, void *data)
     case INIT_GRN_G: scale = 0.5f; break;
     default: break;
     }
-    for (int64_t i = 0; i < n; i++)
+    for (int64_t i = first; i < first + n; i++)
         f[i] = f[i] * scale + shift;
-    if (s->init == INIT_SN_V) {
+}
+
+/* What is not an independent draw: counters, rotary tables, the unit-norm scaling of SN_V. */
+static void fill_finish(const Spec *s, void *data)
+{
+    const int64_t n = spec_numel(s);
+    float *f = data;
+    switch (s->init) {
+    case INIT_COUNT:
+        memset(data, 0, 8);
+        return;
+    case INIT_ROTARY:
+        for (int64_t k = 0; k < n; k++)
+            f[k] = (float)pow(10000.0, -(double)(2 * k) / (double)(2 * n));
+        return;
+    case INIT_SN_V: {
         double norm = 0;
         for (int64_t i = 0; i < n; i++)
             norm += (double)f[i] * f[i];
         norm = sqrt(norm);
         for (int64_t i = 0; i < n; i++)
             f[i] = (float)(f[i] / norm);
+        return;
     }
+    default:
+        return;   /* INIT_SN_U: from the preceding entries, by build() */
+    }
+}
+
+/* Parallel draw: the entries cut into chunks of at most FILL_CHUNK elements, one task each. */
+#define FILL_CHUNK ((int64_t)1 << 20)
+
+typedef struct FillJob {
+    const Spec *specs;
+    uint8_t *const *data;   /* per entry */
+    int64_t *task_first;    /* per entry: first task index; [n] = number of tasks */
+    size_t n;
+    uint64_t seed;
+} FillJob;
+
+static void fill_task(void *ctx, int task)
+{
+    const FillJob *j = ctx;
+    size_t lo = 0, hi = j->n;   /* the entry whose task range holds `task` */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (j->task_first[mid] <= task)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    const Spec *s = &j->specs[lo];
+    int64_t first = (task - j->task_first[lo]) * FILL_CHUNK, n = spec_numel(s) - first;
+    fill_range(s, lo, j->seed, (float *)j->data[lo], first, n < FILL_CHUNK ? n : FILL_CHUNK);
 }
 
 /* Turn the specs of one network into a catalog over one heap block (frees e->specs). */
@@ -452,11 +499,37 @@ static int build(DittoCatalog **out, Emitter *ep, const char *file, uint64_t see
             n *= e.specs[i].shape[d];
         total += ((size_t)n * (e.specs[i].init == INIT_COUNT ? 8 : 4) + 63) & ~(size_t)63;
     }
-    uint8_t *block = ditto_malloc_aligned(total ? total : 64);
+    uint8_t **data = ditto_calloc(e.n + 1, sizeof *data);
+    int64_t *task_first = ditto_calloc(e.n + 1, sizeof *task_first);
+    uint8_t *block = data && task_first ? ditto_malloc_aligned(total ? total : 64) : NULL;
     char name[64];
     snprintf(name, sizeof name, "synthetic %s", file);
     DittoCatalog *c = NULL;
     int rc = block ? ditto_catalog_create_heap(&c, name, block, total, log) : DITTO_ERR_NOMEM;
+    if (rc >= 0) {
+        /* the random draws, in parallel (hundreds of MB at the official sizes); bit-identical to a serial fill */
+        size_t off = 0;
+        int64_t tasks = 0;
+        for (size_t i = 0; i < e.n; i++) {
+            const Spec *s = &e.specs[i];
+            data[i] = block + off;
+            task_first[i] = tasks;
+            if (drawn(s))
+                tasks += (spec_numel(s) + FILL_CHUNK - 1) / FILL_CHUNK;
+            off += ((size_t)spec_numel(s) * (s->init == INIT_COUNT ? 8 : 4) + 63) & ~(size_t)63;
+        }
+        task_first[e.n] = tasks;
+        FillJob job = { e.specs, data, task_first, e.n, seed };
+        DittoThreadPool *pool = NULL;
+        int nt = ditto_cpu_count();
+        if (tasks > 1 && nt > 1 && ditto_pool_create(&pool, nt < 32 ? nt : 32) >= 0) {
+            ditto_pool_run(pool, (int)tasks, fill_task, &job);
+            ditto_pool_destroy(&pool);
+        } else {
+            for (int64_t t = 0; t < tasks; t++)
+                fill_task(&job, (int)t);
+        }
+    }
     size_t off = 0;
     for (size_t i = 0; rc >= 0 && i < e.n; i++) {
         const Spec *s = &e.specs[i];
@@ -473,7 +546,7 @@ static int build(DittoCatalog **out, Emitter *ep, const char *file, uint64_t see
         en.offset = off;
         en.span = ditto_tensor_nbytes(&t);
         en.data = block + off;
-        fill(s, i, seed, block + off);
+        fill_finish(s, block + off);
         if (s->init == INIT_SN_U && c->n >= 2) {
             /* u = W v / |W v| from the two preceding entries, weight_orig (rows, cols) and weight_v (cols) */
             const float *w = c->entries[c->n - 2].data, *v = c->entries[c->n - 1].data;
@@ -497,6 +570,8 @@ static int build(DittoCatalog **out, Emitter *ep, const char *file, uint64_t see
     if (rc >= 0)
         rc = ditto_catalog_finish(c);
     ditto_free(e.specs);
+    ditto_free(data);
+    ditto_free(task_first);
     if (rc < 0) {
         ditto_catalog_close(&c);
         return ditto_fail(log, rc, "synthetic weights for %s: %s", file, ditto_strerror(rc));
