@@ -186,6 +186,9 @@ int ditto_bench_e2e(int argc, char **argv)
         printf("  session open (avatar) %8.3f s\n", t_open);
         printf("  wall, push -> last    %8.3f s  (%lld frames, %.1f frames/s, %.2fx real time; first frame after %.3f s)\n", wall,
                (long long)frames, (double)frames / wall, seconds / wall, t_first);
+        double m0 = 0, b0 = 0;
+        ditto_session_milestones(s, &m0, &b0);
+        printf("  first motion frame after %.3f s, first render batch done after %.3f s\n", m0 > 0 ? m0 - t2 : NAN, b0 > 0 ? b0 - t2 : NAN);
         printf("  frames checksum       %016llx  (FNV-1a of the frames' SHA-256: compare runs)\n", (unsigned long long)sum);
         if (rgb_sum)
             printf("  rgb checksum          %016llx\n", (unsigned long long)sum_rgb);

@@ -81,6 +81,14 @@ typedef struct DittoModelsParams {
     int threads;
     /** Seed of the synthetic weights (0). */
     uint64_t synthetic_seed;
+    /**
+     * GPU backends: prepare at open what the first session would otherwise
+     * set up while the clock runs: the convolution plans of the render
+     * networks for this batch size, the motion sampler of the default 50
+     * DDIM steps (captured as a CUDA graph). 8 (the default session batch);
+     * 0: no warm-up. Ignored on the CPU.
+     */
+    int warmup_batch;
     /** Errors, warnings (a synthetic model set warns once) and information. */
     DittoLogger log;
 } DittoModelsParams;

@@ -18,6 +18,7 @@ typedef struct DittoBackendParams {
     int nthreads;          /* CPU worker threads; <= 0: all cores */
     int device_index;      /* CUDA device */
     bool fp16;             /* activations and network weights in float16 storage (act_dtype F16); CUDA only */
+    bool high_priority;    /* CUDA: the stream's kernels go first when backends share the device */
     DittoLogger log;
 } DittoBackendParams;
 

@@ -599,6 +599,16 @@ static int lmdm_sample(void *ctx, int64_t window, const float *kp_cond, const fl
     return be->download(be, pred, s->out.data, ditto_tensor_nbytes(&s->out));
 }
 
+void ditto_a2m_lmdm_set_seed(DittoA2mLmdm *s, uint64_t seed)
+{
+    s->p.seed = seed;
+}
+
+int ditto_a2m_lmdm_steps(const DittoA2mLmdm *s)
+{
+    return s->p.steps;
+}
+
 DittoA2mSampler ditto_a2m_lmdm_sampler(DittoA2mLmdm *s)
 {
     const DittoLmdmDims *d = ditto_lmdm_dims(s->m);

@@ -214,5 +214,9 @@ typedef struct DittoA2mLmdm DittoA2mLmdm;
 int ditto_a2m_lmdm_open(DittoA2mLmdm **out, DittoLmdm *m, const DittoA2mLmdmParams *p);
 void ditto_a2m_lmdm_close(DittoA2mLmdm **s);
 DittoA2mSampler ditto_a2m_lmdm_sampler(DittoA2mLmdm *s);
+/* Seeded noise from now on comes from `seed` (a warm sampler reused by a new session); the graph is kept. */
+void ditto_a2m_lmdm_set_seed(DittoA2mLmdm *s, uint64_t seed);
+/* The DDIM step count the sampler was opened for. */
+int ditto_a2m_lmdm_steps(const DittoA2mLmdm *s);
 
 #endif

@@ -378,6 +378,15 @@ static int netio_alloc_t(DittoBackend *be, DittoBuffer *b, DittoTensor *t, int n
     return rc;
 }
 
+int ditto_registrar_fs_shape(const DittoRegistrar *r, int64_t fs[4])
+{
+    DittoTensor img = ditto_tensor(NULL, DITTO_F32, 4, (const int64_t[]){ 1, 3, NET_IN, NET_IN });
+    int64_t s[5];
+    DITTO_TRY(ditto_appearance_out_shape(r->app, &img, s));
+    memcpy(fs, s + 1, 4 * sizeof(int64_t));
+    return 0;
+}
+
 static int netio_init(DittoRegistrar *r, NetIO *io, int64_t fs_shape[4])
 {
     memset(io, 0, sizeof *io);

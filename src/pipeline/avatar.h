@@ -112,6 +112,8 @@ int ditto_registrar_open(DittoRegistrar **out, const DittoRegistrarConfig *cfg);
 void ditto_registrar_close(DittoRegistrar **r);
 /* Whether registration has a detector (false: synthetic centred crops). */
 bool ditto_registrar_has_detector(const DittoRegistrar *r);
+/* Shape (C, D, H, W) of one frame's appearance features f_s, as registration makes them. */
+int ditto_registrar_fs_shape(const DittoRegistrar *r, int64_t fs[4]);
 
 /* What registration found in one frame (for tests and diagnostics). */
 typedef struct DittoFrameReg {

@@ -33,6 +33,7 @@
 #include "io/color.h"
 #include "io/video_out.h"
 #include "models/lmdm.h"
+#include "nn/weights.h"
 #include "pipeline/audio2motion.h"
 #include "pipeline/audio_features.h"
 #include "pipeline/avatar.h"
@@ -69,6 +70,7 @@ struct DittoModels {
     DittoLmdm *lmdm;
     DittoHubert *hubert;
     DittoRegistrar *reg;
+    DittoA2mLmdm *warm;        /* sampler of DITTO_DDIM_DEFAULT_STEPS, captured at open (GPU); lent to sessions */
     int synthetic;             /* 0 or a DittoSyntheticSize */
     pthread_mutex_t mu;
     bool busy;                 /* a session is open */
@@ -106,6 +108,7 @@ void ditto_models_params_default(DittoModelsParams *p)
 {
     memset(p, 0, sizeof *p);
     p->backend = "cpu";
+    p->warmup_batch = 8;
 }
 
 static int is_dir(const char *p)
@@ -198,6 +201,74 @@ static int open_registrar(DittoModels *m, const DittoModelsParams *p)
     return ditto_registrar_open(&m->reg, &cfg);
 }
 
+/*
+ * GPU warm-up (DittoModelsParams.warmup_batch): one warp + decoder pass of
+ * B frames of zeros creates and checks the convolution plans of that batch
+ * size (kept by the backend), and the model set's own sampler of the
+ * default step count samples two windows (op by op, then captured), so a
+ * session's first frames do not wait for either.
+ */
+static int models_warmup(DittoModels *m, int B)
+{
+    DittoBackend *be = m->be;
+    const DittoDType act = be->act_dtype;
+    int64_t fs[4], fe[4], im[4];
+    DittoArena ws;
+    DittoBuffer b_fs = { 0 }, b_kp = { 0 }, b_feat = { 0 }, b_img = { 0 };
+    bool ws_ok = false;
+    int rc = ditto_registrar_fs_shape(m->reg, fs);
+    DittoTensor f_s = ditto_tensor(NULL, act, DITTO_SHAPE(B, fs[0], fs[1], fs[2], fs[3]));
+    DittoTensor kp = ditto_tensor(NULL, DITTO_F32, DITTO_SHAPE(2, B, DITTO_NUM_KP, 3));
+    if (rc >= 0)
+        rc = ditto_warp_out_shape(m->warp, &f_s, fe);
+    DittoTensor feat = ditto_tensor(NULL, act, 4, fe);
+    if (rc >= 0)
+        rc = ditto_decoder_out_shape(m->decoder, &feat, im);
+    DittoTensor img = ditto_tensor(NULL, act, 4, im);
+    DittoBuffer *bufs[4] = { &b_fs, &b_kp, &b_feat, &b_img };
+    DittoTensor *ts[4] = { &f_s, &kp, &feat, &img };
+    for (int i = 0; i < 4 && rc >= 0; i++) {
+        if ((rc = ditto_buffer_alloc(bufs[i], &be->allocator, ditto_tensor_nbytes(ts[i]))) >= 0) {
+            ts[i]->data = bufs[i]->ptr;
+            ts[i]->device = be->device;
+            rc = ditto_op_fill(be, 0.0f, ts[i]);
+        }
+    }
+    if (rc >= 0 && (rc = ditto_arena_init(&ws, &be->allocator, 0)) >= 0)
+        ws_ok = true;
+    DittoTensor x_s, x_d;
+    if (rc >= 0 && (rc = ditto_tensor_select(&kp, 0, 0, &x_s)) >= 0 && (rc = ditto_tensor_select(&kp, 0, 1, &x_d)) >= 0 &&
+        (rc = ditto_warp_forward(m->warp, &ws, &f_s, &x_s, &x_d, &feat, NULL)) >= 0)
+        rc = ditto_decoder_forward(m->decoder, &ws, &feat, &img, NULL);
+    if (rc >= 0)
+        rc = be->sync(be);
+    if (ws_ok)
+        ditto_arena_free(&ws);
+    for (int i = 0; i < 4; i++)
+        ditto_buffer_free(bufs[i]);
+    if (rc < 0)
+        return ditto_fail(&m->log, rc, "warm-up of the render networks (batch %d): %s", B, ditto_strerror(rc));
+
+    /* the motion sampler: window 0 op by op, window 1 captured */
+    const DittoLmdmDims *d = ditto_lmdm_dims(m->lmdm);
+    DittoA2mLmdmParams lp;
+    ditto_a2m_lmdm_params_default(&lp);
+    float *host = ditto_calloc((size_t)(d->nfeats + d->seq_len * d->cond_dim + d->seq_len * d->nfeats), sizeof(float));
+    rc = host ? ditto_a2m_lmdm_open(&m->warm, m->lmdm, &lp) : DITTO_ERR_NOMEM;
+    if (rc >= 0) {
+        DittoA2mSampler sa = ditto_a2m_lmdm_sampler(m->warm);
+        float *kpc = host, *cond = host + d->nfeats, *pred = cond + d->seq_len * d->cond_dim;
+        for (int w = 0; w < 2 && rc >= 0; w++)
+            rc = sa.fn(sa.ctx, w, kpc, cond, pred);
+    }
+    ditto_free(host);
+    if (rc < 0) {
+        ditto_a2m_lmdm_close(&m->warm);
+        return ditto_fail(&m->log, rc, "warm-up of the motion sampler: %s", ditto_strerror(rc));
+    }
+    return 0;
+}
+
 int ditto_models_open(DittoModels **out, const DittoModelsParams *p)
 {
     if (!out || !p)
@@ -234,6 +305,8 @@ int ditto_models_open(DittoModels **out, const DittoModelsParams *p)
         goto fail;
     }
     DittoBackendParams bp_render = bp;
+    /* the render stages are the session's throughput; motion runs windows ahead of them in the gaps */
+    bp_render.high_priority = true;
     bp_render.fp16 = p->precision == DITTO_PRECISION_FP16 || (p->precision == DITTO_PRECISION_AUTO && strcmp(bname, "cpu") != 0);
     if ((rc = ditto_backend_open(&m->be, bname, &bp_render)) < 0 || (rc = ditto_backend_open(&m->be_motion, bname, &bp)) < 0) {
         ditto_fail(&m->log, rc, "cannot open the %s backend%s: %s", bname, bp_render.fp16 ? " with float16 render networks" : "",
@@ -273,6 +346,8 @@ int ditto_models_open(DittoModels **out, const DittoModelsParams *p)
     ditto_hubert_set_gate(m->hubert, gate_enter, gate_leave, m);
     if ((rc = open_registrar(m, p)) < 0)
         goto fail;
+    if (m->be->device != DITTO_DEVICE_CPU && p->warmup_batch > 0 && (rc = models_warmup(m, p->warmup_batch)) < 0)
+        goto fail;
     if (m->synthetic)
         ditto_log(&m->log, DITTO_LOG_WARN,
                   "SYNTHETIC WEIGHTS: every network (and the HuBERT encoder) is random; the video shows noise where the face would "
@@ -289,6 +364,7 @@ void ditto_models_close(DittoModels **pm)
     if (!pm || !*pm)
         return;
     DittoModels *m = *pm;
+    ditto_a2m_lmdm_close(&m->warm);
     ditto_registrar_close(&m->reg);
     ditto_hubert_close(&m->hubert);
     ditto_lmdm_free(&m->lmdm);
@@ -348,6 +424,7 @@ struct DittoSession {
 
     DittoConditions cond;
     DittoA2mLmdm *sampler;
+    bool sampler_lent;         /* the model set's warm sampler: not ours to close */
     DittoA2mSampler lmdm;      /* the sampler, called through turn_sampler */
     DittoA2m *a2m;
     DittoAudioFeatures *af;
@@ -388,6 +465,7 @@ struct DittoSession {
     double t_open;
     double seconds[DITTO_STAGE_COUNT];
     double t_a2m, t_wait;      /* motion worker: inside a2m push, blocked on the queue */
+    double t_motion0, t_batch0;   /* clock when the first motion frame / the first render batch was ready (0: not yet) */
 
     pthread_t th[3];
     bool started[3];
@@ -432,6 +510,8 @@ static int on_motion(void *ctx, int64_t first, const float *motion, int64_t n)
             return DITTO_ERR_BADSTATE;
         }
         DittoXInfo *slot = &s->mq[s->mq_tail % s->mq_cap];
+        if (!s->t_motion0)
+            s->t_motion0 = ditto_now();
         pthread_mutex_unlock(&s->mu);
         s->t_wait += ditto_now() - t;
         DITTO_ASSERT(first + k == s->mq_tail);
@@ -588,6 +668,8 @@ static void *render_main(void *arg)
         } else {
             slot->g0 = g;
             slot->n = n;
+            if (!s->t_batch0)
+                s->t_batch0 = ditto_now();
             s->rs_tail++;
             pthread_cond_broadcast(&s->cv);
         }
@@ -737,8 +819,13 @@ static int session_setup(DittoSession *s)
     ditto_a2m_lmdm_params_default(&lp);
     lp.steps = p->steps;
     lp.seed = p->seed;
-    if ((rc = ditto_a2m_lmdm_open(&s->sampler, m->lmdm, &lp)) < 0)
+    if (m->warm && ditto_a2m_lmdm_steps(m->warm) == p->steps) {
+        s->sampler = m->warm;   /* warm, graph captured; the model set serves one session at a time */
+        s->sampler_lent = true;
+        ditto_a2m_lmdm_set_seed(s->sampler, p->seed);
+    } else if ((rc = ditto_a2m_lmdm_open(&s->sampler, m->lmdm, &lp)) < 0) {
         return ditto_fail(&s->log, rc, "LMDM sampler: %s", ditto_strerror(rc));
+    }
     DittoA2mParams ap;
     ditto_a2m_params_default(&ap);
     DittoA2mEmit emit = { on_motion, s };
@@ -870,7 +957,8 @@ void ditto_session_close(DittoSession **ps)
             pthread_join(s->th[i], NULL);
     ditto_audio_features_close(&s->af);
     ditto_a2m_close(&s->a2m);
-    ditto_a2m_lmdm_close(&s->sampler);
+    if (!s->sampler_lent)
+        ditto_a2m_lmdm_close(&s->sampler);
     ditto_renderer_close(&s->rend);
     ditto_putback_close(&s->pb);
     ditto_conditions_free(&s->cond);
@@ -1003,6 +1091,15 @@ void ditto_session_stats(const DittoSession *s, DittoStats *st)
     st->width = s->W;
     st->height = s->H;
     st->batch = s->B;
+    pthread_mutex_unlock(&w->mu);
+}
+
+void ditto_session_milestones(const DittoSession *s, double *motion0, double *batch0)
+{
+    DittoSession *w = (DittoSession *)s;   /* the mutex only */
+    pthread_mutex_lock(&w->mu);
+    *motion0 = s->t_motion0;
+    *batch0 = s->t_batch0;
     pthread_mutex_unlock(&w->mu);
 }
 

@@ -79,6 +79,13 @@ typedef struct DittoRenderTimes {
 int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_d_info, const DittoCtrl *const *ctrl, void *out,
                        DittoRenderTimes *t);
 
+/*
+ * ditto_now() when the session's first motion frame reached the render
+ * queue and when its first render batch was done (0: not yet), for
+ * ditto bench --e2e.
+ */
+void ditto_session_milestones(const DittoSession *s, double *motion0, double *batch0);
+
 /* Monotonic clock in seconds. */
 double ditto_now(void);
 

@@ -150,6 +150,12 @@ int ditto_renderer_open(DittoRenderer **out, const DittoRendererConfig *c)
         if (n_src == 1 && (rc = r->be->upload(r->be, r->src_buf.ptr, av->img_rgb, src_bytes)) < 0)   /* resident for the clip */
             goto fail;
     }
+    if (r->graphs) {   /* rows a short first batch leaves unset still hold finite inputs */
+        DittoTensor kp0 = dev_tensor(r->be, &r->kp_buf, DITTO_F32, DITTO_SHAPE(2 * B * DITTO_KP_DIM));
+        DittoTensor fs0 = dev_tensor(r->be, &r->fs_buf, act, DITTO_SHAPE(B * r->fs_numel));
+        if ((rc = ditto_op_fill(r->be, 0.0f, &kp0)) < 0 || (rc = ditto_op_fill(r->be, 0.0f, &fs0)) < 0)
+            goto fail;
+    }
     /* every source frame's f_s, once: rounded to the networks' storage dtype on the host */
     const size_t n_fs = (size_t)(n_src * r->fs_numel);
     if (act == DITTO_F32) {
@@ -351,11 +357,18 @@ int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_
     TRY(be->sync(be));
     t1 = ditto_now();
 
-    TRY(run_stage(r, N, &r->g_warp, run_warp));
+    /*
+     * With graphs a short (tail) batch runs as a full one: the rows past n
+     * hold the previous batch's inputs, every item's result is independent
+     * of the others (batch-invariant ops), and the full-batch graph and
+     * convolution plans serve it instead of new ones for a new size.
+     */
+    const int64_t Nr = r->graphs ? r->batch : N;
+    TRY(run_stage(r, Nr, &r->g_warp, run_warp));
     TRY(be->sync(be));
     t2 = ditto_now();
 
-    TRY(run_stage(r, N, &r->g_dec, run_decode));
+    TRY(run_stage(r, Nr, &r->g_dec, run_decode));
     if (!r->post) {
         TRY(be->download(be, out, r->hwc_buf.ptr, (size_t)(N * side * side * 3) * sizeof(float)));
         t3 = ditto_now();
@@ -366,7 +379,7 @@ int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_
         TRY(be->download(be, out, r->out_buf.ptr, r->frame_bytes * (size_t)N));
         t4 = ditto_now();
     }
-    r->last_n = n;
+    r->last_n = (int)Nr;
     if (t) {
         t->stitch += t1 - t0;
         t->warp += t2 - t1;

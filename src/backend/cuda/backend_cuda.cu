@@ -284,7 +284,11 @@ extern "C" int ditto_backend_cuda_open(DittoBackend **out, const DittoBackendPar
     be->graph_free = cuda_graph_free;
     cu->device = p->device_index;
     int rc = 0;
-    if (cudaSetDevice(cu->device) != cudaSuccess || cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking) != cudaSuccess)
+    int prio_least = 0, prio_greatest = 0;
+    if (p->high_priority && cudaDeviceGetStreamPriorityRange(&prio_least, &prio_greatest) != cudaSuccess)
+        prio_greatest = 0;
+    if (cudaSetDevice(cu->device) != cudaSuccess ||
+        cudaStreamCreateWithPriority(&cu->stream, cudaStreamNonBlocking, p->high_priority ? prio_greatest : 0) != cudaSuccess)
         rc = ditto_fail(&p->log, DITTO_ERR_BACKEND, "backend 'cuda': cannot create a stream on device %d", cu->device);
     else if (cublasCreate(&cu->cublas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(cu->cublas, cu->stream) != CUBLAS_STATUS_SUCCESS)
         rc = ditto_fail(&p->log, DITTO_ERR_BACKEND, "backend 'cuda': cannot initialise cuBLAS");
