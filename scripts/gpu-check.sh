@@ -6,7 +6,7 @@
 # benchmark in the same run, and writes every log and JSON under $OUT
 # (default /tmp/gpu-out).
 #
-#   scripts/gpu-check.sh [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study] [--e2e-only] [--motion-only]
+#   scripts/gpu-check.sh [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study] [--e2e-only] [--motion-only] [--render]
 #     --quick          fewer batch sizes and iterations in ditto bench
 #     --no-torch       skip the PyTorch reference
 #     --torch-compile  also time torch.compile (long: several minutes of compiling)
@@ -17,6 +17,9 @@
 #     --e2e-only       build, then only `ditto bench --e2e` on .carry/full.avatar (a
 #                      .avatar baked with `ditto bake --weights synthetic`: official
 #                      sizes) with synthetic:full weights, 15.755 s of audio, 50 steps
+#     --render         also `ditto render` of .carry/shared/media (audio.wav, image.png) with
+#                      synthetic:full weights on cuda to an MP4: needs .carry/ffmpeg.tar.xz
+#                      (scripts/ffmpeg-runtime.sh: Debian 12's FFmpeg, built against there)
 #     --motion-only    build, then only the motion checks: `ditto verify --backend cuda`
 #                      on the LMDM / audio2motion fixtures and `ditto bench --lmdm`
 #                      (windows op by op and as CUDA graphs, parity with the cpu)
@@ -40,6 +43,7 @@ PROFILE=0
 STUDY=0
 E2E_ONLY=0
 MOTION_ONLY=0
+RENDER=0
 for a in "$@"; do
     case "$a" in
     --tree-hash) tree_hash; exit 0 ;;
@@ -51,7 +55,8 @@ for a in "$@"; do
     --conv-study) STUDY=1 ;;
     --e2e-only) E2E_ONLY=1; TORCH=0 ;;
     --motion-only) MOTION_ONLY=1; TORCH=0 ;;
-    *) echo "usage: $0 [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study] [--e2e-only] [--motion-only]" >&2; exit 2 ;;
+    --render) RENDER=1 ;;
+    *) echo "usage: $0 [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study] [--e2e-only] [--motion-only] [--render]" >&2; exit 2 ;;
     esac
 done
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
@@ -78,6 +83,31 @@ cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DDITTO_CUDA=ON -DDITTO
     -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
 ninja -C $BUILD >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
 
+render_check() {
+    if [ ! -f .carry/ffmpeg.tar.xz ]; then
+        log "no .carry/ffmpeg.tar.xz (scripts/ffmpeg-runtime.sh makes it): no ditto render"
+        return
+    fi
+    log "ditto render on cuda (FFmpeg: Debian 12's libraries from .carry/ffmpeg.tar.xz)"
+    FF=/tmp/ditto-ff
+    mkdir -p $FF && tar -xJf .carry/ffmpeg.tar.xz -C $FF
+    # --disable-new-dtags: the build's RPATH (the bundle) also serves the FFmpeg libraries' own dependencies
+    PKG_CONFIG_PATH="$FF/ffmpeg/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" cmake -S . -B build-gpu-ff -G Ninja \
+        -DCMAKE_BUILD_TYPE=Release -DDITTO_CUDA=ON -DDITTO_FFMPEG=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+        -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags >"$OUT/cmake_ff.log" 2>&1 || { tail -20 "$OUT/cmake_ff.log"; return; }
+    ninja -C build-gpu-ff ditto >"$OUT/build_ff.log" 2>&1 || { grep -E "error" -A3 "$OUT/build_ff.log" | head -30; return; }
+    M="$DITTO_SHARED/media"
+    for run in 1 2; do
+        t0=$(date +%s.%N)
+        build-gpu-ff/ditto render --weights synthetic:full --backend cuda --audio "$M/audio.wav" --avatar "$M/image.png" \
+            -o "$OUT/render.mp4" --frame-hashes "$OUT/render_hashes_$run.txt" 2>&1 | grep -vE "SYNTHETIC|frames +[0-9.]+ fps" \
+            | tee -a "$OUT/summary.txt"
+        echo "process wall $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }') s" | tee -a "$OUT/summary.txt"
+    done
+    cmp -s "$OUT/render_hashes_1.txt" "$OUT/render_hashes_2.txt" && echo "frame hashes: the two renders are identical" \
+        | tee -a "$OUT/summary.txt" || echo "frame hashes DIFFER between the two renders" | tee -a "$OUT/summary.txt"
+    ls -l "$OUT/render.mp4" | tee -a "$OUT/summary.txt"
+}
 motion_checks() {
     log "ditto verify --backend cuda: LMDM, DDIM sampler, audio2motion (several windows: graph capture and replay)"
     $BUILD/ditto verify --fixtures "$DITTO_SHARED/fixtures/ditto" --backend cuda --case 'lmdm_*,a2m_*' >"$OUT/verify_cuda_motion.txt" 2>&1
@@ -106,6 +136,7 @@ e2e_checks() {
         | tee -a "$OUT/summary.txt"
 }
 if [ $E2E_ONLY = 1 ]; then
+    [ $RENDER = 1 ] && render_check
     e2e_checks
     log "done"
     exit 0
@@ -178,4 +209,5 @@ if [ $TORCH = 1 ] && [ -f bench/torch_ref/bench_torch.py ]; then
     echo "rc=$?" >>"$OUT/bench_torch.txt"
     tail -15 "$OUT/bench_torch.txt" | tee -a "$OUT/summary.txt"
 fi
+[ $RENDER = 1 ] && render_check
 log "done"

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ditto/ditto.h"
@@ -50,7 +51,8 @@ static void usage(FILE *f)
             "  --bitrate R        average video bitrate instead of --crf, e.g. 4M or 800k\n"
             "  --encoder NAME     auto (default: h264_nvenc when the GPU offers it, else libx264) or an\n"
             "                     FFmpeg encoder name\n"
-            "  --preset NAME      encoder preset (default: the encoder's own)\n"
+            "  --preset NAME      encoder preset (default: veryfast for libx264, else the\n"
+            "                     encoder's own)\n"
             "  --frame-hashes F   write the SHA-256 of every frame's YUV planes to F (one line per frame)\n\n"
             "performance:\n"
             "  --backend NAME     cpu or cuda (default cpu)\n"
@@ -198,6 +200,14 @@ static int parse_emo(const char *s, int *v)
     return 0;
 }
 
+/* Monotonic clock, seconds. */
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 int ditto_cmd_render(int argc, char **argv)
 {
     Cli cli;
@@ -300,7 +310,9 @@ int ditto_cmd_render(int argc, char **argv)
     mp.threads = (int)threads;
     mp.log = log;
     DittoModels *m = NULL;
+    const double t_start = mono_now();
     int rc = ditto_models_open(&m, &mp);
+    const double t_load = mono_now() - t_start;
     if (rc < 0) {
         if (!cli.errors)
             fprintf(stderr, "ditto render: cannot load the models: %s\n", ditto_strerror(rc));
@@ -316,7 +328,9 @@ int ditto_cmd_render(int argc, char **argv)
     rp.progress = on_progress;
     rp.on_frame = on_frame;
     DittoStats st;
+    const double t_render0 = mono_now();
     rc = ditto_render_file(m, &rp, &st);
+    const double t_render = mono_now() - t_render0;
     bool synthetic = ditto_models_synthetic(m);
     ditto_models_close(&m);
     if (cli.hashes && fclose(cli.hashes) != 0 && rc >= 0) {
@@ -336,6 +350,7 @@ int ditto_cmd_render(int argc, char **argv)
         printf("ditto render: wrote %s: %lld frames (%.2f s at %d fps), %dx%d, in %.1f s (%.1f frames/s, batch %d)\n", rp.output,
                (long long)st.frames, secs, DITTO_FPS, st.width, st.height, st.wall, st.wall > 0 ? (double)st.frames / st.wall : 0.0,
                st.batch);
+        printf("ditto render: time: models load + warm-up %.2f s, render %.2f s (audio decode to the MP4 closed)\n", t_load, t_render);
         printf("ditto render: stage busy times (stages overlap):");
         for (int i = 0; i < DITTO_STAGE_COUNT; i++)
             printf(" %s %.2fs", ditto_stage_name((DittoStage)i), st.seconds[i]);

@@ -39,12 +39,15 @@
 #include "ditto/ditto_types.h"
 #include "io/color.h"
 
+/* libx264 preset when none is given: fast enough not to hold up a GPU render. */
+#define DITTO_X264_DEFAULT_PRESET "veryfast"
+
 typedef struct DittoVideoWriterParams {
     int fps;                  /* frames per second (25) */
     const char *encoder;      /* NULL or "auto" (see above), or an FFmpeg encoder name */
     int crf;                  /* constant quality 0..51 (18); used when bitrate == 0 */
     int64_t bitrate;          /* video bits per second; > 0 selects average-bitrate mode (0) */
-    const char *preset;       /* encoder preset, NULL: the encoder's default ("medium", "p4") */
+    const char *preset;       /* encoder preset, NULL: DITTO_X264_DEFAULT_PRESET for libx264, else the encoder's default ("p4") */
     int threads;              /* encoder threads, 0: automatic */
     const char *audio_path;   /* audio file to mux as AAC, or NULL for video only */
     int64_t audio_bitrate;    /* AAC bits per second, 0: 64 kb/s per channel */
