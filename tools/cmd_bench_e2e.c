@@ -37,6 +37,7 @@ static void usage(FILE *f)
             "  --threads N      CPU threads per stage (default: all cores)\n"
             "  --rgb-checksum   also checksum the frames' RGB (SHA-256 per frame, on the\n"
             "                   pulling thread: slower; for comparing two paths' frames)\n"
+            "  --verbose        log what the pipeline decides and how long loading took\n"
             "  --json FILE      also write the numbers as JSON\n"
             "  -h, --help       this text\n");
 }
@@ -67,13 +68,14 @@ static double mb(size_t b)
 int ditto_bench_e2e(int argc, char **argv)
 {
     const char *avatar = NULL, *weights = "synthetic:full", *backend = "cpu", *json = NULL;
-    int precision = DITTO_PRECISION_AUTO, steps = 50, batch = 8, threads = 0, rgb_sum = 0;
+    int precision = DITTO_PRECISION_AUTO, steps = 50, batch = 8, threads = 0, rgb_sum = 0, verbose = 0;
     double seconds = 15.755;
     static const struct option opts[] = {
         { "e2e", required_argument, 0, 'e' },      { "weights", required_argument, 0, 'w' }, { "backend", required_argument, 0, 'b' },
         { "precision", required_argument, 0, 'p' }, { "seconds", required_argument, 0, 's' }, { "steps", required_argument, 0, 'n' },
         { "batch", required_argument, 0, 'B' },    { "threads", required_argument, 0, 't' }, { "json", required_argument, 0, 'j' },
-        { "help", no_argument, 0, 'h' },           { "rgb-checksum", no_argument, 0, 'r' }, { 0, 0, 0, 0 },
+        { "help", no_argument, 0, 'h' },           { "rgb-checksum", no_argument, 0, 'r' },
+        { "verbose", no_argument, 0, 'v' },        { 0, 0, 0, 0 },
     };
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -101,6 +103,7 @@ int ditto_bench_e2e(int argc, char **argv)
         case 't': threads = atoi(optarg); break;
         case 'j': json = optarg; break;
         case 'r': rgb_sum = 1; break;
+        case 'v': verbose = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -109,7 +112,7 @@ int ditto_bench_e2e(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    DittoLogger log = ditto_logger_stderr(DITTO_LOG_WARN);
+    DittoLogger log = ditto_logger_stderr(verbose ? DITTO_LOG_INFO : DITTO_LOG_WARN);
     DittoModelsParams mp;
     ditto_models_params_default(&mp);
     mp.weights = weights;

@@ -326,11 +326,21 @@ int ditto_models_open(DittoModels **out, const DittoModelsParams *p)
     m->serialize = m->be->device == DITTO_DEVICE_CPU;
 
     const uint64_t s0 = p->synthetic_seed;
+    double t = ditto_now(), t_nets, t_hub, t_reg;
     if ((rc = load_net(m, m->be, w, DITTO_NET_WARP, s0 + SEED_WARP, load_warp, (void **)&m->warp)) < 0 ||
         (rc = load_net(m, m->be, w, DITTO_NET_DECODER, s0 + SEED_DECODER, load_decoder, (void **)&m->decoder)) < 0 ||
         (rc = load_net(m, m->be, w, DITTO_NET_STITCH, s0 + SEED_STITCH, load_stitch, (void **)&m->stitch)) < 0 ||
         (rc = load_lmdm(m, w, s0 + SEED_LMDM)) < 0)
         goto fail;
+    t_nets = ditto_now();
+    {
+        /* chunk budgets of the render networks, for memory/speed measurements (DITTO_WARP_BUDGET_MB, DITTO_DECODER_BUDGET_MB) */
+        const char *wb = getenv("DITTO_WARP_BUDGET_MB"), *db = getenv("DITTO_DECODER_BUDGET_MB");
+        if (wb && atoi(wb) > 0)
+            ditto_warp_set_budget(m->warp, (size_t)atoi(wb) << 20);
+        if (db && atoi(db) > 0)
+            ditto_decoder_set_up_budget(m->decoder, (size_t)atoi(db) << 20);
+    }
 
     char hub[4096];
     const char *hub_path = NULL;
@@ -344,10 +354,14 @@ int ditto_models_open(DittoModels **out, const DittoModelsParams *p)
     if ((rc = ditto_hubert_open(&m->hubert, m->be_motion, hub_path, s0 + SEED_HUBERT, &m->log)) < 0)
         goto fail;
     ditto_hubert_set_gate(m->hubert, gate_enter, gate_leave, m);
+    t_hub = ditto_now();
     if ((rc = open_registrar(m, p)) < 0)
         goto fail;
+    t_reg = ditto_now();
     if (m->be->device != DITTO_DEVICE_CPU && p->warmup_batch > 0 && (rc = models_warmup(m, p->warmup_batch)) < 0)
         goto fail;
+    ditto_log(&m->log, DITTO_LOG_INFO, "models: render networks + LMDM %.2f s, HuBERT %.2f s, registration %.2f s, warm-up %.2f s", t_nets - t,
+              t_hub - t_nets, t_reg - t_hub, ditto_now() - t_reg);
     if (m->synthetic)
         ditto_log(&m->log, DITTO_LOG_WARN,
                   "SYNTHETIC WEIGHTS: every network (and the HuBERT encoder) is random; the video shows noise where the face would "
