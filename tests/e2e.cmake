@@ -230,9 +230,17 @@ if(CMAKE_SCRIPT_MODE_FILE)
   elseif(CHECK STREQUAL "bench_e2e")
     # ditto bench --e2e on a generated portrait: the whole session, frames pulled, stage times printed
     tool(gen-image ${WORK}/face.ppm 320 400)
-    run(${DITTO_EXE} bench --e2e ${WORK}/face.ppm --weights synthetic --seconds 1.0 --steps 3 --batch 4 --rgb-checksum --json ${WORK}/e2e.json)
+    run(${DITTO_EXE} bench --e2e ${WORK}/face.ppm --weights synthetic --seconds 1.0 --steps 3 --batch 4 --rgb-checksum --parity-cpu 3
+        --json ${WORK}/e2e.json)
     if(NOT rc EQUAL 0)
       fail("bench --e2e failed")
+    endif()
+    # the parity run (cpu against cpu here) must find the same frames
+    file(READ ${WORK}/e2e.json jp_)
+    string(JSON pd_ GET "${jp_}" parity_cpu max_abs_diff)
+    string(JSON pn_ GET "${jp_}" parity_cpu frames)
+    if(NOT pd_ EQUAL 0 OR NOT pn_ EQUAL 3)
+      fail("bench --e2e --parity-cpu: ${pn_} frames compared, largest difference ${pd_}")
     endif()
     # paste-back + colour in the renderer (the GPU path, here on the cpu backend) must give the same frames
     set(host_out_ "${out}")

@@ -37,6 +37,9 @@ static void usage(FILE *f)
             "  --threads N      CPU threads per stage (default: all cores)\n"
             "  --rgb-checksum   also checksum the frames' RGB (SHA-256 per frame, on the\n"
             "                   pulling thread: slower; for comparing two paths' frames)\n"
+            "  --parity-cpu N   afterwards run the same session on the cpu backend (float32\n"
+            "                   networks, same seed) and compare its first N frames with\n"
+            "                   this run's: PSNR and largest difference of the RGB frames\n"
             "  --verbose        log what the pipeline decides and how long loading took\n"
             "  --json FILE      also write the numbers as JSON\n"
             "  -h, --help       this text\n");
@@ -65,17 +68,111 @@ static double mb(size_t b)
     return (double)b / 1048576.0;
 }
 
+/* The first frames of a run, RGB24 (--parity-cpu). */
+typedef struct Kept {
+    uint8_t *rgb;          /* n x h x w x 3 */
+    int w, h;
+    int64_t n;
+} Kept;
+
+static int keep_frames(Kept *k, const DittoFrame *f, int64_t i, int64_t cap)
+{
+    const size_t fb = (size_t)f->width * (size_t)f->height * 3;
+    if (!k->rgb) {
+        if (!(k->rgb = malloc(fb * (size_t)cap)))
+            return -1;
+        k->w = f->width;
+        k->h = f->height;
+    }
+    for (int y = 0; y < f->height; y++)
+        memcpy(k->rgb + (size_t)i * fb + (size_t)y * f->width * 3, f->rgb + (ptrdiff_t)y * f->rgb_stride, (size_t)f->width * 3);
+    k->n = i + 1;
+    return 0;
+}
+
+typedef struct Parity {
+    int64_t n;
+    double psnr_min, psnr_mean;
+    int max_diff;
+} Parity;
+
+/*
+ * The same session on the cpu backend (float32 networks): its first k->n
+ * frames against the kept ones, PSNR and largest channel difference.
+ */
+static int parity_cpu(const DittoModelsParams *mp0, const DittoSessionParams *sp, const float *pcm, int64_t n, const Kept *k, Parity *out)
+{
+    DittoModelsParams mp = *mp0;
+    mp.backend = "cpu";
+    mp.precision = DITTO_PRECISION_FP32;
+    DittoModels *m = NULL;
+    DittoSession *s = NULL;
+    fprintf(stderr, "ditto bench: parity run on the cpu backend (%lld frames)...\n", (long long)k->n);
+    int rc = ditto_models_open(&m, &mp);
+    if (rc >= 0)
+        rc = ditto_session_open(&s, m, sp);
+    if (rc >= 0)
+        rc = ditto_session_push_audio(s, pcm, n);
+    if (rc >= 0)
+        rc = ditto_session_end_audio(s);
+    double psnr_min = INFINITY, psnr_sum = 0;
+    int max_diff = 0;
+    int64_t got_n = 0;
+    const size_t fb = (size_t)k->w * (size_t)k->h * 3;
+    while (rc >= 0 && got_n < k->n) {
+        DittoFrame f;
+        int got = ditto_session_pull_frame(s, &f);
+        if (got <= 0) {
+            rc = got < 0 ? got : DITTO_ERR_BADSTATE;
+            break;
+        }
+        if (f.width != k->w || f.height != k->h) {
+            rc = DITTO_ERR_SHAPE;
+            break;
+        }
+        const uint8_t *a = k->rgb + (size_t)got_n * fb;
+        double se = 0;
+        for (int y = 0; y < f.height; y++) {
+            const uint8_t *b = f.rgb + (ptrdiff_t)y * f.rgb_stride, *ar = a + (size_t)y * k->w * 3;
+            for (int x = 0; x < f.width * 3; x++) {
+                int d = (int)ar[x] - (int)b[x];
+                se += (double)(d * d);
+                if (abs(d) > max_diff)
+                    max_diff = abs(d);
+            }
+        }
+        double mse = se / (double)fb, psnr = mse > 0 ? 10.0 * log10(255.0 * 255.0 / mse) : 99.0;
+        psnr_sum += psnr;
+        if (psnr < psnr_min)
+            psnr_min = psnr;
+        got_n++;
+    }
+    ditto_session_close(&s);
+    ditto_models_close(&m);
+    if (rc < 0) {
+        fprintf(stderr, "ditto bench: the cpu parity run failed: %s\n", ditto_strerror(rc));
+        return rc;
+    }
+    printf("  vs cpu float32, first %lld frames: PSNR min %.2f dB, mean %.2f dB (99: identical), largest difference %d of 255\n",
+           (long long)got_n, psnr_min, psnr_sum / (double)got_n, max_diff);
+    out->n = got_n;
+    out->psnr_min = psnr_min;
+    out->psnr_mean = psnr_sum / (double)got_n;
+    out->max_diff = max_diff;
+    return 0;
+}
+
 int ditto_bench_e2e(int argc, char **argv)
 {
     const char *avatar = NULL, *weights = "synthetic:full", *backend = "cpu", *json = NULL;
-    int precision = DITTO_PRECISION_AUTO, steps = 50, batch = 8, threads = 0, rgb_sum = 0, verbose = 0;
+    int precision = DITTO_PRECISION_AUTO, steps = 50, batch = 8, threads = 0, rgb_sum = 0, verbose = 0, parity = 0;
     double seconds = 15.755;
     static const struct option opts[] = {
         { "e2e", required_argument, 0, 'e' },      { "weights", required_argument, 0, 'w' }, { "backend", required_argument, 0, 'b' },
         { "precision", required_argument, 0, 'p' }, { "seconds", required_argument, 0, 's' }, { "steps", required_argument, 0, 'n' },
         { "batch", required_argument, 0, 'B' },    { "threads", required_argument, 0, 't' }, { "json", required_argument, 0, 'j' },
         { "help", no_argument, 0, 'h' },           { "rgb-checksum", no_argument, 0, 'r' },
-        { "verbose", no_argument, 0, 'v' },        { 0, 0, 0, 0 },
+        { "verbose", no_argument, 0, 'v' },        { "parity-cpu", required_argument, 0, 'P' }, { 0, 0, 0, 0 },
     };
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -104,11 +201,12 @@ int ditto_bench_e2e(int argc, char **argv)
         case 'j': json = optarg; break;
         case 'r': rgb_sum = 1; break;
         case 'v': verbose = 1; break;
+        case 'P': parity = atoi(optarg); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
-    if (!avatar || optind < argc || !(seconds > 0 && seconds < 3600) || steps < 1 || steps > 1000 || batch < 1 || batch > 256) {
+    if (!avatar || optind < argc || !(seconds > 0 && seconds < 3600) || steps < 1 || steps > 1000 || batch < 1 || batch > 256 || parity < 0) {
         usage(stderr);
         return 2;
     }
@@ -149,6 +247,9 @@ int ditto_bench_e2e(int argc, char **argv)
     int64_t frames = 0;
     uint64_t sum = 1469598103934665603ull;   /* FNV-1a over the frames' SHA-256 (YUV planes): one checksum for the clip */
     uint64_t sum_rgb = sum;                  /* the same over the RGB24 frames (--rgb-checksum) */
+    Kept keep = { 0 };
+    char *jtext = NULL;                      /* the JSON object so far, without its closing brace */
+    size_t jlen = 0;
     double t_first = 0, t2 = ditto_now();
     if (rc >= 0)
         rc = ditto_session_push_audio(s, pcm, n);
@@ -167,6 +268,10 @@ int ditto_bench_e2e(int argc, char **argv)
         if (ditto_frame_sha256(&f, hex) == 0)
             for (int k = 0; k < 64; k++)
                 sum = (sum ^ (uint8_t)hex[k]) * 1099511628211ull;
+        if (frames <= parity && keep_frames(&keep, &f, frames - 1, parity) < 0) {
+            rc = DITTO_ERR_NOMEM;
+            break;
+        }
         if (rgb_sum) {
             unsigned char md[32];
             unsigned int len = 0;
@@ -203,10 +308,9 @@ int ditto_bench_e2e(int argc, char **argv)
             printf("  device memory held by ditto: render backend peak %.0f MB, motion backend peak %.0f MB; device in use %.0f MB\n",
                    mb(mr.peak), mb(mm.peak), mb(mr.device_used));
         if (json) {
-            FILE *jf = fopen(json, "w");
+            FILE *jf = open_memstream(&jtext, &jlen);
             if (!jf) {
-                fprintf(stderr, "ditto bench: cannot write %s\n", json);
-                rc = -1;
+                rc = DITTO_ERR_NOMEM;
             } else {
                 fprintf(jf, "{\n  \"backend\": \"%s\", \"weights\": \"%s\", \"seconds\": %.3f, \"steps\": %d, \"batch\": %d,\n", backend, weights,
                         seconds, steps, batch);
@@ -222,13 +326,30 @@ int ditto_bench_e2e(int argc, char **argv)
                 if (have_mem)
                     fprintf(jf, ",\n  \"render_peak_mb\": %.1f, \"motion_peak_mb\": %.1f, \"device_used_mb\": %.1f", mb(mr.peak), mb(mm.peak),
                             mb(mr.device_used));
-                fprintf(jf, "\n}\n");
                 fclose(jf);
             }
         }
     }
     ditto_session_close(&s);
     ditto_models_close(&m);
+    Parity par = { 0 };
+    if (rc >= 0 && parity > 0)
+        rc = parity_cpu(&mp, &sp, pcm, n, &keep, &par);
+    if (rc >= 0 && json && jtext) {
+        FILE *jf = fopen(json, "w");
+        bool ok = jf && fputs(jtext, jf) >= 0;
+        if (ok && par.n > 0)
+            ok = fprintf(jf, ",\n  \"parity_cpu\": {\"frames\": %lld, \"psnr_min_db\": %.3f, \"psnr_mean_db\": %.3f, \"max_abs_diff\": %d}",
+                         (long long)par.n, par.psnr_min, par.psnr_mean, par.max_diff) > 0;
+        if (ok)
+            ok = fputs("\n}\n", jf) >= 0;
+        if ((jf && fclose(jf) != 0) || !ok) {
+            fprintf(stderr, "ditto bench: cannot write %s\n", json);
+            rc = DITTO_ERR_IO;
+        }
+    }
+    free(jtext);
+    free(keep.rgb);
     free(pcm);
     return rc < 0 ? 1 : 0;
 }
