@@ -134,6 +134,9 @@ e2e_checks() {
         | tee -a "$OUT/summary.txt"
     DITTO_GRAPHS=0 timeout 150 $E2E --rgb-checksum --json "$OUT/bench_e2e_nograph.json" 2>&1 | grep -E "checksum|wall|warp|decode" \
         | tee -a "$OUT/summary.txt"
+    log "GPU frames vs the cpu backend (float32), 3.2 s of audio, first 8 frames"
+    timeout 300 $E2E --seconds 3.2 --parity-cpu 8 --json "$OUT/bench_e2e_parity.json" 2>&1 | grep -E "vs cpu|failed" \
+        | tee -a "$OUT/summary.txt"
 }
 if [ $E2E_ONLY = 1 ]; then
     [ $RENDER = 1 ] && render_check
