@@ -124,6 +124,7 @@ static int load_net(DittoModels *m, DittoBackend *be, const char *dir, DittoNetK
 {
     DittoCatalog *cat = NULL;
     int rc;
+    const double t0 = ditto_now();
     if (m->synthetic) {
         rc = ditto_synthetic_catalog_size(&cat, kind, (DittoSyntheticSize)m->synthetic, seed, &m->log);
     } else {
@@ -133,9 +134,12 @@ static int load_net(DittoModels *m, DittoBackend *be, const char *dir, DittoNetK
                               ditto_net_file_name(kind));
         rc = ditto_catalog_open_pth(&cat, path, &m->log);
     }
+    const double t1 = ditto_now();
     if (rc >= 0)
         rc = load(out, be, cat);
     ditto_catalog_close(&cat);
+    ditto_log(&m->log, DITTO_LOG_INFO, "models: %s read %.2f s, loaded onto %s %.2f s", ditto_net_file_name(kind), t1 - t0, be->name,
+              ditto_now() - t1);
     return rc;
 }
 
@@ -149,6 +153,7 @@ static int load_lmdm(DittoModels *m, const char *dir, uint64_t seed)
     DittoLmdmParams lp;
     ditto_lmdm_params_default(&lp);
     int rc;
+    const double t0 = ditto_now();
     if (m->synthetic) {
         lp.num_heads = ditto_synthetic_lmdm_heads((DittoSyntheticSize)m->synthetic);
         rc = ditto_synthetic_lmdm_catalog(&cat, (DittoSyntheticSize)m->synthetic, seed, &m->log);
@@ -158,9 +163,11 @@ static int load_lmdm(DittoModels *m, const char *dir, uint64_t seed)
             return ditto_fail(&m->log, DITTO_ERR_NOENT, "%s: no models/lmdm_v0.4_hubert.pth (expected the official ditto_pytorch folder)", dir);
         rc = ditto_catalog_open_pth(&cat, path, &m->log);
     }
+    const double t1 = ditto_now();
     if (rc >= 0)
         rc = ditto_lmdm_load(&m->lmdm, m->be_motion, cat, &lp);
     ditto_catalog_close(&cat);
+    ditto_log(&m->log, DITTO_LOG_INFO, "models: LMDM read %.2f s, loaded %.2f s", t1 - t0, ditto_now() - t1);
     if (rc >= 0) {
         const DittoLmdmDims *d = ditto_lmdm_dims(m->lmdm);
         if (d->nfeats != DITTO_MOTION_DIM || d->cond_dim != DITTO_COND_DIM || d->seq_len != DITTO_A2M_SEQ_FRAMES)
@@ -212,6 +219,7 @@ static int models_warmup(DittoModels *m, int B)
 {
     DittoBackend *be = m->be;
     const DittoDType act = be->act_dtype;
+    const double t0 = ditto_now();
     int64_t fs[4], fe[4], im[4];
     DittoArena ws;
     DittoBuffer b_fs = { 0 }, b_kp = { 0 }, b_feat = { 0 }, b_img = { 0 };
@@ -249,6 +257,8 @@ static int models_warmup(DittoModels *m, int B)
     if (rc < 0)
         return ditto_fail(&m->log, rc, "warm-up of the render networks (batch %d): %s", B, ditto_strerror(rc));
 
+    ditto_log(&m->log, DITTO_LOG_INFO, "models: warm-up of the render networks at batch %d %.2f s", B, ditto_now() - t0);
+    const double t1 = ditto_now();
     /* the motion sampler: window 0 op by op, window 1 captured */
     const DittoLmdmDims *d = ditto_lmdm_dims(m->lmdm);
     DittoA2mLmdmParams lp;
@@ -266,6 +276,7 @@ static int models_warmup(DittoModels *m, int B)
         ditto_a2m_lmdm_close(&m->warm);
         return ditto_fail(&m->log, rc, "warm-up of the motion sampler: %s", ditto_strerror(rc));
     }
+    ditto_log(&m->log, DITTO_LOG_INFO, "models: warm-up of the motion sampler (2 windows, the second captured) %.2f s", ditto_now() - t1);
     return 0;
 }
 
