@@ -653,7 +653,8 @@ static void *render_main(void *arg)
         fail(s, ditto_fail(&s->log, rc, "render: out of memory"));
     while (rc >= 0) {
         pthread_mutex_lock(&s->mu);
-        while (!s->abort && (s->rs_tail - s->rs_head >= RENDER_SLOTS || (s->mq_tail - s->mq_head < s->B && !s->mq_closed)))
+        while (!s->abort && ((!s->device_post && s->rs_tail - s->rs_head >= RENDER_SLOTS) ||
+                             (s->mq_tail - s->mq_head < s->B && !s->mq_closed)))
             pthread_cond_wait(&s->cv, &s->mu);
         if (s->abort) {
             pthread_mutex_unlock(&s->mu);
@@ -680,8 +681,37 @@ static void *render_main(void *arg)
             any |= (cp[k] = fade_ctrl(s, g + k, total, &ctrl[k])) != NULL;
         DittoRenderTimes t = { 0 };
         compute_enter(s->m);
-        rc = ditto_renderer_run(s->rend, g, n, xd, any ? cp : NULL, slot->out, &t);
+        rc = ditto_renderer_run(s->rend, g, n, xd, any ? cp : NULL, s->device_post ? NULL : slot->out, &t);
         compute_leave(s->m);
+        if (rc >= 0 && s->device_post) {
+            /* finished frames straight from the device into the caller's ring (no render slot, no copy) */
+            for (int k = 0; k < n && rc >= 0; k++) {
+                pthread_mutex_lock(&s->mu);
+                while (!s->abort && s->os_tail - s->os_head >= s->n_os)
+                    pthread_cond_wait(&s->cv, &s->mu);
+                if (s->abort) {
+                    pthread_mutex_unlock(&s->mu);
+                    rc = DITTO_ERR_BADSTATE;
+                    break;
+                }
+                OutSlot *o = &s->os[s->os_tail % s->n_os];
+                pthread_mutex_unlock(&s->mu);
+                double t0 = ditto_now();
+                rc = ditto_renderer_fetch(s->rend, k, o->rgb);
+                t.color += ditto_now() - t0;
+                pthread_mutex_lock(&s->mu);
+                if (rc >= 0) {
+                    o->index = g + k;
+                    s->os_tail++;
+                    if (!s->t_batch0)
+                        s->t_batch0 = ditto_now();
+                    pthread_cond_broadcast(&s->cv);
+                }
+                pthread_mutex_unlock(&s->mu);
+            }
+            if (rc == DITTO_ERR_BADSTATE)   /* aborted while waiting: another stage's error, or close */
+                break;
+        }
         pthread_mutex_lock(&s->mu);
         s->seconds[DITTO_STAGE_STITCH] += t.stitch;
         s->seconds[DITTO_STAGE_WARP] += t.warp;
@@ -690,7 +720,7 @@ static void *render_main(void *arg)
         s->seconds[DITTO_STAGE_COLOR] += t.color;
         if (rc < 0) {
             fail_locked(s, rc);
-        } else {
+        } else if (!s->device_post) {
             slot->g0 = g;
             slot->n = n;
             if (!s->t_batch0)
@@ -889,7 +919,8 @@ static int session_setup(DittoSession *s)
     const int64_t side = DITTO_RENDER_SIDE, W = s->W, H = s->H;
     const int64_t cw = ditto_yuv420_chroma_size(s->W), ch = ditto_yuv420_chroma_size(s->H);
     s->mq_cap = 2 * DITTO_A2M_SEQ_FRAMES + 2 * s->B;
-    s->n_os = s->B + 2;
+    /* with device_post the frames go straight into these: room for two batches, as the render slots give otherwise */
+    s->n_os = s->device_post ? 2 * s->B + 2 : s->B + 2;
     s->mq = ditto_calloc((size_t)s->mq_cap, sizeof *s->mq);
     s->os = ditto_calloc((size_t)s->n_os, sizeof *s->os);
     s->cond_rows = ditto_malloc((size_t)DITTO_HUBERT_FRAMES * DITTO_COND_DIM * sizeof(float));
@@ -897,7 +928,7 @@ static int session_setup(DittoSession *s)
     if (!s->mq || !s->os || !s->cond_rows || !s->pcm_local)
         return ditto_fail(&s->log, DITTO_ERR_NOMEM, "session: out of memory");
     const size_t slot_bytes = s->device_post ? s->frame_bytes * (size_t)s->B : (size_t)(s->B * side * side * 3) * sizeof(float);
-    for (int i = 0; i < RENDER_SLOTS; i++)
+    for (int i = 0; i < RENDER_SLOTS && !s->device_post; i++)
         if (!(s->rs[i].out = ditto_malloc_aligned(slot_bytes)))
             return ditto_fail(&s->log, DITTO_ERR_NOMEM, "session: out of memory for %d renders of %lldx%lld", s->B, (long long)side,
                               (long long)side);

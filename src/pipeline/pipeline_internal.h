@@ -73,11 +73,14 @@ typedef struct DittoRenderTimes {
  * Frames g0 .. g0+n-1 (1 <= n <= batch): x_d_info (n) from cvt_fmt, ctrl
  * (n entries, each may be NULL) or NULL -> out, host memory: without
  * device_post n renders (n, 512, 512, 3) float32 in 0..255; with it n
- * finished frames of ditto_renderer_frame_bytes() each. Adds the stage
- * times to *t (may be NULL).
+ * finished frames of ditto_renderer_frame_bytes() each, or, when out is
+ * NULL, the frames stay on the device for ditto_renderer_fetch() until the
+ * next run. Adds the stage times to *t (may be NULL).
  */
 int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_d_info, const DittoCtrl *const *ctrl, void *out,
                        DittoRenderTimes *t);
+/* device_post: finished frame k (< n) of the last run into dst (ditto_renderer_frame_bytes()). */
+int ditto_renderer_fetch(DittoRenderer *r, int k, void *dst);
 
 /*
  * ditto_now() when the session's first motion frame reached the render

@@ -326,10 +326,17 @@ static int run_post(DittoRenderer *r, int64_t g0, int64_t N, double *t_putback)
     return 0;
 }
 
+int ditto_renderer_fetch(DittoRenderer *r, int k, void *dst)
+{
+    if (!r || !r->post || k < 0 || k >= r->batch || !dst)
+        return DITTO_ERR_INVAL;
+    return r->be->download(r->be, dst, (const uint8_t *)r->out_buf.ptr + (size_t)k * r->frame_bytes, r->frame_bytes);
+}
+
 int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_d_info, const DittoCtrl *const *ctrl, void *out,
                        DittoRenderTimes *t)
 {
-    if (!r || n < 1 || n > r->batch || !x_d_info || !out)
+    if (!r || n < 1 || n > r->batch || !x_d_info || (!out && !r->post))
         return DITTO_ERR_INVAL;
     DittoBackend *be = r->be;
     const DittoAvatar *av = r->av;
@@ -376,7 +383,10 @@ int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_
         TRY(be->sync(be));
         t3 = ditto_now();
         TRY(run_post(r, g0, N, &t_pb));
-        TRY(be->download(be, out, r->out_buf.ptr, r->frame_bytes * (size_t)N));
+        if (out)
+            TRY(be->download(be, out, r->out_buf.ptr, r->frame_bytes * (size_t)N));
+        else
+            TRY(be->sync(be));
         t4 = ditto_now();
     }
     r->last_n = (int)Nr;
