@@ -20,10 +20,21 @@
  * before the packed in-projection, never to values.
  *
  * The conditioned and unconditioned passes share x, kp_cond and t; they run
- * as one batch of 2B through the decoder, pass-major: rows [0,B) conditioned,
- * [B,2B) unconditioned. Everything that depends only on the conditions
- * (the encoder, the pooled condition, the condition tokens' cross-attention
- * keys/values) is computed once per window by ditto_lmdm_cond_init().
+ * together, window-major: activations are (B,2,L,D) (window, pass, frame),
+ * and every linear sees them as (B,2L,D), so a window's two passes are one
+ * GEMM item of 2L rows whatever the number of windows B (the linear op's
+ * batch consistency is per item of dim 0). Work is hoisted by what it
+ * depends on:
+ *   ditto_lmdm_cond_init()   the conditions: encoder, pooled condition, the
+ *                            condition tokens' cross-attention keys/values;
+ *   ditto_lmdm_steps_init()  the time steps of a schedule (with the pooled
+ *                            condition): time MLP, every FiLM of every layer
+ *                            and step in one GEMM, the time tokens' keys and
+ *                            values;
+ *   ditto_lmdm_denoise_step() per step only what depends on x: the decoder
+ *                            stack, with the step's time-token keys/values
+ *                            copied into memory rows L, L+1 first.
+ * ditto_lmdm_denoise() takes any times and builds their tables per call.
  */
 #include "models/lmdm.h"
 
@@ -69,8 +80,7 @@ typedef struct LmdmDecLayer {
     DittoTensor w2, b2;        /* linear2.weight (D, ff), linear2.bias (D) */
     DittoTensor ln_w[3];       /* norm{1,2,3}.weight (D) */
     DittoTensor ln_b[3];       /* norm{1,2,3}.bias (D) */
-    DittoTensor film_w[3];     /* film{1,2,3}.block.1.weight (2D, D): rows scale | shift */
-    DittoTensor film_b[3];     /* film{1,2,3}.block.1.bias (2D) */
+    /* film{1,2,3}.block.1.*: rows of DittoLmdm.film_w / film_b */
 } LmdmDecLayer;
 
 struct DittoLmdm {
@@ -93,9 +103,16 @@ struct DittoLmdm {
     DittoTensor pool2_w, pool2_b;  /* non_attn_cond_projection.3.weight (D, D), .bias (D) */
     LmdmDecLayer *dec;             /* seqTransDecoder.stack.{i}.* */
     DittoTensor final_w, final_b;  /* final_layer.weight (F, D), final_layer.bias (F) */
+    /*
+     * seqTransDecoder.stack.{i}.film{j+1}.block.1.weight (2D, D) / .bias (2D)
+     * of every layer, concatenated in (i, j) order: (layers*3*2D, D) and
+     * (layers*3*2D); rows of one FiLM are scale | shift. One GEMM makes
+     * every FiLM of every step (ditto_lmdm_steps_init).
+     */
+    DittoTensor film_w, film_b;
     /* constants computed at load */
     DittoBuffer time_table_buf;
-    DittoTensor time_table;        /* (T, D): [sin(t f_k), cos(t f_k)] for t = 0..T-1 */
+    DittoTensor time_table;        /* (T, D): row r = [sin(t f_k), cos(t f_k)] of t = T-1-r (descending, see gather_times) */
 };
 
 void ditto_lmdm_params_default(DittoLmdmParams *p)
@@ -234,10 +251,30 @@ static void load_dec_layer(DittoLoader *l, LmdmDecLayer *y, int64_t d, int64_t f
         ditto_loader_get(l, &y->ln_w[j], DITTO_SHAPE(d), "seqTransDecoder.stack.%d.norm%d.weight", i, j + 1);
         ditto_loader_get(l, &y->ln_b[j], DITTO_SHAPE(d), "seqTransDecoder.stack.%d.norm%d.bias", i, j + 1);
     }
-    for (int j = 0; j < 3; j++) {
-        ditto_loader_get(l, &y->film_w[j], DITTO_SHAPE(2 * d, d), "seqTransDecoder.stack.%d.film%d.block.1.weight", i, j + 1);
-        ditto_loader_get(l, &y->film_b[j], DITTO_SHAPE(2 * d), "seqTransDecoder.stack.%d.film%d.block.1.bias", i, j + 1);
+}
+
+/* film{1,2,3}.block.1.* of every decoder layer as one weight and one bias (DittoLmdm.film_w, film_b). */
+static void load_films(DittoLoader *l, DittoLmdm *m)
+{
+    const int n = 3 * m->dims.layers;
+    const int64_t d = m->dims.latent;
+    char (*names)[64] = ditto_malloc((size_t)n * 2 * sizeof *names);
+    const char **keys = ditto_malloc((size_t)n * 2 * sizeof *keys);
+    if (!names || !keys) {
+        if (!l->err)
+            l->err = DITTO_ERR_NOMEM;
+    } else {
+        for (int k = 0; k < n; k++) {
+            snprintf(names[k], sizeof names[k], "seqTransDecoder.stack.%d.film%d.block.1.weight", k / 3, k % 3 + 1);
+            snprintf(names[n + k], sizeof names[n + k], "seqTransDecoder.stack.%d.film%d.block.1.bias", k / 3, k % 3 + 1);
+            keys[k] = names[k];
+            keys[n + k] = names[n + k];
+        }
+        ditto_loader_get_cat(l, &m->film_w, n, keys, DITTO_SHAPE(2 * d, d));
+        ditto_loader_get_cat(l, &m->film_b, n, keys + n, DITTO_SHAPE(2 * d));
     }
+    ditto_free(names);
+    ditto_free(keys);
 }
 
 /*
@@ -290,6 +327,8 @@ static void load_rotary(DittoLoader *l, DittoLmdm *m)
 /*
  * Sinusoidal time embedding of every t, as upstream computes it in float32:
  * f_k = exp(k * -(ln 10000 / (D/2 - 1))), e = [sin(t f_k), cos(t f_k)].
+ * Stored with t descending (row T-1-t), so the decreasing times of a DDIM
+ * schedule are increasing rows.
  */
 static int make_time_table(DittoLmdm *m)
 {
@@ -304,7 +343,7 @@ static int make_time_table(DittoLmdm *m)
     for (int64_t k = 0; k < half; k++)
         freq[k] = (float)exp((double)((float)k * neg));
     for (int64_t s = 0; s < DITTO_LMDM_T; s++) {
-        float *row = host + s * d;
+        float *row = host + (DITTO_LMDM_T - 1 - s) * d;
         for (int64_t k = 0; k < half; k++) {
             float arg = (float)s * freq[k];
             row[k] = (float)sin((double)arg);
@@ -394,6 +433,8 @@ int ditto_lmdm_load(DittoLmdm **out, DittoBackend *be, DittoCatalog *cat, const 
     ditto_loader_get(&l, &m->pool2_b, DITTO_SHAPE(D), "non_attn_cond_projection.3.bias");
     for (int i = 0; i < d->layers && !l.err; i++)
         load_dec_layer(&l, &m->dec[i], D, d->ff, i);
+    if (d->layers > 0)
+        load_films(&l, m);
     ditto_loader_get(&l, &m->final_w, DITTO_SHAPE(F, D), "final_layer.weight");
     ditto_loader_get(&l, &m->final_b, DITTO_SHAPE(F), "final_layer.bias");
 
@@ -431,66 +472,71 @@ void ditto_lmdm_free(DittoLmdm **m)
 
 /*
  * Multi-head attention core + out_proj: q (N,Lq,D), k, v (N,Lk,D), any
- * strides (the in-projection already applied) -> y (N,Lq,D).
+ * strides (the in-projection already applied) -> y (B,R,D) contiguous, the
+ * same rows (B R = N Lq) shaped for the out_proj GEMM.
  */
 static int attend(DittoLmdm *m, DittoArena *ws, const LmdmAttn *w, const DittoTensor *q, const DittoTensor *k, const DittoTensor *v, DittoTensor *y)
 {
     DittoBackend *be = m->be;
     const int64_t N = q->shape[0], Lq = q->shape[1], D = m->dims.latent, H = m->dims.heads, dh = D / H;
     DittoArenaMark mark = ditto_arena_mark(ws);
-    DittoTensor o, om;
+    DittoTensor om;
     int rc;
     DittoTensor qh = view_heads(q, H);                                  /* (N,H,Lq,dh) */
     DittoTensor kh = view_heads(k, H);                                  /* (N,H,Lk,dh) */
     DittoTensor vh = view_heads(v, H);                                  /* (N,H,Lk,dh) */
-    NEW(o, N, H, Lq, dh);
-    CK(ditto_op_attention(be, 0.0f, &qh, &kh, &vh, NULL, &o));          /* softmax(q k^T / sqrt(dh)) v */
-    DittoTensor ot;
-    CK(ditto_tensor_permute(&o, (const int[]){ 0, 2, 1, 3 }, &ot));     /* (N,Lq,H,dh) view */
     NEW(om, N, Lq, H, dh);
-    CK(ditto_op_copy(be, &ot, &om));                                    /* heads concatenated */
-    DittoTensor omf = RESHAPE(om, N, Lq, D);
-    CK(ditto_op_linear(be, &omf, &w->out_w, &w->out_b, y));             /* out_proj (N,Lq,D) */
+    DittoTensor oh;
+    CK(ditto_tensor_permute(&om, (const int[]){ 0, 2, 1, 3 }, &oh));    /* (N,H,Lq,dh) view: heads land concatenated */
+    CK(ditto_op_attention(be, 0.0f, &qh, &kh, &vh, NULL, &oh));         /* softmax(q k^T / sqrt(dh)) v */
+    DittoTensor omf = RESHAPE(om, y->shape[0], y->shape[1], D);
+    CK(ditto_op_linear(be, &omf, &w->out_w, &w->out_b, y));             /* out_proj (B,R,D) */
 done:
     ditto_arena_release(ws, mark);
     return rc;
 }
 
-/* Self-attention with rotary queries/keys: a (N,L,D) normalised input -> y (N,L,D). */
-static int self_attention(DittoLmdm *m, DittoArena *ws, const LmdmAttn *w, const DittoTensor *a, DittoTensor *y)
+/*
+ * Self-attention with rotary queries/keys within sequences of L rows: a
+ * (B,R,D) normalised input, R = n L (n sequences per GEMM item) -> y (B,R,D).
+ */
+static int self_attention(DittoLmdm *m, DittoArena *ws, const LmdmAttn *w, const DittoTensor *a, int64_t L, DittoTensor *y)
 {
     DittoBackend *be = m->be;
-    const int64_t N = a->shape[0], L = a->shape[1], D = m->dims.latent;
+    const int64_t B = a->shape[0], R = a->shape[1], N = B * (R / L), D = m->dims.latent;
     DittoArenaMark mark = ditto_arena_mark(ws);
     DittoTensor ra, qk, v;
     int rc;
-    NEW(ra, N, L, D);
-    CK(ditto_op_rotary(be, 0, a, &m->rot_freqs, &ra));                 /* rot(a) */
-    NEW(qk, N, L, 2 * D);
+    NEW(ra, B, R, D);
+    DittoTensor as = RESHAPE(*a, N, L, D), ras = RESHAPE(ra, N, L, D);
+    CK(ditto_op_rotary(be, 0, &as, &m->rot_freqs, &ras));               /* rot(a), positions 0..L-1 per sequence */
+    NEW(qk, B, R, 2 * D);
     CK(ditto_op_linear(be, &ra, &w->wqk, &w->bqk, &qk));                /* [q | k] = rot(a) [W_q | W_k]^T + b */
-    NEW(v, N, L, D);
+    NEW(v, B, R, D);
     CK(ditto_op_linear(be, a, &w->wv, &w->bv, &v));                     /* v = a W_v^T + b_v */
-    DittoTensor q = view_slice(&qk, 2, 0, D);                           /* (N,L,D) strided */
-    DittoTensor k = view_slice(&qk, 2, D, 2 * D);
-    CK(attend(m, ws, w, &q, &k, &v, y));
+    DittoTensor qks = RESHAPE(qk, N, L, 2 * D);
+    DittoTensor q = view_slice(&qks, 2, 0, D);                          /* (N,L,D) strided */
+    DittoTensor k = view_slice(&qks, 2, D, 2 * D);
+    DittoTensor vs = RESHAPE(v, N, L, D);
+    CK(attend(m, ws, w, &q, &k, &vs, y));
 done:
     ditto_arena_release(ws, mark);
     return rc;
 }
 
-/* Two-layer GELU MLP: y = W2 GELU(W1 a + b1) + b2; a (N,L,D) -> y (N,L,D). */
+/* Two-layer GELU MLP: y = W2 GELU(W1 a + b1) + b2; a (B,R,D) -> y (B,R,D). */
 static int feed_forward(DittoLmdm *m, DittoArena *ws, const DittoTensor *w1, const DittoTensor *b1, const DittoTensor *w2, const DittoTensor *b2,
                         const DittoTensor *a, DittoTensor *y)
 {
     DittoBackend *be = m->be;
-    const int64_t N = a->shape[0], L = a->shape[1], ff = w1->shape[0];
+    const int64_t B = a->shape[0], R = a->shape[1], ff = w1->shape[0];
     DittoArenaMark mark = ditto_arena_mark(ws);
     DittoTensor f;
     int rc;
-    NEW(f, N, L, ff);
-    CK(ditto_op_linear(be, a, w1, b1, &f));                             /* linear1 (N,L,ff) */
+    NEW(f, B, R, ff);
+    CK(ditto_op_linear(be, a, w1, b1, &f));                             /* linear1 (B,R,ff) */
     CK(ditto_op_act(be, DITTO_UNARY_GELU, 0, &f, &f));
-    CK(ditto_op_linear(be, &f, w2, b2, y));                             /* linear2 (N,L,D) */
+    CK(ditto_op_linear(be, &f, w2, b2, y));                             /* linear2 (B,R,D) */
 done:
     ditto_arena_release(ws, mark);
     return rc;
@@ -507,7 +553,7 @@ static int enc_layer(DittoLmdm *m, DittoArena *ws, const LmdmEncLayer *w, DittoT
     NEW(a, B, L, D);
     NEW(y, B, L, D);
     CK(ditto_op_layer_norm(be, LMDM_LN_EPS, false, c, &w->ln1_w, &w->ln1_b, &a));   /* a = norm1(c) */
-    CK(self_attention(m, ws, &w->attn, &a, &y));                                    /* MHA(rot a, rot a, a) */
+    CK(self_attention(m, ws, &w->attn, &a, L, &y));                                 /* MHA(rot a, rot a, a) */
     CK(ditto_op_binary(be, DITTO_BINARY_ADD, c, &y, c));                            /* c = c + sa */
     CK(ditto_op_layer_norm(be, LMDM_LN_EPS, false, c, &w->ln2_w, &w->ln2_b, &a));   /* a = norm2(c) */
     CK(feed_forward(m, ws, &w->w1, &w->b1, &w->w2, &w->b2, &a, &y));
@@ -517,58 +563,50 @@ done:
     return rc;
 }
 
-/* h = h + ((1 + scale) y + shift); y (N,L,D) is overwritten; sp1 = 1 + scale, shift: (N,1,D) views. */
-static int film_residual(DittoBackend *be, DittoTensor *h, DittoTensor *y, const DittoTensor *sp1, const DittoTensor *shift)
-{
-    DITTO_TRY(ditto_op_binary(be, DITTO_BINARY_MUL, sp1, y, y));      /* (scale + 1) * y */
-    DITTO_TRY(ditto_op_binary(be, DITTO_BINARY_ADD, y, shift, y));    /* + shift */
-    return ditto_op_binary(be, DITTO_BINARY_ADD, h, y, h);            /* h = h + film(y) */
-}
-
 /*
- * seqTransDecoder.stack.{i}, in place on h (N,L,D), N = 2B; mem_k, mem_v
- * (N,L+2,D) this layer's cross-attention keys/values; mt = Mish(tc) (N,D).
+ * seqTransDecoder.stack.{i}, in place on h (B,2L,D) (both passes of each
+ * window: one GEMM item); mem_k, mem_v (2B,L+2,D) this layer's
+ * cross-attention keys/values; film (B,2,3,2D) this layer's FiLM rows of
+ * this step, [1 + scale_j | shift_j].
  */
 static int dec_layer(DittoLmdm *m, DittoArena *ws, const LmdmDecLayer *w, DittoTensor *h, const DittoTensor *mem_k, const DittoTensor *mem_v,
-                     const DittoTensor *mt)
+                     const DittoTensor *film)
 {
     DittoBackend *be = m->be;
-    const int64_t N = h->shape[0], L = h->shape[1], D = m->dims.latent;
+    const int64_t B = h->shape[0], L = h->shape[1] / 2, N = 2 * B, D = m->dims.latent;
     DittoArenaMark mark = ditto_arena_mark(ws);
-    DittoTensor fs[3], sp1[3], shift[3], a, ra, q, y;
+    DittoTensor sp1[3], shift[3], a, ra, q, y;
     int rc;
-    /* FiLM j: [scale_j | shift_j] = film_j.block.1(Mish(tc)) */
     for (int j = 0; j < 3; j++) {
-        NEW(fs[j], N, 2 * D);
-        CK(ditto_op_linear(be, mt, &w->film_w[j], &w->film_b[j], &fs[j]));     /* (N,2D) */
-        DittoTensor scale = view_slice(&fs[j], 1, 0, D);                      /* (N,D) strided */
-        NEW(sp1[j], N, 1, D);
-        DittoTensor sp1v = RESHAPE(sp1[j], N, D);
-        CK(ditto_op_unary(be, &(DittoUnaryParams){ DITTO_UNARY_AFFINE, 1.0f, 1.0f }, &scale, &sp1v));   /* scale + 1 */
-        DittoTensor sh = view_slice(&fs[j], 1, D, 2 * D);
-        shift[j] = view_insert(&sh, 1, 1, 0);                                /* (N,1,D) */
+        DittoTensor fj = view_select(film, 2, j);                        /* (B,2,2D) */
+        DittoTensor sc = view_slice(&fj, 2, 0, D), sh = view_slice(&fj, 2, D, 2 * D);
+        sp1[j] = view_insert(&sc, 2, 1, 0);                               /* (B,2,1,D): broadcast over frames */
+        shift[j] = view_insert(&sh, 2, 1, 0);
     }
-    NEW(a, N, L, D);
-    NEW(y, N, L, D);
+    NEW(a, B, 2 * L, D);
+    NEW(y, B, 2 * L, D);
+    DittoTensor h4 = RESHAPE(*h, B, 2, L, D), y4 = RESHAPE(y, B, 2, L, D);
 
     /* self-attention block */
     CK(ditto_op_layer_norm(be, LMDM_LN_EPS, false, h, &w->ln_w[0], &w->ln_b[0], &a));   /* a = norm1(h) */
-    CK(self_attention(m, ws, &w->self_attn, &a, &y));                                   /* MHA(rot a, rot a, a) */
-    CK(film_residual(be, h, &y, &sp1[0], &shift[0]));
+    CK(self_attention(m, ws, &w->self_attn, &a, L, &y));                                /* MHA(rot a, rot a, a) */
+    CK(ditto_op_film(be, &h4, &y4, &sp1[0], &shift[0], &h4));                           /* h = h + ((1 + scale_1) y + shift_1) */
 
     /* cross-attention block: keys/values of mem = norm_cond(concat(c, tt)) precomputed */
     CK(ditto_op_layer_norm(be, LMDM_LN_EPS, false, h, &w->ln_w[1], &w->ln_b[1], &a));   /* a = norm2(h) */
-    NEW(ra, N, L, D);
-    CK(ditto_op_rotary(be, 0, &a, &m->rot_freqs, &ra));                                /* rot(a) */
-    NEW(q, N, L, D);
+    NEW(ra, B, 2 * L, D);
+    DittoTensor as = RESHAPE(a, N, L, D), ras = RESHAPE(ra, N, L, D);
+    CK(ditto_op_rotary(be, 0, &as, &m->rot_freqs, &ras));                              /* rot(a) */
+    NEW(q, B, 2 * L, D);
     CK(ditto_op_linear(be, &ra, &w->cross_attn.wq, &w->cross_attn.bq, &q));             /* q = rot(a) W_q^T + b_q */
-    CK(attend(m, ws, &w->cross_attn, &q, mem_k, mem_v, &y));                            /* MHA(rot a, rot mem, mem) */
-    CK(film_residual(be, h, &y, &sp1[1], &shift[1]));
+    DittoTensor qs = RESHAPE(q, N, L, D);
+    CK(attend(m, ws, &w->cross_attn, &qs, mem_k, mem_v, &y));                           /* MHA(rot a, rot mem, mem) */
+    CK(ditto_op_film(be, &h4, &y4, &sp1[1], &shift[1], &h4));                           /* FiLM 2 */
 
     /* feed-forward block */
     CK(ditto_op_layer_norm(be, LMDM_LN_EPS, false, h, &w->ln_w[2], &w->ln_b[2], &a));   /* a = norm3(h) */
     CK(feed_forward(m, ws, &w->w1, &w->b1, &w->w2, &w->b2, &a, &y));
-    CK(film_residual(be, h, &y, &sp1[2], &shift[2]));
+    CK(ditto_op_film(be, &h4, &y4, &sp1[2], &shift[2], &h4));                           /* FiLM 3 */
 done:
     ditto_arena_release(ws, mark);
     return rc;
@@ -595,11 +633,12 @@ int ditto_lmdm_cond_init(DittoLmdm *m, DittoArena *ws, const DittoTensor *kp_con
     st->cond_frame = *kp_cond;
     DittoArenaMark outer = ditto_arena_mark(ws);
     DittoArenaMark mark;
-    DittoTensor c, pooled, pn, p1, cm, mem, rmem, kv;
+    DittoTensor c, pooled, pn, p1, p2, cm, mem, rmem, kv;
     int rc;
-    NEW(st->ch, 2, B, D);
-    NEW(st->mem_k, NL, 2, B, L + 2, D);
-    NEW(st->mem_v, NL, 2, B, L + 2, D);
+    NEW(st->ch, B, 2, D);
+    NEW(st->mem, 2, NL, B, 2, L + 2, D);
+    st->mem_k = view_select(&st->mem, 0, 0);
+    st->mem_v = view_select(&st->mem, 0, 1);
     mark = ditto_arena_mark(ws);
 
     /* condition tokens of the conditioned pass */
@@ -609,7 +648,7 @@ int ditto_lmdm_cond_init(DittoLmdm *m, DittoArena *ws, const DittoTensor *kp_con
         CK(enc_layer(m, ws, &m->enc[i], &c));                             /* cond_encoder.{i} */
     ditto_tap(tap, "cond_tokens", &c);
 
-    /* pooled condition: ch[0] = Lin(SiLU(Lin(LN(mean_L c)))), ch[1] = null_cond_hidden */
+    /* pooled condition: ch[:,0] = Lin(SiLU(Lin(LN(mean_L c)))), ch[:,1] = null_cond_hidden */
     NEW(pooled, B, 1, D);
     CK(ditto_op_reduce(be, DITTO_REDUCE_MEAN, 1, &c, &pooled));           /* mean over frames (B,1,D) */
     NEW(pn, B, 1, D);
@@ -617,37 +656,40 @@ int ditto_lmdm_cond_init(DittoLmdm *m, DittoArena *ws, const DittoTensor *kp_con
     NEW(p1, B, 1, D);
     CK(ditto_op_linear(be, &pn, &m->pool1_w, &m->pool1_b, &p1));
     CK(ditto_op_act(be, DITTO_UNARY_SILU, 0, &p1, &p1));
-    DittoTensor ch0 = view_select(&st->ch, 0, 0);
-    DittoTensor ch0v = RESHAPE(ch0, B, 1, D);
-    CK(ditto_op_linear(be, &p1, &m->pool2_w, &m->pool2_b, &ch0v));        /* (B,1,D) */
-    ditto_tap(tap, "cond_hidden", &ch0);
+    NEW(p2, B, 1, D);
+    CK(ditto_op_linear(be, &p1, &m->pool2_w, &m->pool2_b, &p2));          /* (B,1,D) */
+    DittoTensor ch0 = view_select(&st->ch, 1, 0);                       /* (B,D) strided */
+    DittoTensor p2v = RESHAPE(p2, B, D);
+    CK(ditto_op_copy(be, &p2v, &ch0));
+    ditto_tap(tap, "cond_hidden", &p2v);
     DittoTensor nh = view_select(&m->null_cond_hidden, 0, 0);           /* (D) */
     DittoTensor nhb = view_repeat(&nh, B);                              /* (B,D) broadcast */
-    DittoTensor ch1 = view_select(&st->ch, 0, 1);
+    DittoTensor ch1 = view_select(&st->ch, 1, 1);
     CK(ditto_op_copy(be, &nhb, &ch1));
 
-    /* memory tokens 0..L-1: norm_cond([c ; null_cond_embed]) for both passes */
-    NEW(cm, 2, B, L, D);
-    DittoTensor cm0 = view_select(&cm, 0, 0);
+    /* memory tokens 0..L-1: norm_cond([c ; null_cond_embed]) per window and pass (B,2,L,D) */
+    NEW(cm, B, 2, L, D);
+    DittoTensor cm0 = view_select(&cm, 1, 0);
     CK(ditto_op_copy(be, &c, &cm0));
     DittoTensor ne = view_select(&m->null_cond_embed, 0, 0);            /* (L,D) */
     DittoTensor neb = view_repeat(&ne, B);                              /* (B,L,D) broadcast */
-    DittoTensor cm1 = view_select(&cm, 0, 1);
+    DittoTensor cm1 = view_select(&cm, 1, 1);
     CK(ditto_op_copy(be, &neb, &cm1));
-    DittoTensor cmf = RESHAPE(cm, 2 * B, L, D);
-    NEW(mem, 2 * B, L, D);
+    NEW(mem, B, 2 * L, D);
+    DittoTensor cmf = RESHAPE(cm, B, 2 * L, D);
     CK(ditto_op_layer_norm(be, LMDM_LN_EPS, false, &cmf, &m->normc_w, &m->normc_b, &mem));   /* norm_cond */
-    NEW(rmem, 2 * B, L, D);
-    CK(ditto_op_rotary(be, 0, &mem, &m->rot_freqs, &rmem));             /* rot(mem), positions 0..L-1 */
+    NEW(rmem, B, 2 * L, D);
+    DittoTensor mems = RESHAPE(mem, 2 * B, L, D), rmems = RESHAPE(rmem, 2 * B, L, D);
+    CK(ditto_op_rotary(be, 0, &mems, &m->rot_freqs, &rmems));           /* rot(mem), positions 0..L-1 */
 
     /* their cross-attention keys and values in every layer */
-    NEW(kv, 2 * B, L, D);
-    DittoTensor kv4 = RESHAPE(kv, 2, B, L, D);
+    NEW(kv, B, 2 * L, D);
+    DittoTensor kv4 = RESHAPE(kv, B, 2, L, D);
     for (int i = 0; i < NL; i++) {
         const LmdmAttn *w = &m->dec[i].cross_attn;
-        DittoTensor lk = view_select(&st->mem_k, 0, i);                 /* (2,B,L+2,D) */
+        DittoTensor lk = view_select(&st->mem_k, 0, i);                 /* (B,2,L+2,D) */
         DittoTensor lv = view_select(&st->mem_v, 0, i);
-        DittoTensor lk_c = view_slice(&lk, 2, 0, L);                    /* (2,B,L,D) */
+        DittoTensor lk_c = view_slice(&lk, 2, 0, L);                    /* (B,2,L,D) */
         DittoTensor lv_c = view_slice(&lv, 2, 0, L);
         CK(ditto_op_linear(be, &rmem, &w->wk, &w->bk, &kv));             /* k = rot(mem) W_k^T + b_k */
         CK(ditto_op_copy(be, &kv4, &lk_c));
@@ -659,6 +701,209 @@ done:
     return rc;
 }
 
+/*
+ * e (n,D) = sinusoid(times[i]) from the descending table: a run of equally
+ * spaced times (a DDIM schedule is one or a few) is one strided copy.
+ */
+static int gather_times(DittoLmdm *m, const int *times, int n, DittoTensor *e)
+{
+    const int64_t D = m->dims.latent;
+    for (int i = 0; i < n;) {
+        int j = i + 1;
+        int64_t gap = j < n ? (int64_t)times[i] - times[j] : 0;   /* row step in the descending table */
+        while (gap >= 0 && j < n && (int64_t)times[j - 1] - times[j] == gap)
+            j++;
+        if (gap < 0)
+            gap = 0;
+        DittoTensor row = view_select(&m->time_table, 0, DITTO_LMDM_T - 1 - times[i]);   /* (D) */
+        DittoTensor src = view_insert(&row, 0, j - i, gap * D);          /* (j-i,D) */
+        DittoTensor dst = view_slice(e, 0, i, j);
+        DITTO_TRY(ditto_op_copy(m->be, &src, &dst));
+        i = j;
+    }
+    return 0;
+}
+
+/*
+ * Everything that depends on the time step (and the window's pooled
+ * condition) but not on x, for n time steps times[0..n), left in the arena:
+ *   film (B,S,2,layers,3,2D)  FiLM j of every layer per window, step, pass:
+ *                             [1 + scale_j | shift_j] = film_j.block.1(Mish(tc)) (+1 on scale)
+ *   tkv (2,layers,n,2,D)      keys [0] and values [1] of the time tokens (memory rows L, L+1) per layer
+ * A schedule (per_item false): every window at every step, S = n. One time
+ * per window (per_item, n == B): window b at times[b] only, S = 1, and tkv's
+ * axis n is the window axis.
+ * GEMM items (batch consistency): the time MLP and the token keys/values run
+ * as one item of n rows, or per_item as n items of one step, whose rows then
+ * do not depend on n = B; the FiLM GEMM has one item of 2S rows per window.
+ */
+static int time_tables(DittoLmdm *m, DittoArena *ws, const DittoLmdmCond *st, const int *times, int n, bool per_item, DittoTensor *film,
+                       DittoTensor *tkv)
+{
+    DittoBackend *be = m->be;
+    const DittoLmdmDims *d = &m->dims;
+    const int64_t B = st->batch, L = d->seq_len, D = d->latent, TH = d->time_hidden, NL = d->layers;
+    const int64_t G = per_item ? n : 1, R = n / G;                      /* GEMM items x rows of the time MLP */
+    const int64_t S = per_item ? 1 : n;                                 /* FiLM steps per window */
+    DITTO_ASSERT(!per_item || n == B);
+    DittoArenaMark outer = ditto_arena_mark(ws);
+    DittoArenaMark mark;
+    DittoTensor e, th, tcb, tt, mt, memt, rmemt;
+    int rc;
+    NEW(*film, B, S, 2, NL, 3, 2 * D);
+    NEW(*tkv, 2, NL, n, 2, D);
+    mark = ditto_arena_mark(ws);
+
+    /* time MLP: e = sinusoid(t), th = Mish(time_mlp.1(e)), tc = to_time_cond(th), tt = to_time_tokens(th) */
+    NEW(e, G, R, D);
+    DittoTensor e2 = RESHAPE(e, n, D);
+    CK(gather_times(m, times, n, &e2));
+    NEW(th, G, R, TH);
+    CK(ditto_op_linear(be, &e, &m->time_w, &m->time_b, &th));             /* time_mlp.1 (n,4D) */
+    CK(ditto_op_act(be, DITTO_UNARY_MISH, 0, &th, &th));                  /* time_mlp.2 */
+    NEW(tcb, G, R, D);
+    CK(ditto_op_linear(be, &th, &m->tcond_w, &m->tcond_b, &tcb));         /* to_time_cond (n,D) */
+    NEW(tt, G, R, 2 * D);
+    CK(ditto_op_linear(be, &th, &m->ttok_w, &m->ttok_b, &tt));            /* to_time_tokens (n,2D): token r = values [rD, rD+D) */
+
+    /* FiLM input Mish(tc), tc = time cond + pooled condition (B,S,2,D); every FiLM of every layer in one GEMM */
+    NEW(mt, B, S, 2, D);
+    DittoTensor tc2 = RESHAPE(tcb, n, D);
+    DittoTensor tc3 = view_insert(&tc2, 1, 1, 0);                         /* (n,1,D): (1,S,1,D) broadcast, or per_item (B,1,D) */
+    if (per_item)
+        tc3 = view_insert(&tc3, 1, 1, 0);                                 /* (B,1,1,D) */
+    DittoTensor ch4 = view_insert(&st->ch, 1, 1, 0);                      /* (B,1,2,D) */
+    CK(ditto_op_binary(be, DITTO_BINARY_ADD, &tc3, &ch4, &mt));            /* tc (B,S,2,D) */
+    CK(ditto_op_act(be, DITTO_UNARY_MISH, 0, &mt, &mt));                  /* film_j.block.0 */
+    DittoTensor mtf = RESHAPE(mt, B, 2 * S, D);
+    DittoTensor filmf = RESHAPE(*film, B, 2 * S, NL * 6 * D);
+    CK(ditto_op_linear(be, &mtf, &m->film_w, &m->film_b, &filmf));        /* film_j.block.1, all j and layers */
+    DittoTensor f5 = RESHAPE(*film, B, S, 2, NL * 3, 2 * D);
+    DittoTensor scale = view_slice(&f5, 4, 0, D);
+    CK(ditto_op_unary(be, &(DittoUnaryParams){ DITTO_UNARY_AFFINE, 1.0f, 1.0f }, &scale, &scale));   /* scale + 1 */
+
+    /* time tokens: memory rows L, L+1 = norm_cond(tt) at rotary positions L, L+1; their keys/values per layer */
+    DittoTensor tt3 = RESHAPE(tt, n, 2, D);
+    NEW(memt, G, 2 * R, D);
+    DittoTensor memt3 = RESHAPE(memt, n, 2, D);
+    CK(ditto_op_layer_norm(be, LMDM_LN_EPS, false, &tt3, &m->normc_w, &m->normc_b, &memt3));   /* norm_cond */
+    NEW(rmemt, G, 2 * R, D);
+    DittoTensor rmemt3 = RESHAPE(rmemt, n, 2, D);
+    CK(ditto_op_rotary(be, L, &memt3, &m->rot_freqs, &rmemt3));           /* rot(mem), positions L, L+1 */
+    for (int i = 0; i < NL; i++) {
+        const LmdmAttn *w = &m->dec[i].cross_attn;
+        DittoTensor k = view_select(tkv, 0, 0), v = view_select(tkv, 0, 1);
+        DittoTensor ki = view_select(&k, 0, i), vi = view_select(&v, 0, i);   /* (n,2,D) */
+        DittoTensor kf = RESHAPE(ki, G, 2 * R, D), vf = RESHAPE(vi, G, 2 * R, D);
+        CK(ditto_op_linear(be, &rmemt, &w->wk, &w->bk, &kf));
+        CK(ditto_op_linear(be, &memt, &w->wv, &w->bv, &vf));
+    }
+done:
+    ditto_arena_release(ws, rc < 0 ? outer : mark);
+    return rc;
+}
+
+int ditto_lmdm_steps_init(DittoLmdm *m, DittoArena *ws, DittoLmdmCond *st, const int *times, int nsteps)
+{
+    if (!m || !ws || !st || !times || st->batch < 1)
+        return DITTO_ERR_INVAL;
+    if (nsteps < 1)
+        return ditto_fail(&m->be->log, DITTO_ERR_RANGE, "lmdm: %d time steps", nsteps);
+    for (int i = 0; i < nsteps; i++)
+        if (times[i] < 0 || times[i] >= DITTO_LMDM_T)
+            return ditto_fail(&m->be->log, DITTO_ERR_RANGE, "lmdm: time step %d outside [0, %d)", times[i], DITTO_LMDM_T);
+    st->nsteps = 0;
+    DITTO_TRY(time_tables(m, ws, st, times, nsteps, false, &st->film, &st->time_kv));
+    st->nsteps = nsteps;
+    return 0;
+}
+
+/*
+ * The decoder on both passes of every window: x (B,L,F), this step's FiLM
+ * rows film (B,2,layers,3,2D) and time-token keys/values tkv
+ * (2,layers,B,2,D) -> out (B,2,L,F): [b,0] conditioned, [b,1] unconditioned.
+ */
+static int decode(DittoLmdm *m, DittoArena *ws, DittoLmdmCond *st, const DittoTensor *x, const DittoTensor *film, const DittoTensor *tkv,
+                  DittoTensor *out)
+{
+    DittoBackend *be = m->be;
+    const DittoLmdmDims *d = &m->dims;
+    const int64_t B = st->batch, L = d->seq_len, D = d->latent, F = d->nfeats;
+    DittoArenaMark mark = ditto_arena_mark(ws);
+    DittoTensor xin, h;
+    int rc;
+
+    /* memory rows L, L+1 of every layer, window and pass: this step's time tokens, one copy for keys and values */
+    DittoTensor slots = view_slice(&st->mem, 4, L, L + 2);              /* (2,layers,B,2,2,D) */
+    DittoTensor src = view_insert(tkv, 3, 2, 0);                        /* the same for both passes */
+    CK(ditto_op_copy(be, &src, &slots));
+
+    /* input projection: concat(x, kp_cond repeated over frames), the same for both passes (B,2L,2F) */
+    NEW(xin, B, 2, L, 2 * F);
+    DittoTensor x2 = view_insert(x, 1, 2, 0);                            /* (B,2,L,F) */
+    DittoTensor kp2 = view_insert(&st->cond_frame, 1, 2, 0);
+    DittoTensor kpl = view_insert(&kp2, 2, L, 0);                        /* (B,2,L,F) */
+    const DittoTensor *parts[2] = { &x2, &kpl };
+    CK(ditto_op_concat(be, 3, 2, parts, &xin));
+    NEW(h, B, 2 * L, D);
+    DittoTensor xinf = RESHAPE(xin, B, 2 * L, 2 * F);
+    CK(ditto_op_linear(be, &xinf, &m->inp_w, &m->inp_b, &h));            /* input_projection (B,2L,D) */
+
+    /* decoder stack: each window's two passes are one GEMM item of 2L rows */
+    for (int i = 0; i < d->layers; i++) {
+        DittoTensor lk = view_select(&st->mem_k, 0, i);                  /* (B,2,L+2,D) */
+        DittoTensor lv = view_select(&st->mem_v, 0, i);
+        DittoTensor lkf = RESHAPE(lk, 2 * B, L + 2, D);
+        DittoTensor lvf = RESHAPE(lv, 2 * B, L + 2, D);
+        DittoTensor fl = view_select(film, 2, i);                        /* (B,2,3,2D) */
+        CK(dec_layer(m, ws, &m->dec[i], &h, &lkf, &lvf, &fl));
+    }
+    DittoTensor outf = RESHAPE(*out, B, 2 * L, F);
+    CK(ditto_op_linear(be, &h, &m->final_w, &m->final_b, &outf));         /* final_layer (B,2L,F) */
+done:
+    ditto_arena_release(ws, mark);
+    return rc;
+}
+
+/* Taps "x_start_cond" / "x_start_uncond" (B,L,F) of out (B,2,L,F), as contiguous copies. */
+static int tap_passes(DittoLmdm *m, DittoArena *ws, const DittoTensor *out, const DittoTap *tap)
+{
+    if (!tap)
+        return 0;
+    const int64_t B = out->shape[0], L = out->shape[2], F = out->shape[3];
+    DittoArenaMark mark = ditto_arena_mark(ws);
+    DittoTensor t;
+    int rc;
+    NEW(t, B, L, F);
+    for (int p = 0; p < 2; p++) {
+        DittoTensor v = view_select(out, 1, p);
+        CK(ditto_op_copy(m->be, &v, &t));
+        ditto_tap(tap, p == 0 ? "x_start_cond" : "x_start_uncond", &t);
+    }
+done:
+    ditto_arena_release(ws, mark);
+    return rc;
+}
+
+int ditto_lmdm_denoise_step(DittoLmdm *m, DittoArena *ws, DittoLmdmCond *st, const DittoTensor *x, int step, DittoTensor *out, const DittoTap *tap)
+{
+    if (!m || !ws || !st || !x || !out)
+        return DITTO_ERR_INVAL;
+    const DittoLmdmDims *d = &m->dims;
+    const int64_t B = st->batch, L = d->seq_len, F = d->nfeats;
+    DITTO_TRY(check_tensor(m, "x", x, DITTO_SHAPE(B, L, F)));
+    DITTO_TRY(check_tensor(m, "out", out, DITTO_SHAPE(B, 2, L, F)));
+    if (step < 0 || step >= st->nsteps)
+        return ditto_fail(&m->be->log, DITTO_ERR_RANGE, "lmdm: step %d outside the %d of ditto_lmdm_steps_init", step, st->nsteps);
+    if (out->data == x->data)
+        return ditto_fail(&m->be->log, DITTO_ERR_INVAL, "lmdm: out must not alias x");
+    DittoTensor film = view_select(&st->film, 1, step);                  /* (B,2,layers,3,2D) */
+    DittoTensor kv = view_select(&st->time_kv, 2, step);                 /* (2,layers,2,D) */
+    DittoTensor tkv = view_insert(&kv, 2, B, 0);                         /* every window at this step */
+    DITTO_TRY(decode(m, ws, st, x, &film, &tkv, out));
+    return tap_passes(m, ws, out, tap);
+}
+
 int ditto_lmdm_denoise(DittoLmdm *m, DittoArena *ws, DittoLmdmCond *st, const DittoTensor *x, const int *times, int ntimes, DittoTensor *x_start,
                        const DittoTap *tap)
 {
@@ -666,7 +911,7 @@ int ditto_lmdm_denoise(DittoLmdm *m, DittoArena *ws, DittoLmdmCond *st, const Di
         return DITTO_ERR_INVAL;
     DittoBackend *be = m->be;
     const DittoLmdmDims *d = &m->dims;
-    const int64_t B = st->batch, N = 2 * B, L = d->seq_len, D = d->latent, F = d->nfeats, TH = d->time_hidden;
+    const int64_t B = st->batch, L = d->seq_len, F = d->nfeats;
     DITTO_TRY(check_tensor(m, "x", x, DITTO_SHAPE(B, L, F)));
     DITTO_TRY(check_tensor(m, "x_start", x_start, DITTO_SHAPE(B, L, F)));
     if (x_start->data == x->data)
@@ -677,92 +922,26 @@ int ditto_lmdm_denoise(DittoLmdm *m, DittoArena *ws, DittoLmdmCond *st, const Di
         if (times[b] < 0 || times[b] >= DITTO_LMDM_T)
             return ditto_fail(&be->log, DITTO_ERR_RANGE, "lmdm: time step %d outside [0, %d)", times[b], DITTO_LMDM_T);
     DittoArenaMark mark = ditto_arena_mark(ws);
-    DittoTensor e, th, tcb, tt, tc, mt, memt, rmemt, kt, vt, xin, h1, h, out;
+    DittoTensor film, tkv, out;
     int rc;
 
-    /* time embedding: e = sinusoid(t) (B,D), gathered from the table */
-    NEW(e, B, D);
-    if (ntimes == 1) {
-        DittoTensor row = view_select(&m->time_table, 0, times[0]);     /* (D) */
-        DittoTensor rows = view_repeat(&row, B);                        /* (B,D) broadcast */
-        CK(ditto_op_copy(be, &rows, &e));
-    } else {
-        for (int64_t b = 0; b < B; b++) {
-            DittoTensor row = view_select(&m->time_table, 0, times[b]);
-            DittoTensor eb = view_select(&e, 0, b);
-            CK(ditto_op_copy(be, &row, &eb));
-        }
+    /* the time tables of these times: one step for every window, or each window at its own time */
+    const bool per_item = ntimes > 1;
+    CK(time_tables(m, ws, st, times, ntimes, per_item, &film, &tkv));
+    DittoTensor fb = view_select(&film, 1, 0);                           /* (B,2,layers,3,2D) */
+    DittoTensor kvb = tkv;                                               /* (2,layers,B,2,D) */
+    if (!per_item) {
+        DittoTensor k0 = view_select(&tkv, 2, 0);
+        kvb = view_insert(&k0, 2, B, 0);
     }
-    NEW(th, B, TH);
-    CK(ditto_op_linear(be, &e, &m->time_w, &m->time_b, &th));            /* time_mlp.1 (B,4D) */
-    CK(ditto_op_act(be, DITTO_UNARY_MISH, 0, &th, &th));                 /* time_mlp.2 */
-    NEW(tcb, B, D);
-    CK(ditto_op_linear(be, &th, &m->tcond_w, &m->tcond_b, &tcb));        /* to_time_cond (B,D) */
-    NEW(tt, B, 2 * D);
-    CK(ditto_op_linear(be, &th, &m->ttok_w, &m->ttok_b, &tt));           /* to_time_tokens (B,2D) */
-    DittoTensor tt3 = RESHAPE(tt, B, 2, D);                              /* (B,2,D): token r = values [rD, rD+D) */
+    NEW(out, B, 2, L, F);
+    CK(decode(m, ws, st, x, &fb, &kvb, &out));
+    CK(tap_passes(m, ws, &out, tap));
 
-    /* tc = time cond + pooled condition, per pass (2,B,D); FiLM input Mish(tc) */
-    NEW(tc, 2, B, D);
-    DittoTensor tcb2 = view_repeat(&tcb, 2);                             /* (2,B,D) broadcast */
-    CK(ditto_op_binary(be, DITTO_BINARY_ADD, &tcb2, &st->ch, &tc));
-    NEW(mt, N, D);
-    DittoTensor tcf = RESHAPE(tc, N, D);
-    CK(ditto_op_act(be, DITTO_UNARY_MISH, 0, &tcf, &mt));                /* film_j.block.0 */
-
-    /* memory tokens L, L+1 (the time tokens, same for both passes): keys/values per layer */
-    NEW(memt, B, 2, D);
-    CK(ditto_op_layer_norm(be, LMDM_LN_EPS, false, &tt3, &m->normc_w, &m->normc_b, &memt));   /* norm_cond */
-    NEW(rmemt, B, 2, D);
-    CK(ditto_op_rotary(be, L, &memt, &m->rot_freqs, &rmemt));            /* rot(mem), positions L, L+1 */
-    NEW(kt, B, 2, D);
-    NEW(vt, B, 2, D);
-    DittoTensor kt2 = view_repeat(&kt, 2);                               /* (2,B,2,D) broadcast over passes */
-    DittoTensor vt2 = view_repeat(&vt, 2);
-    for (int i = 0; i < d->layers; i++) {
-        const LmdmAttn *w = &m->dec[i].cross_attn;
-        DittoTensor lk = view_select(&st->mem_k, 0, i);                  /* (2,B,L+2,D) */
-        DittoTensor lv = view_select(&st->mem_v, 0, i);
-        DittoTensor lk_t = view_slice(&lk, 2, L, L + 2);                 /* (2,B,2,D) */
-        DittoTensor lv_t = view_slice(&lv, 2, L, L + 2);
-        CK(ditto_op_linear(be, &rmemt, &w->wk, &w->bk, &kt));
-        CK(ditto_op_copy(be, &kt2, &lk_t));
-        CK(ditto_op_linear(be, &memt, &w->wv, &w->bv, &vt));
-        CK(ditto_op_copy(be, &vt2, &lv_t));
-    }
-
-    /* input projection, shared by both passes */
-    NEW(xin, B, L, 2 * F);
-    DittoTensor kpl = view_insert(&st->cond_frame, 1, L, 0);             /* kp_cond repeated over frames (B,L,F) */
-    const DittoTensor *parts[2] = { x, &kpl };
-    CK(ditto_op_concat(be, 2, 2, parts, &xin));                          /* concat(x, kp_cond) (B,L,2F) */
-    NEW(h1, B, L, D);
-    CK(ditto_op_linear(be, &xin, &m->inp_w, &m->inp_b, &h1));            /* input_projection (B,L,D) */
-    NEW(h, 2, B, L, D);
-    DittoTensor h12 = view_repeat(&h1, 2);
-    CK(ditto_op_copy(be, &h12, &h));                                     /* both passes start equal */
-    DittoTensor hf = RESHAPE(h, N, L, D);
-
-    /* decoder stack on the 2B batch */
-    for (int i = 0; i < d->layers; i++) {
-        DittoTensor lk = view_select(&st->mem_k, 0, i);
-        DittoTensor lv = view_select(&st->mem_v, 0, i);
-        DittoTensor lkf = RESHAPE(lk, N, L + 2, D);
-        DittoTensor lvf = RESHAPE(lv, N, L + 2, D);
-        CK(dec_layer(m, ws, &m->dec[i], &hf, &lkf, &lvf, &mt));
-    }
-
-    /* output and guidance: x_start = U + 2 (C - U) */
-    NEW(out, 2, B, L, F);
-    DittoTensor outf = RESHAPE(out, N, L, F);
-    CK(ditto_op_linear(be, &hf, &m->final_w, &m->final_b, &outf));        /* final_layer (2B,L,F) */
-    DittoTensor xc = view_select(&out, 0, 0);                           /* (B,L,F) conditioned */
-    DittoTensor xu = view_select(&out, 0, 1);                           /* (B,L,F) unconditioned */
-    ditto_tap(tap, "x_start_cond", &xc);
-    ditto_tap(tap, "x_start_uncond", &xu);
-    CK(ditto_op_binary(be, DITTO_BINARY_SUB, &xc, &xu, x_start));         /* C - U */
-    CK(ditto_op_unary(be, &(DittoUnaryParams){ DITTO_UNARY_AFFINE, DITTO_LMDM_GUIDANCE, 0.0f }, x_start, x_start));   /* * w */
-    CK(ditto_op_binary(be, DITTO_BINARY_ADD, &xu, x_start, x_start));     /* U + w (C - U) */
+    /* guidance: x_start = U + w (C - U) */
+    DittoTensor xc = view_select(&out, 1, 0), xu = view_select(&out, 1, 1);   /* (B,L,F) */
+    const DittoDdimStepParams gp = { .guidance = DITTO_LMDM_GUIDANCE };
+    CK(ditto_op_ddim_step(be, &gp, &xc, &xu, NULL, NULL, x_start, NULL, NULL));
 done:
     ditto_arena_release(ws, mark);
     return rc;

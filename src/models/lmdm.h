@@ -13,21 +13,29 @@
  *      The unconditioned pass gets the learned null embeddings instead; its
  *      cond_projection/cond_encoder are never run (upstream runs and discards
  *      them, spec 8.3).
- *   2. ditto_lmdm_denoise(): per DDIM step, the guided prediction
- *      G = U + 2 (C - U), with the conditioned (C) and unconditioned (U)
- *      passes batched through the decoder stack as one batch of 2B. Only the
- *      time-dependent parts are computed per step: time embedding, FiLM
- *      parameters, the two time tokens' keys/values, the decoder stack.
+ *   2. ditto_lmdm_steps_init(): once per batch of windows and schedule,
+ *      everything that depends on the time steps (and the pooled condition)
+ *      but not on x: the time MLP, the FiLM scales/shifts of every layer and
+ *      step, the time tokens' cross-attention keys/values.
+ *   3. ditto_lmdm_denoise_step(): per DDIM step, the x0 predictions of the
+ *      conditioned (C) and unconditioned (U) passes, batched through the
+ *      decoder stack window-major (each window's two passes are one GEMM
+ *      item of 2L rows); the caller applies the guidance G = U + 2 (C - U)
+ *      (ditto_op_ddim_step does it with the DDIM update).
+ *   ditto_lmdm_denoise() is the one-call form for arbitrary times (one per
+ *   window): it builds the time tables of those times and returns G.
  *
  * Sizes (latent width, FFN width, layer counts, feature widths, window
  * length) come from the checkpoint; the number of attention heads is not
  * stored there and comes from DittoLmdmParams (8 for the official file).
  *
  * Memory: weights are owned by the model and immutable after load. Scratch
- * comes from the caller's arena; ditto_lmdm_cond_init() leaves its state in
- * the arena (the caller releases it after the last step), every other call
- * releases what it took before returning (also on error). Outputs are
- * caller-allocated. Calls on one model must not run concurrently.
+ * comes from the caller's arena; ditto_lmdm_cond_init() and
+ * ditto_lmdm_steps_init() leave their state in the arena (the caller
+ * releases it after the last step; a failing init releases its own part),
+ * every other call releases what it took before returning (also on error).
+ * Outputs are caller-allocated. Calls on one model must not run
+ * concurrently.
  */
 #ifndef DITTO_MODELS_LMDM_H
 #define DITTO_MODELS_LMDM_H
@@ -81,17 +89,24 @@ const DittoLmdmDims *ditto_lmdm_dims(const DittoLmdm *m);
 DittoBackend *ditto_lmdm_backend(const DittoLmdm *m);
 
 /*
- * Audio-dependent state of B windows (step 1 above). The tensors live in the
- * arena given to ditto_lmdm_cond_init(); keep the arena (and kp_cond) alive
- * and unreleased while denoising with it. Index 0 of the pass axis is the
- * conditioned pass, index 1 the unconditioned one.
+ * State of B windows: what depends on the audio (ditto_lmdm_cond_init) and
+ * on the time steps (ditto_lmdm_steps_init). The tensors live in the arena
+ * given to those calls; keep the arena (and kp_cond) alive and unreleased
+ * while denoising with it. Layouts are window-major: index b of the window
+ * axis, then the pass axis, whose index 0 is the conditioned pass and 1 the
+ * unconditioned one.
  */
 typedef struct DittoLmdmCond {
     int64_t batch;           /* B */
     DittoTensor cond_frame;  /* (B, F) view of the caller's kp_cond */
-    DittoTensor ch;          /* (2, B, D) pooled condition: [0] from the audio, [1] null_cond_hidden */
-    DittoTensor mem_k;       /* (layers, 2, B, L+2, D) cross-attention keys; frames L, L+1 (time tokens) rewritten per step */
-    DittoTensor mem_v;       /* (layers, 2, B, L+2, D) cross-attention values */
+    DittoTensor ch;          /* (B, 2, D) pooled condition: [b,0] from the audio, [b,1] null_cond_hidden */
+    DittoTensor mem;         /* (2, layers, B, 2, L+2, D) cross-attention keys [0] and values [1] of norm_cond(concat(c, tt)) */
+    DittoTensor mem_k;       /* (layers, B, 2, L+2, D) = mem[0]; rows L, L+1 (time tokens) are rewritten per step */
+    DittoTensor mem_v;       /* (layers, B, 2, L+2, D) = mem[1] */
+    /* ditto_lmdm_steps_init(); nsteps is 0 before */
+    int nsteps;              /* S */
+    DittoTensor film;        /* (B, S, 2, layers, 3, 2D): FiLM j of each layer per window, step and pass: [1 + scale_j | shift_j] */
+    DittoTensor time_kv;     /* (2, layers, S, 2, D): keys [0] and values [1] of the two time tokens per layer and step */
 } DittoLmdmCond;
 
 /*
@@ -102,10 +117,31 @@ int ditto_lmdm_cond_init(DittoLmdm *m, DittoArena *ws, const DittoTensor *kp_con
                          const DittoTap *tap);
 
 /*
- * Guided x0 prediction for every window: x_start = U + 2 (C - U).
- * x (B, L, F) and x_start (B, L, F) contiguous; x_start must not alias x.
- * times: ntimes == 1 (every window at the same step) or ntimes == B (one per
- * window), each in [0, DITTO_LMDM_T). Taps: "x_start_cond" and
+ * Time tables of a schedule for the windows of st (after
+ * ditto_lmdm_cond_init): step i of ditto_lmdm_denoise_step() runs at
+ * times[i], i in [0, nsteps), each in [0, DITTO_LMDM_T). Device work only
+ * (no transfer), so it can be captured with the steps. Memory: about
+ * B * nsteps * layers * 48 D bytes (9.8 MB for the official size, 50 steps,
+ * one window). Returns 0, DITTO_ERR_RANGE for a bad step (st unchanged),
+ * op errors (st then has no tables: nsteps 0).
+ */
+int ditto_lmdm_steps_init(DittoLmdm *m, DittoArena *ws, DittoLmdmCond *st, const int *times, int nsteps);
+
+/*
+ * Both passes' x0 predictions of every window at step `step` of
+ * ditto_lmdm_steps_init(): x (B, L, F) -> out (B, 2, L, F) contiguous, out[b,0]
+ * conditioned, out[b,1] unconditioned (unguided; out must not alias x).
+ * Taps: "x_start_cond" and "x_start_uncond" (B, L, F).
+ */
+int ditto_lmdm_denoise_step(DittoLmdm *m, DittoArena *ws, DittoLmdmCond *st, const DittoTensor *x, int step, DittoTensor *out,
+                            const DittoTap *tap);
+
+/*
+ * Guided x0 prediction for every window: x_start = U + 2 (C - U), at any
+ * times (the time tables are built per call; ditto_lmdm_steps_init is not
+ * needed). x (B, L, F) and x_start (B, L, F) contiguous; x_start must not
+ * alias x. times: ntimes == 1 (every window at the same step) or ntimes == B
+ * (one per window), each in [0, DITTO_LMDM_T). Taps: "x_start_cond" and
  * "x_start_uncond" (B, L, F), the two passes.
  */
 int ditto_lmdm_denoise(DittoLmdm *m, DittoArena *ws, DittoLmdmCond *st, const DittoTensor *x, const int *times, int ntimes,

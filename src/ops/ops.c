@@ -483,9 +483,11 @@ int ditto_op_attention(DittoBackend *be, float scale, const DittoTensor *q, cons
     DITTO_TRY(check_float(be, DITTO_OP_ATTENTION, "k", k));
     DITTO_TRY(check_float(be, DITTO_OP_ATTENTION, "v", v));
     DITTO_TRY(check_float(be, DITTO_OP_ATTENTION, "y", y));
-    DITTO_TRY(check_contig(be, DITTO_OP_ATTENTION, "y", y));
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || y->ndim != 4)
         return bad_shape(be, DITTO_OP_ATTENTION, "q, k, v, y must be (B, H, L, D)", q, k);
+    for (int i = 0; i < 4; i++)
+        if (y->shape[i] > 1 && y->stride[i] == 0)
+            return bad_arg(be, DITTO_OP_ATTENTION, "y has a broadcast (stride 0) dimension");
     if (k->shape[0] != q->shape[0] || k->shape[1] != q->shape[1] || k->shape[3] != q->shape[3] ||
         v->shape[0] != q->shape[0] || v->shape[1] != q->shape[1] || v->shape[2] != k->shape[2])
         return bad_shape(be, DITTO_OP_ATTENTION, "q/k/v mismatch", q, v);
@@ -793,4 +795,55 @@ int ditto_op_conv_transpose(DittoBackend *be, const DittoConvTransposeParams *p,
     }
     DITTO_TRY(check_vec(be, DITTO_OP_CONV_TRANSPOSE, "bias", bias, shape[1]));
     CALL_W(DITTO_OP_CONV_TRANSPOSE, x, w, y, be->ops.conv_transpose(be, p, x, w, bias, y));
+}
+
+int ditto_op_film(DittoBackend *be, const DittoTensor *h, const DittoTensor *y, const DittoTensor *scale, const DittoTensor *shift, DittoTensor *out)
+{
+    NEED(DITTO_OP_FILM, film);
+    DITTO_TRY(check_float(be, DITTO_OP_FILM, "h", h));
+    DITTO_TRY(check_float(be, DITTO_OP_FILM, "y", y));
+    DITTO_TRY(check_float(be, DITTO_OP_FILM, "scale", scale));
+    DITTO_TRY(check_float(be, DITTO_OP_FILM, "shift", shift));
+    DITTO_TRY(check_float(be, DITTO_OP_FILM, "out", out));
+    DITTO_TRY(check_contig(be, DITTO_OP_FILM, "out", out));
+    if (!ditto_tensor_same_shape(h, out) || !ditto_tensor_same_shape(y, out))
+        return bad_shape(be, DITTO_OP_FILM, "h, y and out differ", h, ditto_tensor_same_shape(h, out) ? y : out);
+    if (!broadcasts_to(scale, out))
+        return bad_shape(be, DITTO_OP_FILM, "scale does not broadcast to out", scale, out);
+    if (!broadcasts_to(shift, out))
+        return bad_shape(be, DITTO_OP_FILM, "shift does not broadcast to out", shift, out);
+    CALL(DITTO_OP_FILM, y, out, be->ops.film(be, h, y, scale, shift, out));
+}
+
+int ditto_op_ddim_step(DittoBackend *be, const DittoDdimStepParams *p, const DittoTensor *cond, const DittoTensor *uncond, const DittoTensor *x,
+                       const DittoTensor *z, DittoTensor *x0, DittoTensor *eps, DittoTensor *x_next)
+{
+    NEED(DITTO_OP_DDIM_STEP, ddim_step);
+    const DittoTensor *ins[4] = { cond, uncond, x, z };
+    DittoTensor *outs[3] = { x0, eps, x_next };
+    static const char *const in_names[4] = { "cond", "uncond", "x", "z" };
+    static const char *const out_names[3] = { "x0", "eps", "x_next" };
+    if (!cond || !uncond || (!x0 && !eps && !x_next))
+        return bad_arg(be, DITTO_OP_DDIM_STEP, "cond, uncond and at least one output are required");
+    if ((eps || x_next) && !x)
+        return bad_arg(be, DITTO_OP_DDIM_STEP, "eps and x_next need x");
+    if (x_next && !z)
+        return bad_arg(be, DITTO_OP_DDIM_STEP, "x_next needs z");
+    for (int i = 0; i < 4; i++) {
+        if (!ins[i])
+            continue;
+        DITTO_TRY(check_float(be, DITTO_OP_DDIM_STEP, in_names[i], ins[i]));
+        if (!ditto_tensor_same_shape(ins[i], cond))
+            return bad_shape(be, DITTO_OP_DDIM_STEP, "inputs differ", cond, ins[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        if (!outs[i])
+            continue;
+        DITTO_TRY(check_float(be, DITTO_OP_DDIM_STEP, out_names[i], outs[i]));
+        DITTO_TRY(check_contig(be, DITTO_OP_DDIM_STEP, out_names[i], outs[i]));
+        if (!ditto_tensor_same_shape(outs[i], cond))
+            return bad_shape(be, DITTO_OP_DDIM_STEP, "an output differs from the inputs", cond, outs[i]);
+    }
+    const DittoTensor *first = x0 ? x0 : eps ? eps : x_next;
+    CALL(DITTO_OP_DDIM_STEP, cond, first, be->ops.ddim_step(be, p, cond, uncond, x, z, x0, eps, x_next));
 }

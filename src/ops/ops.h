@@ -156,6 +156,18 @@ typedef struct DittoRotaryParams {
     int64_t pos_offset;      /* position of the first row */
 } DittoRotaryParams;
 
+/* ---- fused model steps ---- */
+
+/* One DDIM step with classifier-free guidance (ditto_op_ddim_step). */
+typedef struct DittoDdimStepParams {
+    float guidance;          /* w: x0 = U + w (C - U) */
+    float a;                 /* A_t = sqrt(1 / (1 - abar_t)) */
+    float rb;                /* 1 / B_t, B_t = sqrt(1 / abar_t - 1) */
+    float alpha_next_sqrt;   /* sqrt(abar_next) */
+    float c;                 /* weight of eps */
+    float sigma;             /* weight of the fresh noise z */
+} DittoDdimStepParams;
+
 /* ---- image ops (OpenCV semantics, images N,H,W,C or H,W,C; u8 or f32) ---- */
 
 typedef struct DittoWarpAffineParams {
@@ -253,6 +265,8 @@ typedef struct DittoOps {
     int (*resize)(struct DittoBackend *be, const DittoResizeParams *p, const DittoTensor *x, DittoTensor *y);
     int (*prelu)(struct DittoBackend *be, const DittoTensor *x, const DittoTensor *slope, DittoTensor *y);
     int (*conv_transpose)(struct DittoBackend *be, const DittoConvTransposeParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
+    int (*film)(struct DittoBackend *be, const DittoTensor *h, const DittoTensor *y, const DittoTensor *scale, const DittoTensor *shift, DittoTensor *out);
+    int (*ddim_step)(struct DittoBackend *be, const DittoDdimStepParams *p, const DittoTensor *cond, const DittoTensor *uncond, const DittoTensor *x, const DittoTensor *z, DittoTensor *x0, DittoTensor *eps, DittoTensor *x_next);
 } DittoOps;
 
 bool ditto_ops_has(const DittoOps *ops, DittoOp op);
@@ -312,7 +326,12 @@ int ditto_op_pixel_shuffle(struct DittoBackend *be, int factor, const DittoTenso
 int ditto_op_grid_sample(struct DittoBackend *be, bool align_corners, const DittoTensor *x, const DittoTensor *grid, DittoTensor *y);
 /* y = concat(xs, axis); inputs may be strided. */
 int ditto_op_concat(struct DittoBackend *be, int axis, int n, const DittoTensor *const *xs, DittoTensor *y);
-/* q (B,H,Lq,D), k (B,H,Lk,D), v (B,H,Lk,Dv), mask additive, broadcastable to (B,H,Lq,Lk), or NULL; y (B,H,Lq,Dv). q, k, v may be strided. */
+/*
+ * q (B,H,Lq,D), k (B,H,Lk,D), v (B,H,Lk,Dv), mask additive, broadcastable to
+ * (B,H,Lq,Lk), or NULL; y (B,H,Lq,Dv). q, k, v and y may be strided (y e.g. a
+ * permuted view of a (B,Lq,H,Dv) buffer: heads concatenated per row); y's
+ * elements must be distinct (no stride 0) and not overlap the inputs.
+ */
 int ditto_op_attention(struct DittoBackend *be, float scale, const DittoTensor *q, const DittoTensor *k, const DittoTensor *v, const DittoTensor *mask, DittoTensor *y);
 /* Interleaved-pair rotary on x (B, L, C): theta = (pos_offset + l) * freqs[k], pairs (2k, 2k+1); freqs (C/2). y may be x. */
 int ditto_op_rotary(struct DittoBackend *be, int64_t pos_offset, const DittoTensor *x, const DittoTensor *freqs, DittoTensor *y);
@@ -354,5 +373,29 @@ int ditto_op_prelu(struct DittoBackend *be, const DittoTensor *x, const DittoTen
  */
 int ditto_op_conv_transpose(struct DittoBackend *be, const DittoConvTransposeParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
 int ditto_conv_transpose_out_shape(const DittoConvTransposeParams *p, const DittoTensor *x, const DittoTensor *w, int64_t *shape);
+
+/*
+ * FiLM residual: out = h + (scale y + shift), each operation rounded to
+ * float32 as the MUL, ADD, ADD binary ops it replaces (no fused multiply-add).
+ * h, y (any strides) and out (contiguous) have one shape; scale and shift
+ * broadcast to it (NumPy rules, e.g. (N,1,D) against (N,L,D)). out may be h
+ * or y (the same tensor, in place).
+ */
+int ditto_op_film(struct DittoBackend *be, const DittoTensor *h, const DittoTensor *y, const DittoTensor *scale, const DittoTensor *shift, DittoTensor *out);
+/*
+ * One step of guided DDIM sampling, element-wise, every operation rounded to
+ * float32 in the order of the unfused op sequence it replaces (binary ops
+ * and affine unary ops alpha v + beta with beta = 0, which turns -0 into +0;
+ * no fused multiply-add):
+ *   x0     = uncond + (w (cond - uncond) + 0)
+ *   eps    = (a x + 0) - (rb x0 + 0)
+ *   x_next = ((alpha_next_sqrt x0 + 0) + (c eps + 0)) + (sigma z + 0)
+ * Inputs cond, uncond, x, z share one shape, any strides (z may broadcast
+ * with stride 0); x is only needed for eps or x_next, z only for x_next (else
+ * NULL allowed). Outputs x0, eps, x_next: each optional (NULL), at least one,
+ * contiguous, the same shape; x_next may be x (in place), no other aliasing.
+ */
+int ditto_op_ddim_step(struct DittoBackend *be, const DittoDdimStepParams *p, const DittoTensor *cond, const DittoTensor *uncond, const DittoTensor *x,
+                       const DittoTensor *z, DittoTensor *x0, DittoTensor *eps, DittoTensor *x_next);
 
 #endif

@@ -193,7 +193,7 @@ typedef struct DittoA2mLmdmParams {
     /*
      * Replay windows as one CUDA graph on backends that capture [true]: the
      * first window runs op by op (sizes settle), the second is captured
-     * (cond_init plus every DDIM step) and replayed from then on; the frames
+     * (cond_init, steps_init and every DDIM step) and replayed from then on; the frames
      * are the ones op-by-op execution gives. false: always op by op.
      */
     bool graph;

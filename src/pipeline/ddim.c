@@ -187,13 +187,17 @@ int ditto_ddim_sample(DittoLmdm *m, DittoArena *ws, const DittoDdimSchedule *s, 
     float *host = NULL;
     DittoArenaMark mark = ditto_arena_mark(ws);
     DittoLmdmCond st;
-    DittoTensor x, x0, eps, tmp, zall;
+    DittoTensor x, x0, eps, zall, pred;
+    int times[DITTO_DDIM_MAX_STEPS];
     int rc;
+    for (int i = 0; i < S; i++)
+        times[i] = s->step[i].t;
     CK(ditto_lmdm_cond_init(m, ws, kp_cond, cond, &st, tap));             /* audio-dependent work, once */
+    CK(ditto_lmdm_steps_init(m, ws, &st, times, S));                      /* time-dependent work of every step, once */
+    NEW(pred, B, 2, L, F);
     NEW(x, B, L, F);
     NEW(x0, B, L, F);
     NEW(eps, B, L, F);
-    NEW(tmp, B, L, F);
     if (injected) {
         CK(ditto_op_copy(be, noise->x_T, &x));
     } else {
@@ -215,14 +219,17 @@ int ditto_ddim_sample(DittoLmdm *m, DittoArena *ws, const DittoDdimSchedule *s, 
     for (int i = 0; i < S; i++) {
         const DittoDdimStep *sp = &s->step[i];
         ditto_tap(tap, "steps_x_t", &x);
-        CK(ditto_lmdm_denoise(m, ws, &st, &x, &sp->t, 1, &x0, tap));     /* x0 = G(x, t) */
-        ditto_tap(tap, "steps_x_start", &x0);
+        CK(ditto_lmdm_denoise_step(m, ws, &st, &x, i, &pred, tap));      /* C and U at t: pred (B,2,L,F) */
+        DittoTensor xc, xu;
+        CK(ditto_tensor_select(&pred, 1, 0, &xc));
+        CK(ditto_tensor_select(&pred, 1, 1, &xu));
+        const DittoDdimStepParams p = { DITTO_LMDM_GUIDANCE, s->sqrt_recip1m[sp->t], (float)(1.0 / (double)s->sqrt_recipm1[sp->t]),
+                                        sp->alpha_next_sqrt, sp->c, sp->sigma };
         if (sp->t_next < 0) {
-            CK(ditto_op_copy(be, &x0, out));                              /* last step: x = x0 */
+            CK(ditto_op_ddim_step(be, &p, &xc, &xu, NULL, NULL, out, NULL, NULL));   /* last step: x = x0 = U + w (C - U) */
+            ditto_tap(tap, "steps_x_start", out);
             break;
         }
-        CK(pred_noise(be, s, sp->t, &x, &x0, &tmp, &eps));               /* eps = A_t x - x0 / B_t */
-        ditto_tap(tap, "steps_pred_noise", &eps);
         DittoTensor z;
         if (injected) {
             DittoTensor zi;
@@ -235,11 +242,13 @@ int ditto_ddim_sample(DittoLmdm *m, DittoArena *ws, const DittoDdimSchedule *s, 
         } else {
             CK(ditto_tensor_select(&zall, 0, i + 1, &z));                 /* z_i */
         }
-        CK(mul_scalar(be, sp->alpha_next_sqrt, &x0, &x));                   /* x = x0 sqrt(abar_next) */
-        CK(mul_scalar(be, sp->c, &eps, &tmp));
-        CK(ditto_op_binary(be, DITTO_BINARY_ADD, &x, &tmp, &x));          /*   + c eps */
-        CK(mul_scalar(be, sp->sigma, &z, &tmp));
-        CK(ditto_op_binary(be, DITTO_BINARY_ADD, &x, &tmp, &x));          /*   + sigma z */
+        /*
+         * x0 = U + w (C - U), eps = A_t x - x0 / B_t, x = sqrt(abar_next) x0 + c eps + sigma z in one op,
+         * each operation rounded as by separate ops (as pred_noise() does it); x0 and eps are stored for the taps only
+         */
+        CK(ditto_op_ddim_step(be, &p, &xc, &xu, &x, &z, tap ? &x0 : NULL, tap ? &eps : NULL, &x));
+        ditto_tap(tap, "steps_x_start", &x0);
+        ditto_tap(tap, "steps_pred_noise", &eps);
     }
 done:
     ditto_free(host);

@@ -28,10 +28,14 @@
  * c = 0.0015798 exact vs 0.0015822 stock).
  *
  * Sampling, per window, for each pair (t, t_next):
- *   x0  = G(x, t) = U + 2 (C - U)              (ditto_lmdm_denoise)
+ *   x0  = G(x, t) = U + 2 (C - U)              (C, U: ditto_lmdm_denoise_step)
  *   eps = A_t x - x0 / B_t
  *   x   = x0                                   if t_next < 0 (no clamping)
  *   x   = alpha_next_sqrt x0 + c eps + sigma z otherwise
+ * The time-dependent parts of the network are built once per call for all
+ * steps (ditto_lmdm_steps_init); the three lines above are one op
+ * (ditto_op_ddim_step) that rounds every operation in float32 as separate
+ * element-wise ops would.
  *
  * Noise. Either injected (the caller hands in x_T and every z, for parity
  * with upstream dumps; the same z for every window reproduces upstream's

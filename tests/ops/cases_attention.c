@@ -3,9 +3,14 @@
  *
  * attention: y = softmax(scale q k^T + mask) v per (batch, head), with strided
  * q/k/v views (heads split out of a packed projection, transposed k, sliced
- * last dims that force packing), masks of rank 2 and 4 with broadcast dims and
- * -inf entries, Lq != Lk, Dv != D, more query rows than one work block, and
- * the LMDM shapes (B 2, 8 heads of 64, L 80, cross-attention Lk 82).
+ * last dims that force packing), strided y (a permuted (B,Lq,H,Dv) buffer:
+ * heads concatenated per row, as the LMDM writes it; a transposed y), masks
+ * of rank 2 and 4 with broadcast dims and -inf entries, Lq != Lk, Dv != D,
+ * more query rows than one work block, and the LMDM shapes (B 2, 8 heads of
+ * 64, L 80, cross-attention Lk 82) as lmdm.c passes them. The CUDA backend
+ * has a short-key kernel (K and V of a head in shared memory: the LMDM
+ * shapes, head dims up to 128) and a general one (long key rows, head dims
+ * above 128): cases cover both.
  * Tolerance 1e-5 (rel_l2 and max_abs/max_ref): two float GEMMs with K = D and
  * K = Lk and a float softmax; errors grow like sqrt(K) ulp, ~1e-7 measured.
  *
@@ -39,11 +44,22 @@ static double mask_at(const DittoTensor *m, int64_t b, int64_t h, int64_t i, int
     return ((const float *)m->data)[off];
 }
 
-static void attention_run(TestCtx *c, const char *name, float scale, View q, View k, View v, const View *mask)
+/* y layouts: contiguous (B,H,Lq,Dv); a permuted (B,Lq,H,Dv) buffer; a permuted (B,H,Dv,Lq) buffer (column stride Lq) */
+enum { Y_DENSE = 0, Y_HEADS_LAST, Y_TRANSPOSED };
+
+static void attention_run_y(TestCtx *c, const char *name, float scale, View q, View k, View v, const View *mask, int ylayout)
 {
     int64_t B = q.h.shape[0], H = q.h.shape[1], Lq = q.h.shape[2], D = q.h.shape[3];
     int64_t Lk = k.h.shape[2], Dv = v.h.shape[3];
-    TT *y = new_out(c, DITTO_F32, 4, (int64_t[]){ B, H, Lq, Dv });
+    static const int perm_heads_last[4] = { 0, 2, 1, 3 }, perm_transposed[4] = { 0, 1, 3, 2 };
+    TT *y = ylayout == Y_HEADS_LAST   ? new_out(c, DITTO_F32, 4, (int64_t[]){ B, Lq, H, Dv })
+            : ylayout == Y_TRANSPOSED ? new_out(c, DITTO_F32, 4, (int64_t[]){ B, H, Dv, Lq })
+                                      : new_out(c, DITTO_F32, 4, (int64_t[]){ B, H, Lq, Dv });
+    View yv = view_of(y);
+    if (ylayout == Y_HEADS_LAST)
+        yv = view_permute(yv, perm_heads_last);
+    else if (ylayout == Y_TRANSPOSED)
+        yv = view_permute(yv, perm_transposed);
     double *ref = malloc(sizeof(double) * (size_t)(B * H * Lq * Dv));
     double *p = malloc(sizeof(double) * (size_t)Lk);
     if (!ref || !p)
@@ -68,14 +84,21 @@ static void attention_run(TestCtx *c, const char *name, float scale, View q, Vie
                     double acc = 0;
                     for (int64_t j = 0; j < Lk; j++)
                         acc += p[j] * at4(&v.h, b, h, j, e);
-                    ref[((b * H + h) * Lq + i) * Dv + e] = acc / sum;
+                    /* index of y's buffer (row-major in its own shape) */
+                    const int64_t *st = yv.h.stride;
+                    ref[b * st[0] + h * st[1] + i * st[2] + e * st[3]] = acc / sum;
                 }
             }
-    int rc = ditto_op_attention(c->be, scale, &q.d, &k.d, &v.d, mask ? &mask->d : NULL, &y->dev);
+    int rc = ditto_op_attention(c->be, scale, &q.d, &k.d, &v.d, mask ? &mask->d : NULL, &yv.d);
     op_check(c, name, rc, y, ref, 1e-5, 1e-5);
     free(p);
     free(ref);
     tt_free(y);
+}
+
+static void attention_run(TestCtx *c, const char *name, float scale, View q, View k, View v, const View *mask)
+{
+    attention_run_y(c, name, scale, q, k, v, mask, Y_DENSE);
 }
 
 /* Contiguous q, k, v of the given sizes, optional random mask of mask_shape with -inf where (i + j) % 5 == 1. */
@@ -138,6 +161,52 @@ static void test_attention(TestCtx *c)
     attention_case(c, "attention/lk1_d1", 1, 2, 6, 1, 1, 3, 0, 0, NULL);
     attention_packed(c, "attention/packed_qkv", 3, 9, 2, 4);
     attention_packed(c, "attention/lmdm_self", 2, 80, 8, 64);
+    /* head dims at and beyond the short-key kernel's limit (128); long key rows: the general CUDA kernel */
+    attention_case(c, "attention/d128", 2, 2, 19, 20, 128, 128, 0, 0, NULL);
+    attention_case(c, "attention/d129", 1, 2, 7, 10, 129, 33, 0, 0, NULL);
+    attention_case(c, "attention/long_k", 1, 3, 21, 300, 64, 64, 0, 0, NULL);
+    attention_case(c, "attention/long_k_mask", 2, 2, 5, 700, 16, 24, 0, 2, (int64_t[]){ 5, 700 });
+    if (test_selected(c, "attention/lmdm_y")) {
+        /*
+         * As lmdm.c runs it, window-major: self-attention q, k sliced from one (N, 80, 1024) projection and v
+         * (N, 80, 512); cross-attention q (N, 80, 512), k and v the (N, 82, 512) memory; y a (N, 80, 8, 64) buffer
+         * seen as (N, 8, 80, 64), heads concatenated per row (the out_proj input). N = 2 windows x 2 passes.
+         */
+        TT *qk = new_normal(c, 3, (int64_t[]){ 4, 80, 1024 }), *vs = new_normal(c, 3, (int64_t[]){ 4, 80, 512 });
+        TT *qc = new_normal(c, 3, (int64_t[]){ 4, 80, 512 });
+        TT *mk = new_normal(c, 3, (int64_t[]){ 4, 82, 512 }), *mv = new_normal(c, 3, (int64_t[]){ 4, 82, 512 });
+        const int perm[4] = { 0, 2, 1, 3 };
+        View qk5 = view_reshape(view_of(qk), 5, (int64_t[]){ 4, 80, 2, 8, 64 });
+        View q = view_permute(view_select(qk5, 2, 0), perm), k = view_permute(view_select(qk5, 2, 1), perm);
+        View v = view_permute(view_reshape(view_of(vs), 4, (int64_t[]){ 4, 80, 8, 64 }), perm);
+        attention_run_y(c, "attention/lmdm_y_self", 0, q, k, v, NULL, Y_HEADS_LAST);
+        View cq = view_permute(view_reshape(view_of(qc), 4, (int64_t[]){ 4, 80, 8, 64 }), perm);
+        View ck = view_permute(view_reshape(view_of(mk), 4, (int64_t[]){ 4, 82, 8, 64 }), perm);
+        View cv = view_permute(view_reshape(view_of(mv), 4, (int64_t[]){ 4, 82, 8, 64 }), perm);
+        attention_run_y(c, "attention/lmdm_y_cross", 0, cq, ck, cv, NULL, Y_HEADS_LAST);
+        tt_free(qk);
+        tt_free(vs);
+        tt_free(qc);
+        tt_free(mk);
+        tt_free(mv);
+    }
+    if (test_selected(c, "attention/y_strided")) {
+        /* y heads-last and transposed, with masks, on both CUDA kernels (short and long key rows) */
+        TT *q = new_normal(c, 4, (int64_t[]){ 2, 3, 9, 16 }), *k = new_normal(c, 4, (int64_t[]){ 2, 3, 11, 16 });
+        TT *v = new_normal(c, 4, (int64_t[]){ 2, 3, 11, 8 }), *m = new_rand(c, 2, (int64_t[]){ 9, 11 }, -2, 2);
+        View mv = view_of(m);
+        attention_run_y(c, "attention/y_strided_heads_last", 0, view_of(q), view_of(k), view_of(v), &mv, Y_HEADS_LAST);
+        attention_run_y(c, "attention/y_strided_transposed", 0.4f, view_of(q), view_of(k), view_of(v), &mv, Y_TRANSPOSED);
+        TT *kl = new_normal(c, 4, (int64_t[]){ 2, 3, 600, 16 }), *vl = new_normal(c, 4, (int64_t[]){ 2, 3, 600, 8 });
+        attention_run_y(c, "attention/y_strided_long_k", 0, view_of(q), view_of(kl), view_of(vl), NULL, Y_HEADS_LAST);
+        attention_run_y(c, "attention/y_strided_long_k_t", 0, view_of(q), view_of(kl), view_of(vl), NULL, Y_TRANSPOSED);
+        tt_free(q);
+        tt_free(k);
+        tt_free(v);
+        tt_free(m);
+        tt_free(kl);
+        tt_free(vl);
+    }
     if (test_selected(c, "attention/lmdm_cross")) {
         /* LMDM cross-attention: q from (B, 80, 512), k and v from a packed (B, 82, 1024) memory projection */
         TT *xq = new_normal(c, 3, (int64_t[]){ 2, 80, 512 }), *xm = new_normal(c, 3, (int64_t[]){ 2, 82, 1024 });
@@ -180,6 +249,10 @@ static void test_attention(TestCtx *c)
         expect_rc(c, "attention/err_mask", rc, DITTO_ERR_SHAPE);
         rc = ditto_op_attention(c->be, 0, &q3->dev, &k->dev, &v->dev, NULL, &y->dev);
         expect_rc(c, "attention/err_rank", rc, DITTO_ERR_SHAPE);
+        DittoTensor yb0 = y->dev;   /* heads aliased onto one another */
+        yb0.stride[1] = 0;
+        rc = ditto_op_attention(c->be, 0, &q->dev, &k->dev, &v->dev, NULL, &yb0);
+        expect_rc(c, "attention/err_y_broadcast", rc, DITTO_ERR_INVAL);
         tt_free(q);
         tt_free(k);
         tt_free(k3);

@@ -10,7 +10,8 @@
  * handful of step counts incl. 3 (upstream NaN), seeded noise (same seed ->
  * bit-identical, other seed or window -> different, a batch of windows ->
  * each window alone), the unconditioned pass not depending on the audio,
- * and strict loading.
+ * the per-schedule path (ditto_lmdm_steps_init + ditto_lmdm_denoise_step)
+ * against ditto_lmdm_denoise at the same times, and strict loading.
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -522,6 +523,65 @@ static void test_seeded(TestCtx *c, DittoLmdm *m)
     free(s);
 }
 
+/* ---- the per-schedule path: steps_init + denoise_step against denoise at the same times ---- */
+
+static void test_steps_api(TestCtx *c, DittoLmdm *m)
+{
+    const DittoLmdmDims *d = ditto_lmdm_dims(m);
+    const int64_t B = 2, L = d->seq_len, F = d->nfeats;
+    const size_t n = (size_t)(B * L * F);
+    /* runs of equal spacing, a repeat, a rising pair: every case of the time-table gather */
+    const int times[] = { 999, 979, 959, 500, 500, 17, 430, 0 };
+    const int S = (int)(sizeof times / sizeof *times);
+    DittoArena ws;
+    ditto_arena_init(&ws, &c->be->allocator, 0);
+    Inputs in = make_inputs(c, d, B);
+    TT *x = tt_new(c, DITTO_F32, 3, (const int64_t[]){ B, L, F }), *xs = tt_new(c, DITTO_F32, 3, (const int64_t[]){ B, L, F });
+    TT *pred = tt_new(c, DITTO_F32, 4, (const int64_t[]){ B, 2, L, F });
+    tt_fill_normal(x, 0.0f, 1.0f);
+    tt_to_dev(x);
+    double *ref = malloc(n * sizeof *ref);
+    if (!ref)
+        abort();
+    DittoLmdmCond st;
+    DittoArenaMark mark = ditto_arena_mark(&ws);
+    int rc = ditto_lmdm_cond_init(m, &ws, &in.kp->dev, &in.cond->dev, &st, NULL);
+    if (rc == 0)
+        rc = ditto_lmdm_steps_init(m, &ws, &st, times, S);
+    double worst = 0;
+    for (int i = 0; i < S && rc == 0; i++) {
+        rc = ditto_lmdm_denoise_step(m, &ws, &st, &x->dev, i, &pred->dev, NULL);
+        if (rc == 0)
+            rc = ditto_lmdm_denoise(m, &ws, &st, &x->dev, &times[i], 1, &xs->dev, NULL);
+        if (rc == 0 && tt_to_host(pred) == 0 && tt_to_host(xs) == 0) {
+            const float *p = tt_f32(pred);
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t k = 0; k < L * F; k++) {
+                    double cv = p[(b * 2) * L * F + k], uv = p[(b * 2 + 1) * L * F + k];
+                    ref[b * L * F + k] = uv + DITTO_LMDM_GUIDANCE * (cv - uv);
+                }
+            TestErr e = test_compare(tt_f32(xs), ref, n);
+            worst = fmax(worst, e.nonfinite ? INFINITY : e.rel_l2);
+        }
+    }
+    test_report(c, "lmdm.steps.matches_denoise", rc == 0 && worst <= 1e-5, "rc %d (%s), worst rel_l2 %.3g over %d steps", rc, ditto_strerror(rc), worst, S);
+    DittoLogger keep = c->be->log;
+    c->be->log = (DittoLogger){ 0 };
+    int r1 = ditto_lmdm_denoise_step(m, &ws, &st, &x->dev, S, &pred->dev, NULL);
+    int r2 = ditto_lmdm_steps_init(m, &ws, &st, (const int[]){ 5, DITTO_LMDM_T }, 2);
+    int r3 = ditto_lmdm_denoise_step(m, &ws, &st, &x->dev, 0, &pred->dev, NULL);   /* a rejected init keeps the tables it had */
+    c->be->log = keep;
+    test_report(c, "lmdm.steps.errors", r1 == DITTO_ERR_RANGE && r2 == DITTO_ERR_RANGE && r3 == 0, "rc %d %d %d", r1, r2, r3);
+    ditto_arena_release(&ws, mark);
+    test_report(c, "lmdm.steps.arena", ws.live == 0, "arena live %zu", ws.live);
+    free(ref);
+    tt_free(x);
+    tt_free(xs);
+    tt_free(pred);
+    free_inputs(&in);
+    ditto_arena_free(&ws);
+}
+
 /* ---- strict loading ---- */
 
 static void test_strict(TestCtx *c, const Fixtures *fx)
@@ -607,6 +667,8 @@ int main(int argc, char **argv)
                 test_ddim_case(&c, &fx, m);
             if (test_selected(&c, "ddim.seeded"))
                 test_seeded(&c, m);
+            if (test_selected(&c, "lmdm.steps"))
+                test_steps_api(&c, m);
             free(s);
             ditto_lmdm_free(&m);
         }

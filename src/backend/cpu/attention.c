@@ -7,7 +7,9 @@
  *   Y (rb, Dv) = S V (Lk, Dv)               cblas_sgemm
  * q, k, v are strided views; a (rows, cols) slice goes to BLAS as it is when
  * one of its strides is 1 (row-major, or column-major = transposed), and is
- * packed into scratch otherwise. Work units are spread over the thread pool;
+ * packed into scratch otherwise. y may be strided too: rows with unit column
+ * stride are written by the GEMM in place (ldc = row stride), others go
+ * through scratch. Work units are spread over the thread pool;
  * each task owns a slice of one scratch allocation.
  *
  * Threads: a threaded OpenBLAS GEMM called from several pool workers at once
@@ -97,6 +99,7 @@ static void attn_unit(const AttnJob *j, int64_t u, float *scratch)
     float *qbuf = S + j->qb * Lk;
     float *kbuf = qbuf + j->qb * j->D;
     float *vbuf = kbuf + Lk * j->D;
+    float *ybuf = vbuf + Lk * j->Dv;
 
     const DittoTensor *q = j->q, *k = j->k, *v = j->v;
     Mat qm = { head_ptr(q, b, h) + q0 * q->stride[2], rb, j->D, q->stride[2], q->stride[3] };
@@ -133,10 +136,17 @@ static void attn_unit(const AttnJob *j, int64_t u, float *scratch)
             s[c] *= inv;
     }
 
-    /* y is contiguous: rows of Dv floats */
-    float *y = (float *)j->y->data + b * j->y->stride[0] + h * j->y->stride[1] + q0 * j->Dv;
+    /* Y = S V: straight into y when its rows have unit column stride, else through ybuf */
+    const int64_t *ys = j->y->stride;
+    float *y = (float *)j->y->data + b * ys[0] + h * ys[1] + q0 * ys[2];
+    int64_t ldy = rb == 1 ? j->Dv : ys[2];
+    bool direct = (ys[3] == 1 || j->Dv == 1) && ldy >= j->Dv && ldy <= INT_MAX;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, va.trans ? CblasTrans : CblasNoTrans, (int)rb, (int)j->Dv, (int)Lk,
-                1.0f, S, (int)Lk, va.p, va.ld, 0.0f, y, (int)j->Dv);
+                1.0f, S, (int)Lk, va.p, va.ld, 0.0f, direct ? y : ybuf, direct ? (int)(ldy > 0 ? ldy : 1) : (int)j->Dv);
+    if (!direct)
+        for (int64_t i = 0; i < rb; i++)
+            for (int64_t e = 0; e < j->Dv; e++)
+                y[i * ys[2] + e * ys[3]] = ybuf[i * j->Dv + e];
 }
 
 static void attn_task(void *arg, int task)
@@ -169,9 +179,8 @@ static int cpu_attention(DittoBackend *be, const DittoAttentionParams *p, const 
     if (j.B * j.H * j.Lq * j.Dv == 0)
         return 0;
     if (j.Lk == 0) {
-        /* softmax over no keys, then an empty sum: zeros (PyTorch's math path) */
-        memset(y->data, 0, ditto_tensor_nbytes(y));
-        return 0;
+        /* softmax over no keys, then an empty sum: zeros (PyTorch's math path); y may be strided */
+        return be->ops.fill(be, 0.0f, y);
     }
     if (j.Lk > INT_MAX || j.D > INT_MAX || j.Dv > INT_MAX)
         return ditto_fail(&be->log, DITTO_ERR_RANGE, "op attention: dimension too large for BLAS");
@@ -199,8 +208,8 @@ static int cpu_attention(DittoBackend *be, const DittoAttentionParams *p, const 
         ntasks = j.units;
     j.units_per_task = (j.units + ntasks - 1) / ntasks;
     ntasks = (j.units + j.units_per_task - 1) / j.units_per_task;
-    /* S, then pack space for a q block, k and v */
-    j.scratch_per_task = (size_t)(j.qb * j.Lk + j.qb * j.D + j.Lk * j.D + j.Lk * j.Dv);
+    /* S, then pack space for a q block, k and v, then a y block */
+    j.scratch_per_task = (size_t)(j.qb * j.Lk + j.qb * j.D + j.Lk * j.D + j.Lk * j.Dv + j.qb * j.Dv);
     j.scratch = ditto_malloc(sizeof(float) * j.scratch_per_task * (size_t)ntasks + sizeof(float));
     if (!j.scratch)
         return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op attention: no memory for %lld x %zu floats of scratch",

@@ -1,6 +1,9 @@
 /*
  * CPU element-wise family: copy (strided, casting), fill, unary, binary with
- * broadcasting, softmax, reduce, concat.
+ * broadcasting, softmax, reduce, concat, and the fused model steps film and
+ * ddim_step (each operation rounded as in the op sequence they replace; C11
+ * without GNU extensions compiles with -ffp-contract=off, so a * b + c stays
+ * two roundings).
  *
  * Strided element-wise work goes through one iterator: the operands share a
  * logical shape; dims of size 1 are dropped and adjacent dims merged where
@@ -15,7 +18,7 @@
 #include "backend/cpu/cpu.h"
 #include "core/log.h"
 
-#define EW_MAX_OPS 3
+#define EW_MAX_OPS 7            /* ddim_step: 3 outputs, 4 inputs */
 #define EW_GRAIN 16384            /* elements per task, at least */
 
 typedef struct EwIter {
@@ -526,6 +529,83 @@ static int cpu_concat(DittoBackend *be, int axis, int n, const DittoTensor *cons
     return 0;
 }
 
+/* ---- fused model steps ---- */
+
+/* operands: out, h, y, scale, shift */
+static void film_row(const void *arg, char *const *p, const int64_t *s, int64_t n)
+{
+    (void)arg;
+    float *o = (float *)p[0];
+    const float *h = (const float *)p[1], *y = (const float *)p[2], *sc = (const float *)p[3], *sh = (const float *)p[4];
+    int64_t so = s[0] / 4, shh = s[1] / 4, sy = s[2] / 4, ssc = s[3] / 4, ssh = s[4] / 4;
+    for (int64_t i = 0; i < n; i++) {
+        float t = sc[i * ssc] * y[i * sy];    /* MUL */
+        t = t + sh[i * ssh];                  /* ADD shift */
+        o[i * so] = h[i * shh] + t;           /* ADD residual */
+    }
+}
+
+static int cpu_film(DittoBackend *be, const DittoTensor *h, const DittoTensor *y, const DittoTensor *scale, const DittoTensor *shift, DittoTensor *out)
+{
+    DittoTensor scv = broadcast_view(scale, out), shv = broadcast_view(shift, out);
+    const DittoTensor *t[5] = { out, h, y, &scv, &shv };
+    EwIter it;
+    ew_init(&it, 5, t);
+    ew_run(be, &it, film_row, NULL);
+    return 0;
+}
+
+typedef struct DdimCtx {
+    DittoDdimStepParams p;
+    bool x0, eps, xn;           /* outputs wanted */
+} DdimCtx;
+
+/* operands: x0, eps, x_next (placeholders when not wanted), cond, uncond, x, z (placeholders when not needed) */
+static void ddim_row(const void *arg, char *const *p, const int64_t *s, int64_t n)
+{
+    const DdimCtx *c = arg;
+    const float w = c->p.guidance, a = c->p.a, rb = c->p.rb, an = c->p.alpha_next_sqrt, ce = c->p.c, sg = c->p.sigma;
+    float *x0o = (float *)p[0], *epo = (float *)p[1], *xno = (float *)p[2];
+    const float *cv = (const float *)p[3], *uv = (const float *)p[4], *xv = (const float *)p[5], *zv = (const float *)p[6];
+    int64_t s0 = s[0] / 4, s1 = s[1] / 4, s2 = s[2] / 4, s3 = s[3] / 4, s4 = s[4] / 4, s5 = s[5] / 4, s6 = s[6] / 4;
+    for (int64_t i = 0; i < n; i++) {
+        float u = uv[i * s4];
+        float d = cv[i * s3] - u;             /* C - U */
+        d = w * d + 0.0f;                     /* affine w, 0 */
+        float x0 = u + d;                     /* U + w (C - U) */
+        if (c->x0)
+            x0o[i * s0] = x0;
+        if (!c->eps && !c->xn)
+            continue;
+        float xi = xv[i * s5];                /* read before x_next (may be x) is written */
+        float e = a * xi + 0.0f;              /* A_t x */
+        float q = rb * x0 + 0.0f;             /* x0 / B_t */
+        e = e - q;
+        if (c->eps)
+            epo[i * s1] = e;
+        if (c->xn) {
+            float v = an * x0 + 0.0f;         /* sqrt(abar_next) x0 */
+            float t = ce * e + 0.0f;
+            v = v + t;                        /* + c eps */
+            t = sg * zv[i * s6] + 0.0f;
+            v = v + t;                        /* + sigma z */
+            xno[i * s2] = v;
+        }
+    }
+}
+
+static int cpu_ddim_step(DittoBackend *be, const DittoDdimStepParams *p, const DittoTensor *cond, const DittoTensor *uncond, const DittoTensor *x,
+                         const DittoTensor *z, DittoTensor *x0, DittoTensor *eps, DittoTensor *x_next)
+{
+    DdimCtx c = { *p, x0 != NULL, eps != NULL, x_next != NULL };
+    const DittoTensor *any = x0 ? x0 : eps ? eps : x_next;
+    const DittoTensor *t[7] = { x0 ? x0 : any, eps ? eps : any, x_next ? x_next : any, cond, uncond, x ? x : cond, z ? z : cond };
+    EwIter it;
+    ew_init(&it, 7, t);
+    ew_run(be, &it, ddim_row, &c);
+    return 0;
+}
+
 void ditto_cpu_init_elementwise(DittoOps *ops)
 {
     ops->copy = cpu_copy;
@@ -535,4 +615,6 @@ void ditto_cpu_init_elementwise(DittoOps *ops)
     ops->softmax = cpu_softmax;
     ops->reduce = cpu_reduce;
     ops->concat = cpu_concat;
+    ops->film = cpu_film;
+    ops->ddim_step = cpu_ddim_step;
 }

@@ -1,7 +1,17 @@
 /*
  * CUDA attention and rotary embedding (float32 or float16 storage, fp32 math).
  *
- * Attention: one block per (batch, head, query row), grid-stride over rows.
+ * Attention, short key rows (K and V of a head fit in shared memory, e.g. the
+ * LMDM's 80/82 keys of 64 dims): one block per (batch, head, tile of query
+ * rows) stages the head's K and V in shared memory once (K rows padded by one
+ * float: no bank conflicts when lanes walk different keys; many loads in
+ * flight per thread, as staging is latency-bound), then each warp takes one
+ * query row at a time: lanes split the keys for the scores (fp32 dot
+ * products in four partial sums), softmax over the row with warp max/sum
+ * (max subtracted, p = e * (1/sum) as the CPU does), lanes split the output
+ * columns for y = sum_j p_j v_j (two partial sums).
+ *
+ * Attention, other shapes: one block per (batch, head, query row), grid-stride over rows.
  *   q row -> shared memory; scores s_j = scale (q . k_j) + mask, one warp per
  *   key (lanes split D, shuffle sum); softmax over the row in fp32 (max,
  *   exp, sum, p = e * (1/sum) as the CPU does); y = sum_j p_j v_j with the
@@ -24,6 +34,14 @@
 #define ATT_SMEM_MAX (46 * 1024)        /* under the 48 KiB default limit, with the static part */
 #define ATT_MAX_D 4096                   /* q row cached in shared memory */
 #define ATT_SCRATCH_FLOATS ((int64_t)16 << 20)   /* global score scratch bound: 64 MiB */
+/* short-key kernel */
+#define ATT_SMALL_THREADS 256
+#define ATT_SMALL_WARPS (ATT_SMALL_THREADS / 32)
+#define ATT_SMALL_ROWS 8                 /* query rows per block (1 per warp: more blocks, as staging is latency-bound) */
+#define ATT_SMALL_MAX_D 128              /* head dims up to this */
+#define ATT_SMALL_SMEM (48 * 1024)       /* the default dynamic shared memory limit (no static part) */
+#define ATT_STAGE_UNROLL 16              /* K/V loads in flight per thread while staging (scalar) */
+#define ATT_STAGE_UNROLL4 12             /* the same, float4 loads */
 
 static int float_dtype(DittoBackend *be, const char *op, const char *name, const DittoTensor *t, bool *f16)
 {
@@ -45,6 +63,8 @@ typedef struct AttnArgs {
     bool qh, kh, vh, mh, yh;
     int64_t H, Lq, Lk, D, Dv, rows;
     int64_t qs[4], ks[4], vs[4], ms[4];  /* element strides; mask strides 0 where broadcast */
+    int64_t ys[4];                       /* y element strides */
+    bool kv4;                            /* short-key kernel: K and V float32, rows of float4 (unit column stride, 16-byte aligned) */
     float scale;
     float *scratch;                      /* global score rows (Lk per block) or NULL: shared memory */
 } AttnArgs;
@@ -153,10 +173,164 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const __g
                 float t = 0.0f;
                 for (int k = 0; k < ATT_WARPS; k++)
                     t += part[k * 32 + lane];
-                ditto_st(a.y, r * a.Dv + dc, t, a.yh);
+                ditto_st(a.y, b * a.ys[0] + h * a.ys[1] + i * a.ys[2] + dc * a.ys[3], t, a.yh);
             }
             __syncthreads();
         }
+    }
+}
+
+/*
+ * Short key rows. Dynamic shared memory: K (Lk x (D+1)) | V (Lk x Dv) |
+ * per warp a query row (D) and a probability row (Lk). Grid: (batch*heads,
+ * query tiles of ATT_SMALL_ROWS).
+ */
+
+static __device__ __forceinline__ float to_f32(float v)
+{
+    return v;
+}
+
+static __device__ __forceinline__ float to_f32(__half v)
+{
+    return __half2float(v);
+}
+
+/*
+ * dst (rows x cols, row pitch ld) = the strided block at src + base. Staging
+ * is latency-bound: each thread issues ATT_STAGE_UNROLL loads before its first
+ * store, branch-free (the tail re-reads the last element instead of testing),
+ * so they are in flight together.
+ */
+template <typename T>
+static __device__ __forceinline__ void stage_rows(float *dst, int ld, const T *src, int64_t base, int64_t rs, int64_t cs, int rows, int cols)
+{
+    const int n = rows * cols;
+    for (int e0 = threadIdx.x; e0 < n; e0 += ATT_SMALL_THREADS * ATT_STAGE_UNROLL) {
+        float r[ATT_STAGE_UNROLL];
+#pragma unroll
+        for (int u = 0; u < ATT_STAGE_UNROLL; u++) {
+            int e = min(e0 + u * ATT_SMALL_THREADS, n - 1), j = e / cols, d = e - j * cols;
+            r[u] = to_f32(src[base + j * rs + d * cs]);
+        }
+#pragma unroll
+        for (int u = 0; u < ATT_STAGE_UNROLL; u++) {
+            int e = e0 + u * ATT_SMALL_THREADS, j = e / cols, d = e - j * cols;
+            if (e < n)
+                dst[j * ld + d] = r[u];
+        }
+    }
+}
+
+/* K and V together as float4 (a.kv4): one round of loads per thread for the LMDM shapes (about 10 float4 each). */
+static __device__ __forceinline__ void stage_kv4(const AttnArgs &a, float *ks, int kp, float *vs, int64_t kb, int64_t vb, int Lk, int D, int Dv)
+{
+    const int kq = D / 4, vq = Dv / 4, nk = Lk * kq, n = nk + Lk * vq;
+    for (int e0 = threadIdx.x; e0 < n; e0 += ATT_SMALL_THREADS * ATT_STAGE_UNROLL4) {
+        float4 r[ATT_STAGE_UNROLL4];
+#pragma unroll
+        for (int u = 0; u < ATT_STAGE_UNROLL4; u++) {
+            int e = min(e0 + u * ATT_SMALL_THREADS, n - 1);
+            bool isk = e < nk;
+            int f = isk ? e : e - nk, q = isk ? kq : vq, j = f / q, c = f - j * q;
+            const float *src = isk ? (const float *)a.k + kb + j * a.ks[2] : (const float *)a.v + vb + j * a.vs[2];
+            r[u] = *(const float4 *)(src + 4 * c);
+        }
+#pragma unroll
+        for (int u = 0; u < ATT_STAGE_UNROLL4; u++) {
+            int e = e0 + u * ATT_SMALL_THREADS;
+            if (e < n) {
+                bool isk = e < nk;
+                int f = isk ? e : e - nk, q = isk ? kq : vq, j = f / q, c = f - j * q;
+                float *dst = isk ? ks + j * kp + 4 * c : vs + j * Dv + 4 * c;
+                dst[0] = r[u].x;
+                dst[1] = r[u].y;
+                dst[2] = r[u].z;
+                dst[3] = r[u].w;
+            }
+        }
+    }
+}
+
+static __global__ void __launch_bounds__(ATT_SMALL_THREADS) attention_small_kernel(const __grid_constant__ AttnArgs a)
+{
+    extern __shared__ float sm[];
+    const int D = (int)a.D, Dv = (int)a.Dv, Lk = (int)a.Lk, kp = D + 1;
+    float *ks = sm;
+    float *vs = ks + Lk * kp;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    float *qrow = vs + Lk * Dv + w * (D + Lk);
+    float *p = qrow + D;
+    const int64_t bh = blockIdx.x, h = bh % a.H, b = bh / a.H;
+    const int64_t kb = b * a.ks[0] + h * a.ks[1], vb = b * a.vs[0] + h * a.vs[1];
+    if (a.kv4) {
+        stage_kv4(a, ks, kp, vs, kb, vb, Lk, D, Dv);
+    } else {
+        if (a.kh)
+            stage_rows(ks, kp, (const __half *)a.k, kb, a.ks[2], a.ks[3], Lk, D);
+        else
+            stage_rows(ks, kp, (const float *)a.k, kb, a.ks[2], a.ks[3], Lk, D);
+        if (a.vh)
+            stage_rows(vs, Dv, (const __half *)a.v, vb, a.vs[2], a.vs[3], Lk, Dv);
+        else
+            stage_rows(vs, Dv, (const float *)a.v, vb, a.vs[2], a.vs[3], Lk, Dv);
+    }
+    __syncthreads();
+    const int64_t i0 = (int64_t)blockIdx.y * ATT_SMALL_ROWS;
+    for (int64_t i = i0 + w; i < i0 + ATT_SMALL_ROWS && i < a.Lq; i += ATT_SMALL_WARPS) {
+        const int64_t qb = b * a.qs[0] + h * a.qs[1] + i * a.qs[2];
+        const int64_t mb = b * a.ms[0] + h * a.ms[1] + i * a.ms[2];
+        for (int d = lane; d < D; d += 32)
+            qrow[d] = ditto_ld(a.q, qb + d * a.qs[3], a.qh);
+        __syncwarp();
+        /* scores: a lane per key, four partial sums (independent FMA chains) */
+        float mx = -INFINITY;
+        for (int j = lane; j < Lk; j += 32) {
+            const float *kr = ks + j * kp;
+            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+            int d = 0;
+#pragma unroll 4
+            for (; d + 4 <= D; d += 4) {
+                s0 += qrow[d] * kr[d];
+                s1 += qrow[d + 1] * kr[d + 1];
+                s2 += qrow[d + 2] * kr[d + 2];
+                s3 += qrow[d + 3] * kr[d + 3];
+            }
+            for (; d < D; d++)
+                s0 += qrow[d] * kr[d];
+            float sc = ((s0 + s1) + (s2 + s3)) * a.scale;
+            if (a.mask)
+                sc += ditto_ld(a.mask, mb + j * a.ms[3], a.mh);
+            p[j] = sc;
+            mx = sc > mx ? sc : mx;
+        }
+        mx = warp_max(mx);
+        float sum = 0.0f;
+        for (int j = lane; j < Lk; j += 32) {
+            float e = expf(p[j] - mx);
+            p[j] = e;
+            sum += e;
+        }
+        /* a fully masked row (all -inf) gives NaN, as PyTorch's math path does */
+        float inv = 1.0f / warp_sum(sum);
+        for (int j = lane; j < Lk; j += 32)
+            p[j] *= inv;
+        __syncwarp();
+        /* y: a lane per output column, two partial sums over the keys */
+        const int64_t yb = b * a.ys[0] + h * a.ys[1] + i * a.ys[2];
+        for (int d = lane; d < Dv; d += 32) {
+            float y0 = 0.0f, y1 = 0.0f;
+            int j = 0;
+#pragma unroll 4
+            for (; j + 2 <= Lk; j += 2) {
+                y0 += p[j] * vs[j * Dv + d];
+                y1 += p[j + 1] * vs[(j + 1) * Dv + d];
+            }
+            if (j < Lk)
+                y0 += p[j] * vs[j * Dv + d];
+            ditto_st(a.y, yb + d * a.ys[3], y0 + y1, a.yh);
+        }
+        __syncwarp();   /* qrow and p are reused by the warp's next row */
     }
 }
 
@@ -182,9 +356,8 @@ static int cuda_attention(DittoBackend *be, const DittoAttentionParams *p, const
     if (B * a.H * a.Lq * a.Dv == 0)
         return 0;
     if (a.Lk == 0) {
-        /* softmax over no keys, then an empty sum: zeros (PyTorch's math path) */
-        DITTO_CUDA_CHECK(be, cudaMemsetAsync(y->data, 0, ditto_tensor_nbytes(y), st));
-        return 0;
+        /* softmax over no keys, then an empty sum: zeros (PyTorch's math path); y may be strided */
+        return be->ops.fill(be, 0.0f, y);
     }
     if (a.D > ATT_MAX_D)
         return ditto_fail(&be->log, DITTO_ERR_UNSUPPORTED, "op attention: head dim %lld > %d on the cuda backend",
@@ -198,6 +371,7 @@ static int cuda_attention(DittoBackend *be, const DittoAttentionParams *p, const
         a.qs[i] = q->stride[i];
         a.ks[i] = k->stride[i];
         a.vs[i] = v->stride[i];
+        a.ys[i] = y->stride[i];
     }
     if (mask) {
         int off = 4 - mask->ndim;
@@ -207,6 +381,28 @@ static int cuda_attention(DittoBackend *be, const DittoAttentionParams *p, const
         }
     }
     a.rows = B * a.H * a.Lq;
+    /* short key rows: the head's K and V staged in shared memory */
+    size_t small = sizeof(float) * (size_t)(a.Lk * (a.D + 1 + a.Dv) + ATT_SMALL_WARPS * (a.D + a.Lk));
+    if (a.D <= ATT_SMALL_MAX_D && a.Dv <= ATT_SMALL_MAX_D && small <= ATT_SMALL_SMEM && B * a.H <= INT32_MAX) {
+        dim3 grid((unsigned)(B * a.H), (unsigned)((a.Lq + ATT_SMALL_ROWS - 1) / ATT_SMALL_ROWS));
+        if (grid.y <= 65535) {
+            /* float4 staging: float32 K and V, unit column stride, every row start 16-byte aligned */
+            bool al = ((uintptr_t)a.k % 16) == 0 && ((uintptr_t)a.v % 16) == 0 && a.D % 4 == 0 && a.Dv % 4 == 0;
+            for (int i = 0; i < 3 && al; i++)
+                al = a.ks[i] % 4 == 0 && a.vs[i] % 4 == 0;
+            a.kv4 = al && !a.kh && !a.vh && a.ks[3] == 1 && a.vs[3] == 1;
+            /* as much shared memory as the SM has: several 47 KB blocks per SM, the grid in one wave */
+            static bool carveout;
+            if (!carveout) {
+                cudaFuncSetAttribute(attention_small_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+                cudaGetLastError();   /* a hint only */
+                carveout = true;
+            }
+            attention_small_kernel<<<grid, ATT_SMALL_THREADS, small, st>>>(a);
+            DITTO_CUDA_LAUNCHED(be);
+            return 0;
+        }
+    }
     size_t fixed = sizeof(float) * (size_t)(a.D + ATT_WARPS * 32);
     size_t smem = fixed + sizeof(float) * (size_t)a.Lk;
     int64_t blocks = a.rows < ((int64_t)1 << 20) ? a.rows : ((int64_t)1 << 20);

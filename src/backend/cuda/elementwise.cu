@@ -1,7 +1,8 @@
 /*
  * CUDA element-wise family: copy (strided, casting), fill, unary, binary with
- * broadcasting, softmax, reduce, concat. Float ops take float32 or float16
- * storage per operand with fp32 math; copy, fill and concat take any dtype.
+ * broadcasting, softmax, reduce, concat, and the fused model steps film and
+ * ddim_step. Float ops take float32 or float16 storage per operand with fp32
+ * math; copy, fill and concat take any dtype.
  *
  * Strided work goes through one iterator, as on the CPU: the operands share
  * a logical shape; size-1 dims are dropped and adjacent dims merged where
@@ -22,7 +23,7 @@
 #include "core/dtype_elem.h"
 #include "core/half.h"
 
-#define EW_MAX_OPS 3
+#define EW_MAX_OPS 7            /* ddim_step: 3 outputs, 4 inputs */
 #define EW_THREADS 256
 
 typedef struct EwDims {
@@ -590,6 +591,114 @@ static int cuda_reduce(DittoBackend *be, const DittoReduceParams *p, const Ditto
     return 0;
 }
 
+/* ---- fused model steps: _rn intrinsics round each operation as the unfused op sequence does (no FMA) ---- */
+
+/* operands: out, h, y, scale, shift; out may be h or y (same view) */
+static __global__ void film_kernel(const __grid_constant__ EwDims d, void *o, bool oh, const void *h, bool hh, const void *y, bool yh,
+                                   const void *sc, bool sch, const void *sh, bool shh)
+{
+    EW_LOOP(i, d.numel) {
+        int64_t off[5];
+        ew_offsets(&d, 5, i, off);
+        float t = __fmul_rn(ditto_ld(sc, off[3], sch), ditto_ld(y, off[2], yh));   /* MUL */
+        t = __fadd_rn(t, ditto_ld(sh, off[4], shh));                               /* ADD shift */
+        ditto_st(o, off[0], __fadd_rn(ditto_ld(h, off[1], hh), t), oh);           /* ADD residual */
+    }
+}
+
+static int cuda_film(DittoBackend *be, const DittoTensor *h, const DittoTensor *y, const DittoTensor *scale, const DittoTensor *shift, DittoTensor *out)
+{
+    bool oh = false, hh = false, yh = false, sch = false, shh = false;
+    DITTO_TRY(float_dtype(be, "film", out, &oh));
+    DITTO_TRY(float_dtype(be, "film", h, &hh));
+    DITTO_TRY(float_dtype(be, "film", y, &yh));
+    DITTO_TRY(float_dtype(be, "film", scale, &sch));
+    DITTO_TRY(float_dtype(be, "film", shift, &shh));
+    DittoTensor scv = broadcast_view(scale, out), shv = broadcast_view(shift, out);
+    const DittoTensor *t[5] = { out, h, y, &scv, &shv };
+    EwDims d;
+    ew_init(&d, 5, t);
+    if (d.numel <= 0)
+        return 0;
+    film_kernel<<<ew_blocks(d.numel), EW_THREADS, 0, ditto_cuda(be)->stream>>>(d, out->data, oh, h->data, hh, y->data, yh, scale->data, sch,
+                                                                                shift->data, shh);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+typedef struct DdimArgs {
+    DittoDdimStepParams p;
+    void *x0, *eps, *xn;          /* NULL: not wanted */
+    const void *c, *u, *x, *z;    /* x, z NULL when not needed */
+    bool x0h, epsh, xnh, ch, uh, xh, zh;
+} DdimArgs;
+
+/* operands: x0, eps, x_next, cond, uncond, x, z (placeholder views where NULL) */
+static __global__ void ddim_step_kernel(const __grid_constant__ EwDims d, const __grid_constant__ DdimArgs a)
+{
+    EW_LOOP(i, d.numel) {
+        int64_t off[7];
+        ew_offsets(&d, 7, i, off);
+        float u = ditto_ld(a.u, off[4], a.uh);
+        float dv = __fsub_rn(ditto_ld(a.c, off[3], a.ch), u);                   /* C - U */
+        dv = __fadd_rn(__fmul_rn(a.p.guidance, dv), 0.0f);                      /* affine w, 0 */
+        float x0 = __fadd_rn(u, dv);                                            /* U + w (C - U) */
+        if (a.x0)
+            ditto_st(a.x0, off[0], x0, a.x0h);
+        if (!a.eps && !a.xn)
+            continue;
+        float xi = ditto_ld(a.x, off[5], a.xh);                                 /* read before x_next (may be x) is written */
+        float e = __fadd_rn(__fmul_rn(a.p.a, xi), 0.0f);                         /* A_t x */
+        float q = __fadd_rn(__fmul_rn(a.p.rb, x0), 0.0f);                        /* x0 / B_t */
+        e = __fsub_rn(e, q);
+        if (a.eps)
+            ditto_st(a.eps, off[1], e, a.epsh);
+        if (a.xn) {
+            float v = __fadd_rn(__fmul_rn(a.p.alpha_next_sqrt, x0), 0.0f);
+            float t = __fadd_rn(__fmul_rn(a.p.c, e), 0.0f);
+            v = __fadd_rn(v, t);                                                 /* + c eps */
+            t = __fadd_rn(__fmul_rn(a.p.sigma, ditto_ld(a.z, off[6], a.zh)), 0.0f);
+            ditto_st(a.xn, off[2], __fadd_rn(v, t), a.xnh);                      /* + sigma z */
+        }
+    }
+}
+
+static int cuda_ddim_step(DittoBackend *be, const DittoDdimStepParams *p, const DittoTensor *cond, const DittoTensor *uncond, const DittoTensor *x,
+                          const DittoTensor *z, DittoTensor *x0, DittoTensor *eps, DittoTensor *x_next)
+{
+    DdimArgs a;
+    memset(&a, 0, sizeof a);
+    a.p = *p;
+    DITTO_TRY(float_dtype(be, "ddim_step", cond, &a.ch));
+    DITTO_TRY(float_dtype(be, "ddim_step", uncond, &a.uh));
+    if (x)
+        DITTO_TRY(float_dtype(be, "ddim_step", x, &a.xh));
+    if (z)
+        DITTO_TRY(float_dtype(be, "ddim_step", z, &a.zh));
+    if (x0)
+        DITTO_TRY(float_dtype(be, "ddim_step", x0, &a.x0h));
+    if (eps)
+        DITTO_TRY(float_dtype(be, "ddim_step", eps, &a.epsh));
+    if (x_next)
+        DITTO_TRY(float_dtype(be, "ddim_step", x_next, &a.xnh));
+    a.c = cond->data;
+    a.u = uncond->data;
+    a.x = x ? x->data : NULL;
+    a.z = z ? z->data : NULL;
+    a.x0 = x0 ? x0->data : NULL;
+    a.eps = eps ? eps->data : NULL;
+    a.xn = x_next ? x_next->data : NULL;
+    const DittoTensor *any = x0 ? x0 : eps ? eps : x_next;
+    const DittoTensor *t[7] = { x0 ? x0 : any, eps ? eps : any, x_next ? x_next : any, cond, uncond, x ? x : cond, z ? z : cond };
+    EwDims d;
+    ew_init(&d, 7, t);
+    if (d.numel <= 0)
+        return 0;
+    ddim_step_kernel<<<ew_blocks(d.numel), EW_THREADS, 0, ditto_cuda(be)->stream>>>(d, a);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
 void ditto_cuda_init_elementwise(DittoOps *ops)
 {
     ops->copy = cuda_copy;
@@ -599,4 +708,6 @@ void ditto_cuda_init_elementwise(DittoOps *ops)
     ops->softmax = cuda_softmax;
     ops->reduce = cuda_reduce;
     ops->concat = cuda_concat;
+    ops->film = cuda_film;
+    ops->ddim_step = cuda_ddim_step;
 }
