@@ -6,7 +6,7 @@
 # benchmark in the same run, and writes every log and JSON under $OUT
 # (default /tmp/gpu-out).
 #
-#   scripts/gpu-check.sh [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study] [--e2e-only] [--motion-only] [--render]
+#   scripts/gpu-check.sh [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study] [--e2e-only] [--e2e] [--motion-only] [--render]
 #     --quick          fewer batch sizes and iterations in ditto bench
 #     --no-torch       skip the PyTorch reference
 #     --torch-compile  also time torch.compile (long: several minutes of compiling)
@@ -17,6 +17,7 @@
 #     --e2e-only       build, then only `ditto bench --e2e` on .carry/full.avatar (a
 #                      .avatar baked with `ditto bake --weights synthetic`: official
 #                      sizes) with synthetic:full weights, 15.755 s of audio, 50 steps
+#     --e2e            also the --e2e-only checks at the end of a full run
 #     --render         also `ditto render` of .carry/shared/media (audio.wav, image.png) with
 #                      synthetic:full weights on cuda to an MP4: needs .carry/ffmpeg.tar.xz
 #                      (scripts/ffmpeg-runtime.sh: Debian 12's FFmpeg, built against there)
@@ -44,6 +45,7 @@ STUDY=0
 E2E_ONLY=0
 MOTION_ONLY=0
 RENDER=0
+E2E=0
 for a in "$@"; do
     case "$a" in
     --tree-hash) tree_hash; exit 0 ;;
@@ -56,7 +58,8 @@ for a in "$@"; do
     --e2e-only) E2E_ONLY=1; TORCH=0 ;;
     --motion-only) MOTION_ONLY=1; TORCH=0 ;;
     --render) RENDER=1 ;;
-    *) echo "usage: $0 [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study] [--e2e-only] [--motion-only] [--render]" >&2; exit 2 ;;
+    --e2e) E2E=1 ;;
+    *) echo "usage: $0 [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study] [--e2e-only] [--e2e] [--motion-only] [--render]" >&2; exit 2 ;;
     esac
 done
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
@@ -212,5 +215,6 @@ if [ $TORCH = 1 ] && [ -f bench/torch_ref/bench_torch.py ]; then
     echo "rc=$?" >>"$OUT/bench_torch.txt"
     tail -15 "$OUT/bench_torch.txt" | tee -a "$OUT/summary.txt"
 fi
+[ $E2E = 1 ] && e2e_checks
 [ $RENDER = 1 ] && render_check
 log "done"
