@@ -9,9 +9,18 @@
  * Channel counts, the number of G_middle / up blocks, the SPADE hidden width
  * and the PixelShuffle factor come from the checkpoint shapes; shape comments
  * give the full-size numbers. Spectral-norm convs are folded at load time.
+ *
+ * Layout: on CUDA with f16 activations everything up to conv_img runs
+ * channels-last (NHWC: the feature is transposed once, convolutions and
+ * SPADE norms take and give (B,H,W,C), nearest upsampling is a copy from a
+ * broadcast view), so cuDNN's tensor-core convolutions need no transposes
+ * between layers; x goes back to NCHW once before conv_img. Shape comments
+ * stay in NCHW order. NCHW elsewhere; ditto_decoder_set_layout and
+ * DITTO_DECODER_LAYOUT override the choice.
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/log.h"
@@ -78,11 +87,32 @@ struct DittoDecoder {
     DittoTensor img_w;                  /* conv_img.0.weight (12,64,3,3) (conv_img.weight (3,64,3,3) without PixelShuffle) */
     DittoTensor img_b;                  /* conv_img.0.bias (12) */
     size_t up_budget;                   /* bytes of up-block activations per chunk of items (0: DEC_UP_BUDGET) */
+    int layout;                         /* -1 auto, 0 NCHW, 1 NHWC (ditto_decoder_set_layout) */
 };
 
 void ditto_decoder_set_up_budget(DittoDecoder *m, size_t bytes)
 {
     m->up_budget = bytes;
+}
+
+void ditto_decoder_set_layout(DittoDecoder *m, int nhwc)
+{
+    m->layout = nhwc < 0 ? -1 : nhwc > 0;
+}
+
+/* Channels-last forward: the set layout, else DITTO_DECODER_LAYOUT=nchw|nhwc (read once), else CUDA with f16 activations. */
+static bool dec_nhwc(const DittoDecoder *m)
+{
+    static int env = -2;
+    if (m->layout >= 0)
+        return m->layout == 1;
+    if (env == -2) {
+        const char *e = getenv("DITTO_DECODER_LAYOUT");
+        env = !e ? -1 : !strcmp(e, "nhwc") ? 1 : !strcmp(e, "nchw") ? 0 : -1;
+    }
+    if (env >= 0)
+        return env == 1;
+    return m->be->device == DITTO_DEVICE_CUDA && m->act == DITTO_F16;
 }
 
 #define TRY(expr) do { rc = (expr); if (rc < 0) goto done; } while (0)
@@ -138,6 +168,7 @@ int ditto_decoder_load(DittoDecoder **out, DittoBackend *be, DittoCatalog *cat)
         return ditto_fail(&be->log, DITTO_ERR_NOMEM, "decoder: out of memory");
     m->be = be;
     m->act = be->act_dtype;
+    m->layout = -1;
     DittoLoader l;
     ditto_loader_init(&l, cat, be, &m->weights, "SPADE decoder", "");
     l.dtype = m->act;
@@ -221,24 +252,101 @@ int ditto_decoder_out_shape(const DittoDecoder *m, const DittoTensor *feature, i
     return 0;
 }
 
+/* ---- layout helpers: activations are (B,C,H,W), or (B,H,W,C) when nhwc ---- */
+
+static int64_t dim_h(const DittoTensor *x, bool nhwc)
+{
+    return x->shape[nhwc ? 1 : 2];
+}
+
+static int64_t dim_w(const DittoTensor *x, bool nhwc)
+{
+    return x->shape[nhwc ? 2 : 3];
+}
+
+/* A (B,C,H,W) activation in the forward's layout. */
+static int new_act(DittoArena *ws, DittoDType dt, bool nhwc, int64_t B, int64_t C, int64_t H, int64_t W, DittoTensor *t)
+{
+    return nhwc ? ditto_nn_new(ws, dt, t, DITTO_SHAPE(B, H, W, C)) : ditto_nn_new(ws, dt, t, DITTO_SHAPE(B, C, H, W));
+}
+
+/* y = x with the channel axis moved last (to_nhwc: (B,C,H,W) -> (B,H,W,C)) or back: a copy from a permuted view. */
+static int relayout(DittoBackend *be, const DittoTensor *x, bool to_nhwc, DittoTensor *y)
+{
+    static const int to_last[4] = { 0, 2, 3, 1 }, to_first[4] = { 0, 3, 1, 2 };
+    DittoTensor v;
+    DITTO_TRY(ditto_tensor_permute(x, to_nhwc ? to_last : to_first, &v));
+    return ditto_op_copy(be, &v, y);
+}
+
+/*
+ * F.interpolate(mode='nearest') of channels-last x (B,h,w,C) to y (B,H,W,C)
+ * by integer factors: a copy from the broadcast view (B,h,H/h,w,W/w,C) with
+ * stride 0 on the repeat axes. Rows of C elements whose bytes are a multiple
+ * of 8 move as 8-byte elements (a raw copy either way).
+ */
+static int upsample_nhwc(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
+{
+    const int64_t B = x->shape[0], h = x->shape[1], w = x->shape[2], H = y->shape[1], W = y->shape[2];
+    int64_t C = x->shape[3];
+    if (h < 1 || w < 1 || H % h || W % w || y->shape[0] != B || y->shape[3] != C || !ditto_tensor_is_contiguous(x) ||
+        !ditto_tensor_is_contiguous(y))
+        return ditto_fail(&be->log, DITTO_ERR_SHAPE, "decoder: nearest upsampling needs contiguous tensors and integer factors");
+    DittoDType dt = x->dtype;
+    const size_t row = (size_t)C * ditto_dtype_size(dt);
+    if (row % 8 == 0 && ((uintptr_t)x->data | (uintptr_t)y->data) % 8 == 0) {
+        dt = DITTO_I64;
+        C = (int64_t)(row / 8);
+    }
+    DittoTensor xv = ditto_tensor(x->data, dt, 6, (const int64_t[]){ B, h, H / h, w, W / w, C });
+    DittoTensor yv = ditto_tensor(y->data, dt, 6, xv.shape);
+    const int64_t xs[6] = { h * w * C, w * C, 0, C, 0, 1 };
+    memcpy(xv.stride, xs, sizeof xs);
+    xv.device = x->device;
+    yv.device = y->device;
+    return ditto_op_copy(be, &xv, &yv);
+}
+
+/* Report activation x under name, as (B,C,H,W): channels-last ones through a contiguous NCHW copy in scratch. */
+static int tap_act(DittoBackend *be, DittoArena *ws, bool nhwc, const DittoTap *tap, const char *name, const DittoTensor *x)
+{
+    if (!tap || !tap->fn)
+        return 0;
+    if (!nhwc) {
+        ditto_tap(tap, name, x);
+        return 0;
+    }
+    DittoArenaMark mk = ditto_arena_mark(ws);
+    DittoTensor t;
+    int rc = ditto_nn_new(ws, x->dtype, &t, DITTO_SHAPE(x->shape[0], x->shape[3], x->shape[1], x->shape[2]));
+    if (rc >= 0)
+        rc = relayout(be, x, false, &t);
+    if (rc >= 0)
+        ditto_tap(tap, name, &t);
+    ditto_arena_release(ws, mk);
+    return rc;
+}
+
 /*
  * SPADE: y = instance_norm(x) * (1 + gamma(seg)) + beta(seg), then
  * LeakyReLU(0.2) when lrelu (what follows norm_0 / norm_1 in the block);
  * seg already at x's size; scratch in act.
  */
-static int spade(DittoBackend *be, DittoArena *ws, DittoDType act, const DecSpade *s, const DittoTensor *x, const DittoTensor *seg,
+static int spade(DittoBackend *be, DittoArena *ws, DittoDType act, bool nhwc, const DecSpade *s, const DittoTensor *x, const DittoTensor *seg,
                  bool lrelu, DittoTensor *y)
 {
-    const int64_t B = x->shape[0], C = s->c, H = x->shape[2], W = x->shape[3];
-    const DittoConvParams pad1 = ditto_nn_conv_pad(1);
-    const DittoSpadeParams sp = { DEC_IN_EPS, lrelu, DEC_LRELU };
+    const int64_t B = x->shape[0], C = s->c, H = dim_h(x, nhwc), W = dim_w(x, nhwc);
+    DittoConvParams pad1 = ditto_nn_conv_pad(1);
+    pad1.nhwc = nhwc;
+    DittoConvParams pad1_relu = pad1;
+    pad1_relu.relu = true;
+    const DittoSpadeParams sp = { DEC_IN_EPS, lrelu, DEC_LRELU, nhwc };
     DittoArenaMark top = ditto_arena_mark(ws);
     DittoTensor actv, gb;
     int rc;
-    TRY(ditto_nn_new(ws, act, &actv, DITTO_SHAPE(B, s->shared_w.shape[0], H, W)));
-    TRY(ditto_nn_new(ws, act, &gb, DITTO_SHAPE(B, 2 * C, H, W)));
-    TRY(ditto_op_conv(be, &pad1, seg, &s->shared_w, &s->shared_b, &actv));                 /* mlp_shared (B,128,H,W) */
-    TRY(ditto_op_act(be, DITTO_UNARY_RELU, 0.0f, &actv, &actv));
+    TRY(new_act(ws, act, nhwc, B, s->shared_w.shape[0], H, W, &actv));
+    TRY(new_act(ws, act, nhwc, B, 2 * C, H, W, &gb));
+    TRY(ditto_op_conv(be, &pad1_relu, seg, &s->shared_w, &s->shared_b, &actv));            /* relu(mlp_shared) (B,128,H,W) */
     TRY(ditto_op_conv(be, &pad1, &actv, &s->gb_w, &s->gb_b, &gb));                         /* mlp_gamma ; mlp_beta (B,2C,H,W) */
     TRY(ditto_op_spade_norm(be, &sp, x, &gb, y));                                          /* norm(x) * (1 + gamma) + beta [, lrelu] */
 done:
@@ -247,39 +355,41 @@ done:
 }
 
 /* SPADEResnetBlock: y = shortcut(x) + conv_1(lrelu(norm_1(conv_0(lrelu(norm_0(x)))))); y must not alias x. */
-static int resblock(DittoDecoder *m, DittoArena *ws, const DecBlock *b, const DittoTensor *x, const DittoTensor *feature, DittoTensor *y)
+static int resblock(DittoDecoder *m, DittoArena *ws, bool nhwc, const DecBlock *b, const DittoTensor *x, const DittoTensor *feature,
+                    DittoTensor *y)
 {
     DittoBackend *be = m->be;
-    const int64_t B = x->shape[0], H = x->shape[2], W = x->shape[3];
-    const DittoConvParams pad0 = ditto_nn_conv_pad(0), pad1 = ditto_nn_conv_pad(1);
+    const int64_t B = x->shape[0], H = dim_h(x, nhwc), W = dim_w(x, nhwc);
+    DittoConvParams pad0 = ditto_nn_conv_pad(0), pad1 = ditto_nn_conv_pad(1);
+    pad0.nhwc = pad1.nhwc = nhwc;
     DittoArenaMark top = ditto_arena_mark(ws), mk;
     DittoTensor seg = *feature, n_s, n_0, dx_0, n_1, dx_1;
     int rc;
     /* seg = F.interpolate(feature, size=x's (H,W), mode='nearest'), shared by the block's SPADEs */
-    if (feature->shape[2] != H || feature->shape[3] != W) {
-        TRY(ditto_nn_new(ws, m->act, &seg, DITTO_SHAPE(B, m->c_in, H, W)));
-        TRY(ditto_op_upsample_nearest(be, feature, &seg));                                 /* (B,256,H,W) */
+    if (dim_h(feature, nhwc) != H || dim_w(feature, nhwc) != W) {
+        TRY(new_act(ws, m->act, nhwc, B, m->c_in, H, W, &seg));
+        TRY(nhwc ? upsample_nhwc(be, feature, &seg) : ditto_op_upsample_nearest(be, feature, &seg));   /* (B,256,H,W) */
     }
     /* x_s = conv_s(norm_s(x)) if fin != fout, else x */
     if (b->learned_shortcut) {
         mk = ditto_arena_mark(ws);
-        TRY(ditto_nn_new(ws, m->act, &n_s, DITTO_SHAPE(B, b->fin, H, W)));
-        TRY(spade(be, ws, m->act, &b->norm_s, x, &seg, false, &n_s));                              /* (B,fin,H,W) */
+        TRY(new_act(ws, m->act, nhwc, B, b->fin, H, W, &n_s));
+        TRY(spade(be, ws, m->act, nhwc, &b->norm_s, x, &seg, false, &n_s));                        /* (B,fin,H,W) */
         TRY(ditto_op_conv(be, &pad0, &n_s, &b->conv_s_w, NULL, y));                        /* (B,fout,H,W) */
         ditto_arena_release(ws, mk);
     }
     /* dx = conv_0(lrelu(norm_0(x))) */
-    TRY(ditto_nn_new(ws, m->act, &dx_0, DITTO_SHAPE(B, b->fmid, H, W)));
+    TRY(new_act(ws, m->act, nhwc, B, b->fmid, H, W, &dx_0));
     mk = ditto_arena_mark(ws);
-    TRY(ditto_nn_new(ws, m->act, &n_0, DITTO_SHAPE(B, b->fin, H, W)));
-    TRY(spade(be, ws, m->act, &b->norm_0, x, &seg, true, &n_0));                                   /* lrelu(norm_0(x)) (B,fin,H,W) */
+    TRY(new_act(ws, m->act, nhwc, B, b->fin, H, W, &n_0));
+    TRY(spade(be, ws, m->act, nhwc, &b->norm_0, x, &seg, true, &n_0));                             /* lrelu(norm_0(x)) (B,fin,H,W) */
     TRY(ditto_op_conv(be, &pad1, &n_0, &b->conv_0_w, &b->conv_0_b, &dx_0));                /* (B,fmid,H,W) */
     ditto_arena_release(ws, mk);
     /* dx = conv_1(lrelu(norm_1(dx))) */
-    TRY(ditto_nn_new(ws, m->act, &dx_1, DITTO_SHAPE(B, b->fout, H, W)));
+    TRY(new_act(ws, m->act, nhwc, B, b->fout, H, W, &dx_1));
     mk = ditto_arena_mark(ws);
-    TRY(ditto_nn_new(ws, m->act, &n_1, DITTO_SHAPE(B, b->fmid, H, W)));
-    TRY(spade(be, ws, m->act, &b->norm_1, &dx_0, &seg, true, &n_1));                               /* lrelu(norm_1(dx)) (B,fmid,H,W) */
+    TRY(new_act(ws, m->act, nhwc, B, b->fmid, H, W, &n_1));
+    TRY(spade(be, ws, m->act, nhwc, &b->norm_1, &dx_0, &seg, true, &n_1));                         /* lrelu(norm_1(dx)) (B,fmid,H,W) */
     TRY(ditto_op_conv(be, &pad1, &n_1, &b->conv_1_w, &b->conv_1_b, &dx_1));                /* (B,fout,H,W) */
     ditto_arena_release(ws, mk);
     /* out = x_s + dx */
@@ -304,28 +414,37 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
         return ditto_fail(&be->log, DITTO_ERR_INVAL, "decoder: feature has dtype %s, expected %s on the %s backend",
                           ditto_dtype_name(feature->dtype), ditto_dtype_name(m->act), be->name);
     DITTO_TRY(ditto_nn_check_float(be, "decoder", "img", img, m->act));
+    const bool nhwc = dec_nhwc(m);
     const int64_t B = feature->shape[0];
     int64_t H = feature->shape[2], W = feature->shape[3];
     const DittoConvParams pad1 = ditto_nn_conv_pad(1);
+    DittoConvParams pad1_act = pad1;   /* convolutions on activations in the forward's layout */
+    pad1_act.nhwc = nhwc;
     DittoArenaMark top = ditto_arena_mark(ws);
-    DittoTensor x, y, xu, c_img, logits;
+    DittoTensor feat = *feature, x, y, xu, c_img, logits;
     char name[32];
     int rc;
 
+    /* the feature (also the SPADE label map) channels-last, once */
+    if (nhwc) {
+        TRY(new_act(ws, m->act, true, B, m->c_in, H, W, &feat));
+        TRY(relayout(be, feature, true, &feat));                                             /* (B,64,64,256) */
+    }
+
     /* x = fc(feature) */
-    TRY(ditto_nn_new(ws, m->act, &x, DITTO_SHAPE(B, m->c_fc, H, W)));
-    TRY(ditto_nn_new(ws, m->act, &y, DITTO_SHAPE(B, m->c_fc, H, W)));
-    TRY(ditto_op_conv(be, &pad1, feature, &m->fc_w, &m->fc_b, &x));                          /* (B,512,64,64) */
-    ditto_tap(tap, "fc_out", &x);
+    TRY(new_act(ws, m->act, nhwc, B, m->c_fc, H, W, &x));
+    TRY(new_act(ws, m->act, nhwc, B, m->c_fc, H, W, &y));
+    TRY(ditto_op_conv(be, &pad1_act, &feat, &m->fc_w, &m->fc_b, &x));                        /* (B,512,64,64) */
+    TRY(tap_act(be, ws, nhwc, tap, "fc_out", &x));
 
     /* x = G_middle_i(x, seg), ping-pong between x and y */
     for (int i = 0; i < m->nmiddle; i++) {
-        TRY(resblock(m, ws, &m->middle[i], &x, feature, &y));                               /* (B,512,64,64) */
+        TRY(resblock(m, ws, nhwc, &m->middle[i], &x, &feat, &y));                           /* (B,512,64,64) */
         DittoTensor t = x;
         x = y;
         y = t;
         snprintf(name, sizeof name, "G_middle_%d_out", i);
-        ditto_tap(tap, name, &x);
+        TRY(tap_act(be, ws, nhwc, tap, name, &x));
     }
 
     /*
@@ -348,7 +467,7 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
         DittoArenaMark ck = ditto_arena_mark(ws);
         DittoTensor xc, featc, imgc;
         TRY(ditto_tensor_slice(&xall, 0, i0, i0 + nb, 1, &xc));
-        TRY(ditto_tensor_slice(feature, 0, i0, i0 + nb, 1, &featc));
+        TRY(ditto_tensor_slice(&feat, 0, i0, i0 + nb, 1, &featc));
         TRY(ditto_tensor_slice(img, 0, i0, i0 + nb, 1, &imgc));
         x = xc;
         H = H0;
@@ -357,13 +476,21 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
         for (int i = 0; i < m->nup; i++) {
             H *= 2;
             W *= 2;
-            TRY(ditto_nn_new(ws, m->act, &xu, DITTO_SHAPE(nb, m->up[i].fin, H, W)));
-            TRY(ditto_nn_new(ws, m->act, &y, DITTO_SHAPE(nb, m->up[i].fout, H, W)));
-            TRY(ditto_op_upsample_nearest(be, &x, &xu));                                    /* (B,512,128,128) for up_0 */
-            TRY(resblock(m, ws, &m->up[i], &xu, &featc, &y));                               /* (B,256,128,128) for up_0 */
+            TRY(new_act(ws, m->act, nhwc, nb, m->up[i].fin, H, W, &xu));
+            TRY(new_act(ws, m->act, nhwc, nb, m->up[i].fout, H, W, &y));
+            TRY(nhwc ? upsample_nhwc(be, &x, &xu) : ditto_op_upsample_nearest(be, &x, &xu));  /* (B,512,128,128) for up_0 */
+            TRY(resblock(m, ws, nhwc, &m->up[i], &xu, &featc, &y));                         /* (B,256,128,128) for up_0 */
             x = y;
             snprintf(name, sizeof name, "up_%d_out", i);
-            ditto_tap(tap, name, &x);
+            TRY(tap_act(be, ws, nhwc, tap, name, &x));
+        }
+
+        /* back to NCHW for conv_img (its few outputs suit the NCHW kernels) */
+        if (nhwc) {
+            DittoTensor xn;
+            TRY(ditto_nn_new(ws, m->act, &xn, DITTO_SHAPE(nb, x.shape[3], H, W)));
+            TRY(relayout(be, &x, false, &xn));                                              /* (B,64,256,256) */
+            x = xn;
         }
 
         /* x = conv_img(leaky_relu(x, 0.2)); conv_img = conv 3x3 -> PixelShuffle(2) */

@@ -96,6 +96,13 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
  * bytes (0: the default, 512 MiB); results do not depend on it. For tests.
  */
 void ditto_decoder_set_up_budget(DittoDecoder *m, size_t bytes);
+/*
+ * Activation layout of the forward: -1 automatic (channels-last on CUDA with
+ * f16 activations, else NCHW; DITTO_DECODER_LAYOUT=nchw|nhwc, read once,
+ * overrides the automatic choice for measurements), 0 NCHW, 1 channels-last
+ * (NHWC). Outputs agree within rounding (bit for bit on the CPU). For tests.
+ */
+void ditto_decoder_set_layout(DittoDecoder *m, int nhwc);
 
 /* ---- StitchingNetwork (S): stitch_network.pth ('retarget_shoulder' MLP) ---- */
 typedef struct DittoStitch DittoStitch;

@@ -255,6 +255,23 @@ static int conv_dims(const DittoConvParams *p, int i, int *s, int *d)
 
 int ditto_conv_out_shape(const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, int64_t *shape)
 {
+    if (p->nhwc) {   /* (N,H,W,C) -> (N,OH,OW,O): the NCHW rule on x's shape read channels-last */
+        if (x->ndim != 4)
+            return DITTO_ERR_SHAPE;
+        DittoConvParams q = *p;
+        q.nhwc = false;
+        DittoTensor xl = *x;
+        xl.shape[1] = x->shape[3];
+        xl.shape[2] = x->shape[1];
+        xl.shape[3] = x->shape[2];
+        int64_t s[4];
+        DITTO_TRY(ditto_conv_out_shape(&q, &xl, w, s));
+        shape[0] = s[0];
+        shape[1] = s[2];
+        shape[2] = s[3];
+        shape[3] = s[1];
+        return 0;
+    }
     int ns = x->ndim - 2;
     if (ns < 1 || ns > 3 || w->ndim != x->ndim)
         return DITTO_ERR_SHAPE;
@@ -335,14 +352,15 @@ int ditto_op_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const Ditto
     NEED(DITTO_OP_SPADE_NORM, spade_norm);
     DITTO_TRY(check_norm_common(be, DITTO_OP_SPADE_NORM, x, y));
     if (x->ndim < 3)
-        return bad_shape(be, DITTO_OP_SPADE_NORM, "x needs (N, C, spatial...)", x, NULL);
+        return bad_shape(be, DITTO_OP_SPADE_NORM, p->nhwc ? "x needs (N, spatial..., C)" : "x needs (N, C, spatial...)", x, NULL);
     DITTO_TRY(check_float(be, DITTO_OP_SPADE_NORM, "gb", gb));
     DITTO_TRY(check_contig(be, DITTO_OP_SPADE_NORM, "gb", gb));
-    bool ok = gb->ndim == x->ndim && gb->shape[0] == x->shape[0] && gb->shape[1] == 2 * x->shape[1];
-    for (int i = 2; ok && i < x->ndim; i++)
-        ok = gb->shape[i] == x->shape[i];
+    const int cax = p->nhwc ? x->ndim - 1 : 1;   /* channel axis */
+    bool ok = gb->ndim == x->ndim;
+    for (int i = 0; ok && i < x->ndim; i++)
+        ok = gb->shape[i] == (i == cax ? 2 * x->shape[i] : x->shape[i]);
     if (!ok)
-        return bad_shape(be, DITTO_OP_SPADE_NORM, "gb needs (N, 2C, spatial of x)", x, gb);
+        return bad_shape(be, DITTO_OP_SPADE_NORM, p->nhwc ? "gb needs (N, spatial of x, 2C)" : "gb needs (N, 2C, spatial of x)", x, gb);
     if (gb->data == y->data)
         return bad_arg(be, DITTO_OP_SPADE_NORM, "y must not alias gb");
     CALL(DITTO_OP_SPADE_NORM, x, y, be->ops.spade_norm(be, p, x, gb, y));
@@ -780,6 +798,8 @@ int ditto_conv_transpose_out_shape(const DittoConvTransposeParams *p, const Ditt
 int ditto_op_conv_transpose(DittoBackend *be, const DittoConvTransposeParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y)
 {
     NEED(DITTO_OP_CONV_TRANSPOSE, conv_transpose);
+    if (p->conv.nhwc || p->conv.relu)
+        return bad_arg(be, DITTO_OP_CONV_TRANSPOSE, "nhwc and relu are conv params only");
     DITTO_TRY(check_float(be, DITTO_OP_CONV_TRANSPOSE, "x", x));
     DITTO_TRY(check_float(be, DITTO_OP_CONV_TRANSPOSE, "w", w));
     DITTO_TRY(check_float(be, DITTO_OP_CONV_TRANSPOSE, "y", y));

@@ -112,6 +112,8 @@ typedef struct DittoConvParams {
     int pad_end[3];
     int dilation[3];         /* 0 means 1 */
     int groups;              /* 0 means 1 */
+    bool nhwc;               /* 2-D only: x (N,H,W,C), y (N,OH,OW,O) channels-last; w stays (O,C/groups,kh,kw) */
+    bool relu;               /* y = max(0, conv + bias) */
 } DittoConvParams;
 
 typedef struct DittoNormParams {
@@ -125,6 +127,7 @@ typedef struct DittoSpadeParams {
     float eps;
     bool act;
     float slope;
+    bool nhwc;               /* channels-last: x, y (N, spatial..., C), gb (N, spatial..., 2C) */
 } DittoSpadeParams;
 
 /* mask_blend: frame rows [y0, y1) and columns [x0, x1). */
@@ -297,7 +300,11 @@ int ditto_op_matmul(struct DittoBackend *be, const DittoMatmulParams *p, const D
  * whatever the size of dim 0 (batch consistency).
  */
 int ditto_op_linear(struct DittoBackend *be, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
-/* Cross-correlation, 1-D/2-D/3-D by x.ndim - 2: x (N,C,*in), w (O, C/groups, *k), bias (O) or NULL, y (N,O,*out). */
+/*
+ * Cross-correlation, 1-D/2-D/3-D by x.ndim - 2: x (N,C,*in), w (O, C/groups, *k), bias (O) or NULL, y (N,O,*out).
+ * p->nhwc (2-D only): x (N,H,W,C), y (N,OH,OW,O), the same w. p->relu: y = max(0, conv + bias).
+ * ditto_conv_out_shape gives y's shape in the layout of p.
+ */
 int ditto_op_conv(struct DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
 int ditto_conv_out_shape(const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, int64_t *shape);
 /* Eval batch norm over dim 1: y = (x - mean) / sqrt(var + eps) * w + b; w, b may be NULL. */
@@ -309,6 +316,8 @@ int ditto_op_instance_norm(struct DittoBackend *be, float eps, const DittoTensor
  * v = (x - mean) / sqrt(var + eps) * (1 + gb[n, c]) + gb[n, C + c] element-wise,
  * y = act ? LeakyReLU(v, slope) : v. x, y (N, C, spatial...); gb (N, 2C,
  * spatial...): gamma then beta (one convolution makes both). y may be x, not gb.
+ * p->nhwc: channels last, x, y (N, spatial..., C), gb (N, spatial..., 2C)
+ * with gamma in channels [0, C) and beta in [C, 2C).
  */
 int ditto_op_spade_norm(struct DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, DittoTensor *y);
 /* Over the last dim, or over dim 1 when channels_first; w, b of that size, optional. */

@@ -72,7 +72,21 @@ static void ref_conv(const ConvCase *cc, const int64_t *osz, const float *x, con
     }
 }
 
-static void conv_case(TestCtx *c, const ConvCase *cc, bool bias, const char *suffix)
+/* (n, a, b) -> (n, b, a) per item: the channels-last <-> NCHW moves of the nhwc cases. */
+static void transpose_f32(const float *x, float *y, int64_t n, int64_t a, int64_t b)
+{
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t r = 0; r < a; r++)
+            for (int64_t k = 0; k < b; k++)
+                y[(i * b + k) * a + r] = x[(i * a + r) * b + k];
+}
+
+/*
+ * One case; relu: y = max(0, conv + bias); nhwc (2-D): x (N,H,W,C) and y
+ * (N,OH,OW,O) channels-last, the reference computed in NCHW on the
+ * transposed input and transposed back.
+ */
+static void conv_case_opt(TestCtx *c, const ConvCase *cc, bool bias, bool relu, bool nhwc, const char *suffix)
 {
     char name[200], sx[DITTO_SHAPE_STR_MAX], sw[DITTO_SHAPE_STR_MAX];
     int nd = cc->ns + 2;
@@ -84,10 +98,15 @@ static void conv_case(TestCtx *c, const ConvCase *cc, bool bias, const char *suf
         osz[i] = out_size(cc->in[i], cc->k[i], cc->s[i], cc->pb[i], cc->pe[i], cc->d[i]);
         ysh[2 + i] = osz[i];
     }
-    snprintf(name, sizeof name, "conv%dd %s x%s w%s%s%s", cc->ns, cc->tag, ditto_shape_str(xsh, nd, sx, sizeof sx),
-             ditto_shape_str(wsh, nd, sw, sizeof sw), bias ? " bias" : "", suffix);
+    snprintf(name, sizeof name, "conv%dd %s x%s w%s%s%s%s%s", cc->ns, cc->tag, ditto_shape_str(xsh, nd, sx, sizeof sx),
+             ditto_shape_str(wsh, nd, sw, sizeof sw), bias ? " bias" : "", relu ? " relu" : "", nhwc ? " nhwc" : "", suffix);
     if (!test_selected(c, name))
         return;
+    if (nhwc) {   /* (N,C,H,W) -> (N,H,W,C) */
+        const int64_t xl[4] = { xsh[0], xsh[2], xsh[3], xsh[1] }, yl[4] = { ysh[0], ysh[2], ysh[3], ysh[1] };
+        memcpy(xsh, xl, sizeof xl);
+        memcpy(ysh, yl, sizeof yl);
+    }
     TT *x = tt_new(c, DITTO_F32, nd, xsh), *w = tt_new(c, DITTO_F32, nd, wsh), *y = tt_new(c, DITTO_F32, nd, ysh);
     TT *b = bias ? tt_new(c, DITTO_F32, 1, &cc->O) : NULL;
     tt_fill_uniform(x, -1, 1);
@@ -99,9 +118,27 @@ static void conv_case(TestCtx *c, const ConvCase *cc, bool bias, const char *suf
         tt_fill_uniform(b, -1, 1);
         tt_to_dev(b);
     }
-    double *ref = malloc(sizeof(double) * (size_t)ditto_tensor_numel(&y->host));
-    ref_conv(cc, osz, tt_f32(x), tt_f32(w), b ? tt_f32(b) : NULL, ref);
-    DittoConvParams p = { .groups = cc->groups };
+    const int64_t ny = ditto_tensor_numel(&y->host);
+    double *ref = malloc(sizeof(double) * (size_t)ny);
+    if (nhwc) {
+        const int64_t HW = cc->in[0] * cc->in[1], OHW = osz[0] * osz[1];
+        float *xn = malloc(sizeof(float) * (size_t)ditto_tensor_numel(&x->host));
+        double *rn = malloc(sizeof(double) * (size_t)ny);
+        transpose_f32(tt_f32(x), xn, cc->N, HW, cc->C);
+        ref_conv(cc, osz, xn, tt_f32(w), b ? tt_f32(b) : NULL, rn);
+        for (int64_t n = 0; n < cc->N; n++)
+            for (int64_t o = 0; o < cc->O; o++)
+                for (int64_t q = 0; q < OHW; q++)
+                    ref[(n * OHW + q) * cc->O + o] = rn[(n * cc->O + o) * OHW + q];
+        free(xn);
+        free(rn);
+    } else {
+        ref_conv(cc, osz, tt_f32(x), tt_f32(w), b ? tt_f32(b) : NULL, ref);
+    }
+    if (relu)
+        for (int64_t i = 0; i < ny; i++)
+            ref[i] = ref[i] > 0 ? ref[i] : 0;
+    DittoConvParams p = { .groups = cc->groups, .nhwc = nhwc, .relu = relu };
     for (int i = 0; i < cc->ns; i++) {
         p.stride[i] = cc->s[i];
         p.pad_begin[i] = cc->pb[i];
@@ -115,6 +152,11 @@ static void conv_case(TestCtx *c, const ConvCase *cc, bool bias, const char *suf
     tt_free(w);
     tt_free(y);
     tt_free(b);
+}
+
+static void conv_case(TestCtx *c, const ConvCase *cc, bool bias, const char *suffix)
+{
+    conv_case_opt(c, cc, bias, false, false, suffix);
 }
 
 /* Every case runs with and without bias. Zero stride/dilation mean 1. */
@@ -173,6 +215,35 @@ static const ConvCase cases[] = {
     { "2x1x3 s(1,1,2)", 3, 1, 3, 5, { 3, 4, 11 }, { 2, 1, 3 }, { 1, 1, 2 }, { 0 }, { 0, 0, 1 }, { 0 }, 0 },
 };
 
+/*
+ * Channels-last (nhwc) cases, each with and without bias and relu. On CUDA
+ * with f16 storage (-p f16), groups 1, symmetric padding and C, O multiples
+ * of 8 take the direct NHWC path (batched cuDNN plans for N > 1); the rest
+ * the transposes around the NCHW paths (small-O kernel for O <= 16).
+ */
+static const ConvCase nhwc_cases[] = {
+    { "3x3 p1 c8", 2, 1, 16, 24, { 9, 7 }, { 3, 3 }, { 0 }, { 1, 1 }, { 1, 1 }, { 0 }, 0 },
+    { "3x3 p1 c8", 2, 5, 32, 64, { 12, 10 }, { 3, 3 }, { 0 }, { 1, 1 }, { 1, 1 }, { 0 }, 0 },
+    { "3x3 s2 p1 c8", 2, 3, 8, 16, { 13, 12 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 0 }, 0 },
+    { "1x1 c8", 2, 3, 40, 8, { 5, 9 }, { 1, 1 }, { 0 }, { 0 }, { 0 }, { 0 }, 0 },
+    { "3x3 d2 p2 c8", 2, 2, 24, 32, { 11, 9 }, { 3, 3 }, { 0 }, { 2, 2 }, { 2, 2 }, { 2, 2 }, 0 },
+    { "3x3 p1", 2, 3, 5, 7, { 9, 7 }, { 3, 3 }, { 0 }, { 1, 1 }, { 1, 1 }, { 0 }, 0 },
+    { "3x3 p1 C12 O20", 2, 2, 12, 20, { 8, 11 }, { 3, 3 }, { 0 }, { 1, 1 }, { 1, 1 }, { 0 }, 0 },
+    { "3x3 p1 O12", 2, 3, 16, 12, { 10, 9 }, { 3, 3 }, { 0 }, { 1, 1 }, { 1, 1 }, { 0 }, 0 },
+    { "3x3 s2 p1 g2", 2, 3, 16, 16, { 9, 10 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 0 }, 2 },
+    { "3x3 asym pad", 2, 3, 8, 16, { 9, 10 }, { 3, 3 }, { 0 }, { 0, 1 }, { 2, 1 }, { 0 }, 0 },
+};
+
+/* NCHW cases run again with relu, one per CUDA strategy (cuDNN NCHW, channels-last transposes, small O, depth split). */
+static const ConvCase relu_cases[] = {
+    { "3x3 p1", 2, 3, 4, 6, { 9, 7 }, { 3, 3 }, { 0 }, { 1, 1 }, { 1, 1 }, { 0 }, 0 },
+    { "3x3 p1 c8", 2, 3, 16, 32, { 10, 9 }, { 3, 3 }, { 0 }, { 1, 1 }, { 1, 1 }, { 0 }, 0 },
+    { "3x3 p1 g2", 2, 3, 6, 8, { 9, 10 }, { 3, 3 }, { 0 }, { 1, 1 }, { 1, 1 }, { 0 }, 2 },
+    { "3x3 p1 O12 (conv_img)", 2, 2, 20, 12, { 17, 19 }, { 3, 3 }, { 0 }, { 1, 1 }, { 1, 1 }, { 0 }, 0 },
+    { "7x7x7 p3 C14 O22 (mask)", 3, 2, 14, 22, { 5, 9, 8 }, { 7, 7, 7 }, { 0 }, { 3, 3, 3 }, { 3, 3, 3 }, { 0 }, 0 },
+    { "k3 s2", 1, 3, 8, 12, { 99 }, { 3 }, { 2 }, { 0 }, { 0 }, { 0 }, 0 },
+};
+
 /* Small cases run again with a tiny scratch limit: column chunks that end mid-row and split reductions. */
 static const ConvCase chunk_cases[] = {
     { "3x3 s2 d2 g2", 2, 3, 6, 4, { 13, 11 }, { 3, 3 }, { 2, 2 }, { 2, 1 }, { 1, 2 }, { 2, 2 }, 2 },
@@ -207,6 +278,22 @@ static void conv_negative(TestCtx *c)
     expect_rc(c, "conv negative: C not divisible by groups", ditto_op_conv(c->be, &pg4, &x->dev, &wg->dev, NULL, &y->dev), DITTO_ERR_SHAPE);
     expect_rc(c, "conv negative: bias size", ditto_op_conv(c->be, &p1, &x->dev, &w->dev, &b->dev, &y->dev), DITTO_ERR_SHAPE);
     expect_rc(c, "conv negative: 4 spatial dims", ditto_op_conv(c->be, &p0, &x6->dev, &w6->dev, NULL, &x6->dev), DITTO_ERR_SHAPE);
+    {
+        /* nhwc: x (1,9,9,6), y (1,9,9,4) with padding 1; NCHW-shaped operands or a 1-D x do not fit */
+        TT *xl = tt_new(c, DITTO_F32, 4, (int64_t[]){ 1, 9, 9, 6 }), *yl = tt_new(c, DITTO_F32, 4, (int64_t[]){ 1, 9, 9, 4 });
+        TT *x3 = tt_new(c, DITTO_F32, 3, (int64_t[]){ 1, 9, 6 }), *w3 = tt_new(c, DITTO_F32, 3, (int64_t[]){ 4, 6, 3 });
+        TT *y3 = tt_new(c, DITTO_F32, 3, (int64_t[]){ 1, 9, 4 });
+        DittoConvParams pl = p1, pl1 = { .pad_begin = { 1 }, .pad_end = { 1 }, .nhwc = true };
+        pl.nhwc = true;
+        expect_rc(c, "conv negative: nhwc x in NCHW order", ditto_op_conv(c->be, &pl, &x->dev, &w->dev, NULL, &yl->dev), DITTO_ERR_SHAPE);
+        expect_rc(c, "conv negative: nhwc y in NCHW order", ditto_op_conv(c->be, &pl, &xl->dev, &w->dev, NULL, &y->dev), DITTO_ERR_SHAPE);
+        expect_rc(c, "conv negative: nhwc 1-D", ditto_op_conv(c->be, &pl1, &x3->dev, &w3->dev, NULL, &y3->dev), DITTO_ERR_SHAPE);
+        tt_free(xl);
+        tt_free(yl);
+        tt_free(x3);
+        tt_free(w3);
+        tt_free(y3);
+    }
     tt_free(x);
     tt_free(w);
     tt_free(wg);
@@ -231,6 +318,12 @@ void test_ops_conv(TestCtx *c)
         for (int bias = 1; bias >= 0; bias--)
             conv_case(c, &chunk_cases[i], bias, " (small chunks)");
     ditto_cpu_conv_set_chunking(0, 0);
+    for (size_t i = 0; i < sizeof nhwc_cases / sizeof *nhwc_cases; i++)
+        for (int k = 0; k < 4; k++)
+            conv_case_opt(c, &nhwc_cases[i], k & 1, k & 2, true, "");
+    for (size_t i = 0; i < sizeof relu_cases / sizeof *relu_cases; i++)
+        for (int bias = 1; bias >= 0; bias--)
+            conv_case_opt(c, &relu_cases[i], bias, true, false, "");
     conv_case(c, &big_case, true, "");
     conv_negative(c);
 }

@@ -141,17 +141,22 @@ static void norm_case(TestCtx *c, NormKind kind, int nd, const int64_t *sh, int 
     tt_free(var);
 }
 
-/* spade_norm: instance statistics of x modulated by gb = (gamma, beta) planes, optional LeakyReLU. */
-static void spade_case(TestCtx *c, int nd, const int64_t *sh, bool act, float offset, bool in_place)
+/*
+ * spade_norm: instance statistics of x modulated by gb = (gamma, beta) planes,
+ * optional LeakyReLU. nhwc: sh is (N, spatial..., C) and gb (N, spatial...,
+ * 2C); the reference reads the same values channels-last.
+ */
+static void spade_case_opt(TestCtx *c, int nd, const int64_t *sh, bool act, float offset, bool in_place, bool nhwc)
 {
     char name[200], s[DITTO_SHAPE_STR_MAX];
-    snprintf(name, sizeof name, "spade_norm %s%s%s%s", ditto_shape_str(sh, nd, s, sizeof s), act ? " lrelu 0.2" : "",
-             offset != 0 ? " offset 1000" : "", in_place ? " in place" : "");
+    snprintf(name, sizeof name, "spade_norm %s%s%s%s%s", ditto_shape_str(sh, nd, s, sizeof s), act ? " lrelu 0.2" : "",
+             offset != 0 ? " offset 1000" : "", in_place ? " in place" : "", nhwc ? " nhwc" : "");
     if (!test_selected(c, name))
         return;
+    const int cax = nhwc ? nd - 1 : 1;
     int64_t gsh[6];
     memcpy(gsh, sh, sizeof(int64_t) * (size_t)nd);
-    gsh[1] *= 2;
+    gsh[cax] *= 2;
     TT *x = tt_new(c, DITTO_F32, nd, sh), *y = in_place ? x : tt_new(c, DITTO_F32, nd, sh), *gb = tt_new(c, DITTO_F32, nd, gsh);
     tt_fill_uniform(x, offset - 1, offset + 1);
     tt_fill_uniform(gb, -1.5f, 1.5f);
@@ -159,29 +164,32 @@ static void spade_case(TestCtx *c, int nd, const int64_t *sh, bool act, float of
     tt_to_dev(gb);
     if (!in_place)
         tt_to_dev(y);
-    const int64_t N = sh[0], C = sh[1], n_el = ditto_tensor_numel(&x->host);
+    const int64_t N = sh[0], C = sh[cax], n_el = ditto_tensor_numel(&x->host);
     int64_t R = 1;
-    for (int i = 2; i < nd; i++)
-        R *= sh[i];
+    for (int i = 1; i < nd; i++)
+        R *= i == cax ? 1 : sh[i];
+    /* element k of plane (n, c): x at n*C*R + c*xc + k*xk, gamma at n*2C*R + c*xc + k*gk, beta C*gc further */
+    const int64_t xc = nhwc ? 1 : R, xk = nhwc ? C : 1, gk = nhwc ? 2 * C : 1;
     const double eps = 1e-5;
     const float *xh = tt_f32(x), *gh = tt_f32(gb);
     double *ref = malloc(sizeof(double) * (size_t)(n_el ? n_el : 1));
     for (int64_t n = 0; n < N; n++)
         for (int64_t ch = 0; ch < C; ch++) {
-            const float *xp = xh + (n * C + ch) * R, *g = gh + (n * 2 * C + ch) * R, *b = g + C * R;
+            const int64_t xo = n * C * R + ch * xc, go = n * 2 * C * R + ch * xc;
             double m = 0, v = 0;
             for (int64_t k = 0; k < R; k++)
-                m += xp[k];
+                m += xh[xo + k * xk];
             m /= (double)R;
             for (int64_t k = 0; k < R; k++)
-                v += (xp[k] - m) * (xp[k] - m);
+                v += (xh[xo + k * xk] - m) * (xh[xo + k * xk] - m);
             v /= (double)R;
             for (int64_t k = 0; k < R; k++) {
-                double o = (xp[k] - m) / sqrt(v + eps) * (1.0 + g[k]) + b[k];
-                ref[(n * C + ch) * R + k] = act && o < 0 ? 0.2 * o : o;
+                double g = gh[go + k * gk], b = gh[go + k * gk + C * xc];
+                double o = (xh[xo + k * xk] - m) / sqrt(v + eps) * (1.0 + g) + b;
+                ref[xo + k * xk] = act && o < 0 ? 0.2 * o : o;
             }
         }
-    DittoSpadeParams p = { (float)eps, act, 0.2f };
+    DittoSpadeParams p = { (float)eps, act, 0.2f, nhwc };
     int rc = ditto_op_spade_norm(c->be, &p, &x->dev, &gb->dev, &y->dev);
     op_check(c, name, rc, y, ref, TOL_L2, TOL_MAX);
     free(ref);
@@ -189,6 +197,11 @@ static void spade_case(TestCtx *c, int nd, const int64_t *sh, bool act, float of
     if (!in_place)
         tt_free(y);
     tt_free(gb);
+}
+
+static void spade_case(TestCtx *c, int nd, const int64_t *sh, bool act, float offset, bool in_place)
+{
+    spade_case_opt(c, nd, sh, act, offset, in_place, false);
 }
 
 static void norm_negative(TestCtx *c)
@@ -205,13 +218,18 @@ static void norm_negative(TestCtx *c)
     expect_rc(c, "norm negative: instance_norm 2-D x", ditto_op_instance_norm(c->be, 1e-5f, &x2->dev, NULL, NULL, &x2->dev), DITTO_ERR_SHAPE);
     {
         TT *gb = tt_new(c, DITTO_F32, 4, (int64_t[]){ 2, 12, 5, 7 }), *gbad = tt_new(c, DITTO_F32, 4, (int64_t[]){ 2, 6, 5, 7 });
-        DittoSpadeParams sp = { 1e-5f, true, 0.2f };
+        DittoSpadeParams sp = { 1e-5f, true, 0.2f, false }, spl = { 1e-5f, true, 0.2f, true };
         expect_rc(c, "norm negative: spade_norm gb not 2C", ditto_op_spade_norm(c->be, &sp, &x->dev, &gbad->dev, &y->dev), DITTO_ERR_SHAPE);
         expect_rc(c, "norm negative: spade_norm x/y differ", ditto_op_spade_norm(c->be, &sp, &x->dev, &gb->dev, &y2->dev), DITTO_ERR_SHAPE);
         DittoTensor alias = gb->dev;   /* first half of gb as y */
         alias.shape[1] = 6;
         alias.stride[0] = 6 * 5 * 7;
         expect_rc(c, "norm negative: spade_norm y aliases gb", ditto_op_spade_norm(c->be, &sp, &x->dev, &gb->dev, &alias), DITTO_ERR_INVAL);
+        /* channels-last: x (2,6,5,7) has C = 7, so gb needs (2,6,5,14); the NCHW gb does not fit */
+        TT *gbl = tt_new(c, DITTO_F32, 4, (int64_t[]){ 2, 6, 5, 14 });
+        expect_rc(c, "norm negative: spade_norm nhwc gb in NCHW order", ditto_op_spade_norm(c->be, &spl, &x->dev, &gb->dev, &y->dev), DITTO_ERR_SHAPE);
+        expect_rc(c, "norm negative: spade_norm nhwc ok", ditto_op_spade_norm(c->be, &spl, &x->dev, &gbl->dev, &y->dev), 0);
+        tt_free(gbl);
         tt_free(gb);
         tt_free(gbad);
     }
@@ -264,6 +282,20 @@ void test_ops_norm(TestCtx *c)
     spade_case(c, 4, (const int64_t[]){ 2, 3, 8, 16 }, true, 0, false);
     spade_case(c, 4, (const int64_t[]){ 3, 2, 64, 40 }, false, 0, true);
     spade_case(c, 4, (const int64_t[]){ 2, 3, 8, 16 }, true, 1000, false);
+    /*
+     * channels-last: C a multiple of 8 (the vectorised f16 kernels on CUDA:
+     * more than one 512-position range, a partial 64-channel tile, in place,
+     * offset) and not (the generic kernel); 3-D and 5-D tensors.
+     */
+    for (int act = 0; act < 2; act++) {
+        spade_case_opt(c, 4, (const int64_t[]){ 2, 5, 7, 6 }, act, 0, false, true);
+        spade_case_opt(c, 4, (const int64_t[]){ 3, 4, 5, 16 }, act, 0, act, true);
+        spade_case_opt(c, 4, (const int64_t[]){ 2, 24, 40, 72 }, act, 0, false, true);
+        spade_case_opt(c, 3, (const int64_t[]){ 3, 11, 8 }, act, 0, false, true);
+        spade_case_opt(c, 5, (const int64_t[]){ 2, 3, 4, 5, 8 }, act, 0, false, true);
+    }
+    spade_case_opt(c, 4, (const int64_t[]){ 2, 16, 33, 24 }, true, 1000, false, true);
+    spade_case_opt(c, 4, (const int64_t[]){ 2, 5, 7, 6 }, true, 1000, true, true);
     /* large common offset: catches single-pass float variance */
     norm_case(c, NK_BATCH, 4, s4b, 0, 2, 1000, 1e-5f);
     norm_case(c, NK_INSTANCE, 4, s4b, 0, 2, 1000, 1e-5f);

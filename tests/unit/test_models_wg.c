@@ -308,6 +308,135 @@ static void test_decoder_case(TestCtx *c, DittoArena *ws, DittoDecoder *g, const
     ditto_catalog_close(&io);
 }
 
+/* ---- activation layouts: the channels-last forward (forced) against the NCHW one ---- */
+
+#define LAYOUT_MAX_TAPS 16
+
+/* Host copies of the reported intermediates (contiguous float32). */
+typedef struct TapStore {
+    TestCtx *c;
+    int n;
+    char name[LAYOUT_MAX_TAPS][32];
+    float *data[LAYOUT_MAX_TAPS];
+    size_t numel[LAYOUT_MAX_TAPS];
+} TapStore;
+
+static void tap_store(void *ctx, const char *name, const DittoTensor *t)
+{
+    TapStore *ts = ctx;
+    if (ts->n == LAYOUT_MAX_TAPS || !ditto_tensor_is_contiguous(t) || t->dtype != DITTO_F32)
+        return;
+    size_t n = (size_t)ditto_tensor_numel(t);
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    if (!h || ts->c->be->download(ts->c->be, h, t->data, n * sizeof *h) < 0) {
+        free(h);
+        return;
+    }
+    snprintf(ts->name[ts->n], sizeof ts->name[0], "%s", name);
+    ts->data[ts->n] = h;
+    ts->numel[ts->n++] = n;
+}
+
+static void tap_store_free(TapStore *ts)
+{
+    for (int i = 0; i < ts->n; i++)
+        free(ts->data[i]);
+    ts->n = 0;
+}
+
+/*
+ * got against ref (n floats): on the CPU bit for bit (the channels-last ops
+ * transpose around the NCHW code), elsewhere within float32 rounding.
+ */
+static bool same_values(TestCtx *c, const char *label, const float *got, const float *ref, size_t n)
+{
+    if (c->be->device == DITTO_DEVICE_CPU) {
+        double max_d = 0;
+        size_t diff = item_diff(ref, 0, got, n, &max_d);
+        return test_report(c, label, diff == 0, "%zu of %zu values differ from the NCHW forward (max |diff| %.3g)", diff, n, max_d);
+    }
+    double *r = malloc((n ? n : 1) * sizeof *r);
+    for (size_t i = 0; i < n; i++)
+        r[i] = ref[i];
+    bool ok = check_values(c, label, got, r, n, 1e-5, 1e-4);
+    free(r);
+    return ok;
+}
+
+/* Forward feat through g in NCHW and NHWC layouts (with taps), and NHWC with up chunks of one item: the same values. */
+static void layout_compare(TestCtx *c, DittoArena *ws, DittoDecoder *g, TT *feat, const char *cname)
+{
+    char label[96];
+    int64_t shape[4];
+    if (ditto_decoder_out_shape(g, &feat->dev, shape) < 0) {
+        test_report(c, cname, false, "out_shape failed");
+        return;
+    }
+    TT *ref = tt_new(c, DITTO_F32, 4, shape), *got = tt_new(c, DITTO_F32, 4, shape), *chunked = tt_new(c, DITTO_F32, 4, shape);
+    TapStore t0 = { c, 0, { { 0 } }, { 0 }, { 0 } }, t1 = { c, 0, { { 0 } }, { 0 }, { 0 } };
+    DittoTap tap0 = { tap_store, &t0 }, tap1 = { tap_store, &t1 };
+    ditto_decoder_set_layout(g, 0);
+    int rc0 = ditto_decoder_forward(g, ws, &feat->dev, &ref->dev, &tap0);
+    ditto_decoder_set_layout(g, 1);
+    int rc1 = ditto_decoder_forward(g, ws, &feat->dev, &got->dev, &tap1);
+    ditto_decoder_set_up_budget(g, 1);
+    int rc2 = ditto_decoder_forward(g, ws, &feat->dev, &chunked->dev, NULL);
+    ditto_decoder_set_up_budget(g, 0);
+    ditto_decoder_set_layout(g, -1);
+    snprintf(label, sizeof label, "%s.img", cname);
+    if (rc0 < 0 || rc1 < 0 || rc2 < 0) {
+        test_report(c, label, false, "forward rc: nchw %d, nhwc %d, nhwc chunked %d", rc0, rc1, rc2);
+    } else {
+        tt_to_host(ref);
+        tt_to_host(got);
+        tt_to_host(chunked);
+        size_t n = (size_t)ditto_tensor_numel(&ref->host);
+        same_values(c, label, tt_f32(got), tt_f32(ref), n);
+        snprintf(label, sizeof label, "%s.taps", cname);
+        bool names = t0.n == t1.n && t0.n > 0;
+        for (int i = 0; names && i < t0.n; i++)
+            names = !strcmp(t0.name[i], t1.name[i]) && t0.numel[i] == t1.numel[i];
+        test_report(c, label, names, "%d intermediates reported in NCHW, %d channels-last, same names and sizes", t0.n, t1.n);
+        for (int i = 0; names && i < t0.n; i++) {
+            snprintf(label, sizeof label, "%s.tap.%s", cname, t0.name[i]);
+            same_values(c, label, t1.data[i], t0.data[i], t0.numel[i]);
+        }
+        snprintf(label, sizeof label, "%s.up_chunks_of_1", cname);
+        double max_d = 0;
+        size_t diff = item_diff(tt_f32(got), 0, tt_f32(chunked), n, &max_d);
+        test_report(c, label, diff == 0, "%zu values differ from the unchunked channels-last run (max |diff| %.3g)", diff, max_d);
+    }
+    tap_store_free(&t0);
+    tap_store_free(&t1);
+    tt_free(ref);
+    tt_free(got);
+    tt_free(chunked);
+}
+
+/* The small synthetic decoder (channels multiples of 8) on a non-square input of 3 items. */
+static void test_decoder_layout(TestCtx *c, DittoArena *ws)
+{
+    const char *cname = "decoder_layout_synthetic";
+    if (!test_selected(c, cname))
+        return;
+    DittoCatalog *cat = NULL;
+    DittoDecoder *g = NULL;
+    int rc = ditto_synthetic_catalog_size(&cat, DITTO_NET_DECODER, DITTO_SYNTH_SMALL, 5, &c->be->log);
+    if (rc == 0)
+        rc = ditto_decoder_load(&g, c->be, cat);
+    ditto_catalog_close(&cat);
+    if (rc < 0) {
+        test_report(c, cname, false, "cannot load the small synthetic decoder: rc %d", rc);
+        return;
+    }
+    TT *feat = tt_new(c, DITTO_F32, 4, (int64_t[]){ 3, 64, 6, 5 });
+    tt_fill_normal(feat, 0, 1);
+    tt_to_dev(feat);
+    layout_compare(c, ws, g, feat, cname);
+    tt_free(feat);
+    ditto_decoder_free(&g);
+}
+
 /* ---- synthetic catalogs (in memory, random values): strict-load checks and the full-size run ---- */
 
 typedef struct SynKey {
@@ -675,6 +804,15 @@ int main(int argc, char **argv)
         } else {
             test_decoder_case(&c, &ws, g, "decoder_b1");
             test_decoder_case(&c, &ws, g, "decoder_b3");
+            /* the fixture decoder's odd channel counts: every channels-last op on its general path */
+            DittoCatalog *io = test_selected(&c, "decoder_layout_fixture") ? fixture_try_open(&g_fx, "decoder_b3.io.pth") : NULL;
+            TT *feat = io ? io_input(&c, io, "feature") : NULL;
+            if (feat)
+                layout_compare(&c, &ws, g, feat, "decoder_layout_fixture");
+            else if (test_selected(&c, "decoder_layout_fixture"))
+                test_report(&c, "decoder_layout_fixture", false, "cannot read decoder_b3.io.pth");
+            tt_free(feat);
+            ditto_catalog_close(&io);
         }
         ditto_decoder_free(&g);
         ditto_catalog_close(&cat);
@@ -684,6 +822,7 @@ int main(int argc, char **argv)
         test_strict(&c, "strict.decoder", "decoder.pth", load_decoder);
         fixtures_free(&g_fx);
     }
+    test_decoder_layout(&c, &ws);
     test_full_size(&c);
     ditto_arena_free(&ws);
     test_close(&c);

@@ -8,7 +8,9 @@
  *    pc output positions and kc rows of the K = Cg * kvol reduction, so the
  *    scratch never exceeds col_limit floats (32 MB) whatever the layer size;
  *    reduction chunks accumulate into y (beta = 1).
- * The bias is written into y first and every GEMM accumulates onto it.
+ * The bias is written into y first and every GEMM accumulates onto it; the
+ * relu (DittoConvParams.relu) is one more pass. Channels-last tensors
+ * (.nhwc) are transposed into NCHW scratch around all of this.
  * OpenBLAS threads the GEMMs; our pool threads the fills and direct loops.
  * Our workers sleep while OpenBLAS runs; OpenBLAS's workers spin-yield for a
  * while after each GEMM, which slows the next fill a little on few cores.
@@ -300,8 +302,9 @@ static bool is_pointwise(const ConvGeom *g)
     return true;
 }
 
-static int cpu_conv(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w,
-                    const DittoTensor *bias, DittoTensor *y)
+/* NCHW convolution without the relu. */
+static int conv_nchw(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w,
+                     const DittoTensor *bias, DittoTensor *y)
 {
     ConvGeom g;
     conv_geom(p, x, w, y, &g);
@@ -335,6 +338,100 @@ static int cpu_conv(DittoBackend *be, const DittoConvParams *p, const DittoTenso
         return 0;
     }
     return conv_im2col(be, &g, x->data, w->data, bv != NULL, y->data);
+}
+
+/* ---- layout helpers and the relu epilogue ---- */
+
+#define TR_BLOCK 32
+
+typedef struct TransposeTask {
+    const float *x;
+    float *y;
+    int64_t rows, cols, rblocks, items;
+    int ntasks;
+} TransposeTask;
+
+static void transpose_task(void *ctx, int t)
+{
+    const TransposeTask *k = ctx;
+    int64_t lo = k->items * t / k->ntasks, hi = k->items * (t + 1) / k->ntasks;
+    for (int64_t it = lo; it < hi; it++) {   /* it = n * rblocks + row block */
+        int64_t n = it / k->rblocks, r0 = it % k->rblocks * TR_BLOCK, r1 = imin(r0 + TR_BLOCK, k->rows);
+        const float *x = k->x + n * k->rows * k->cols;
+        float *y = k->y + n * k->rows * k->cols;
+        for (int64_t c0 = 0; c0 < k->cols; c0 += TR_BLOCK) {
+            int64_t c1 = imin(c0 + TR_BLOCK, k->cols);
+            for (int64_t c = c0; c < c1; c++)
+                for (int64_t r = r0; r < r1; r++)
+                    y[c * k->rows + r] = x[r * k->cols + c];
+        }
+    }
+}
+
+void ditto_cpu_transpose(DittoBackend *be, const float *x, float *y, int64_t n, int64_t rows, int64_t cols)
+{
+    TransposeTask k = { x, y, rows, cols, (rows + TR_BLOCK - 1) / TR_BLOCK, 0, 0 };
+    k.items = n * k.rblocks;
+    if (k.items == 0 || cols == 0)
+        return;
+    k.ntasks = ntasks_for(be, k.items);
+    ditto_pool_run(be->pool, k.ntasks, transpose_task, &k);
+}
+
+typedef struct ReluTask {
+    float *y;
+    int64_t n;
+    int ntasks;
+} ReluTask;
+
+static void relu_task(void *ctx, int t)
+{
+    const ReluTask *k = ctx;
+    for (int64_t i = k->n * t / k->ntasks, e = k->n * (t + 1) / k->ntasks; i < e; i++)
+        k->y[i] = k->y[i] > 0.0f ? k->y[i] : 0.0f;   /* the unary op's relu */
+}
+
+static void relu_inplace(DittoBackend *be, float *y, int64_t n)
+{
+    ReluTask k = { y, n, 0 };
+    k.ntasks = ntasks_for(be, (n + 4095) / 4096);
+    ditto_pool_run(be->pool, k.ntasks, relu_task, &k);
+}
+
+/*
+ * Channels-last (p->nhwc): x transposed into NCHW scratch, the NCHW code,
+ * the result transposed back, so every value is the NCHW path's. relu after
+ * the bias.
+ */
+static int cpu_conv(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w,
+                    const DittoTensor *bias, DittoTensor *y)
+{
+    if (!p->nhwc) {
+        DITTO_TRY(conv_nchw(be, p, x, w, bias, y));
+        if (p->relu)
+            relu_inplace(be, y->data, ditto_tensor_numel(y));
+        return 0;
+    }
+    const int64_t N = x->shape[0], H = x->shape[1], W = x->shape[2], C = x->shape[3];
+    const int64_t OH = y->shape[1], OW = y->shape[2], O = y->shape[3];
+    const int64_t nx = N * C * H * W, ny = N * O * OH * OW;
+    float *xs = ditto_malloc_aligned(sizeof(float) * (size_t)(nx + ny + 1));
+    if (!xs)
+        return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op conv: cannot allocate %lld floats of layout scratch", (long long)(nx + ny));
+    float *ys = xs + nx;
+    DittoConvParams q = *p;
+    q.nhwc = false;
+    DittoTensor xt = ditto_tensor_f32(xs, 4, (int64_t[]){ N, C, H, W });
+    DittoTensor yt = ditto_tensor_f32(ys, 4, (int64_t[]){ N, O, OH, OW });
+    ditto_cpu_transpose(be, x->data, xs, N, H * W, C);     /* (N, HW, C) -> (N, C, HW) */
+    int rc = conv_nchw(be, &q, &xt, w, bias, &yt);
+    if (rc >= 0) {
+        if (p->relu)
+            relu_inplace(be, ys, ny);
+        ditto_cpu_transpose(be, ys, y->data, N, O, OH * OW);   /* (N, O, OHW) -> (N, OHW, O) */
+    }
+    ditto_free_aligned(xs);
+    return rc;
 }
 
 void ditto_cpu_init_conv(DittoOps *ops)

@@ -7,6 +7,8 @@
 #include <math.h>
 
 #include "backend/cpu/cpu.h"
+#include "core/log.h"
+#include "core/mem.h"
 
 static int64_t imin(int64_t a, int64_t b)
 {
@@ -157,13 +159,36 @@ static void spade_task(void *ctx, int t)
     }
 }
 
+/*
+ * Channels-last (p->nhwc): x and gb transposed into NCHW scratch, the NCHW
+ * task, y transposed back: the same statistics in the same order, so every
+ * value is the NCHW path's on the transposed data.
+ */
 static int cpu_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, DittoTensor *y)
 {
-    SpadeTask k = { x->data, gb->data, y->data, x->shape[1], inner_size(x), x->shape[0] * x->shape[1], p->eps, p->slope, p->act, 1 };
+    const int cax = p->nhwc ? x->ndim - 1 : 1;
+    const int64_t N = x->shape[0], C = x->shape[cax], NC = N * C, R = NC > 0 ? ditto_tensor_numel(x) / NC : 0;
+    SpadeTask k = { x->data, gb->data, y->data, C, R, N * C, p->eps, p->slope, p->act, 1 };
     if (k.items == 0 || k.R == 0)
         return 0;
     k.ntasks = ntasks_for(be, k.items);
+    if (!p->nhwc) {
+        ditto_pool_run(be->pool, k.ntasks, spade_task, &k);
+        return 0;
+    }
+    const int64_t nx = N * C * R;
+    float *xs = ditto_malloc_aligned(sizeof(float) * (size_t)(4 * nx));   /* x, gb (2), y */
+    if (!xs)
+        return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op spade_norm: cannot allocate %lld floats of layout scratch", (long long)(4 * nx));
+    float *gs = xs + nx, *ys = gs + 2 * nx;
+    ditto_cpu_transpose(be, x->data, xs, N, R, C);        /* (N, R, C) -> (N, C, R) */
+    ditto_cpu_transpose(be, gb->data, gs, N, R, 2 * C);   /* (N, R, 2C) -> (N, 2C, R): gamma planes, then beta */
+    k.x = xs;
+    k.gb = gs;
+    k.y = ys;
     ditto_pool_run(be->pool, k.ntasks, spade_task, &k);
+    ditto_cpu_transpose(be, ys, y->data, N, C, R);
+    ditto_free_aligned(xs);
     return 0;
 }
 

@@ -34,7 +34,7 @@ struct DittoCudaAlloc {
 
 static void note_peak(DittoCuda *cu)
 {
-    size_t now = cu->bytes_in_use + cu->workspace_size;
+    size_t now = cu->bytes_in_use + cu->workspace_size + cu->scratch_size;
     if (now > cu->peak_bytes)
         cu->peak_bytes = now;
 }
@@ -108,12 +108,37 @@ int ditto_cuda_workspace(DittoBackend *be, size_t n, void **out)
     return 0;
 }
 
+int ditto_cuda_scratch(DittoBackend *be, size_t n, void **out)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    if (n > cu->scratch_size) {
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        DITTO_CUDA_CHECK(be, cudaStreamIsCapturing(cu->stream, &cs));
+        if (cs != cudaStreamCaptureStatusNone)
+            return ditto_fail(&be->log, DITTO_ERR_BACKEND, "cuda: layout scratch of %zu bytes first needed while capturing a graph"
+                              " (run the step once before capturing)", n);
+        if (cu->scratch) {
+            DITTO_CUDA_CHECK(be, cudaStreamSynchronize(cu->stream));
+            cudaFree(cu->scratch);
+            cu->scratch = NULL;
+            cu->scratch_size = 0;
+        }
+        DITTO_CUDA_CHECK(be, cudaMalloc(&cu->scratch, n));
+        pthread_mutex_lock(&cu->alloc_lock);
+        cu->scratch_size = n;
+        note_peak(cu);
+        pthread_mutex_unlock(&cu->alloc_lock);
+    }
+    *out = cu->scratch;
+    return 0;
+}
+
 static int cuda_mem_info(DittoBackend *be, DittoMemInfo *info)
 {
     DittoCuda *cu = ditto_cuda(be);
     memset(info, 0, sizeof *info);
     pthread_mutex_lock(&cu->alloc_lock);
-    info->used = cu->bytes_in_use + cu->workspace_size;
+    info->used = cu->bytes_in_use + cu->workspace_size + cu->scratch_size;
     info->peak = cu->peak_bytes;
     pthread_mutex_unlock(&cu->alloc_lock);
     size_t free_b = 0, total_b = 0;
@@ -218,6 +243,8 @@ static void cuda_destroy(DittoBackend *be)
             cudaStreamSynchronize(cu->stream);
         if (cu->workspace)
             cudaFree(cu->workspace);
+        if (cu->scratch)
+            cudaFree(cu->scratch);
         ditto_cuda_conv_cache_free(cu);
         if (cu->cudnn)
             cudnnDestroy(cu->cudnn);

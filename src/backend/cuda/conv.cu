@@ -28,8 +28,17 @@
  * rounding per output; with asymmetric padding each item is first copied
  * into a zero-padded buffer (k_pad).
  *
+ * Channels-last tensors (DittoConvParams.nhwc): f16 2-D convolutions with
+ * groups 1, symmetric padding and C, O multiples of 8 run cuDNN on x and y
+ * themselves (conv_nhwc_direct: the conv_nhwc plans without the input and
+ * output transposes), then one vectorised bias (+relu) pass; anything else
+ * is transposed into NCHW layout scratch around the paths above
+ * (conv_nhwc_generic). relu: fused into k_from_nhwc or the bias pass, else
+ * one more pass over y.
+ *
  * DITTO_CUDA_CONV (nchw, nhwc, nhwc-batch, no-split) overrides the f16
- * strategy for measurements.
+ * strategy for measurements (nchw also sends channels-last tensors through
+ * the transposes).
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -368,8 +377,8 @@ static __global__ void k_to_nhwc(const __half *x, __half *xt, int64_t C, int64_t
     }
 }
 
-/* y (n, O, vol) = yt (n, vol, Op)[..O] + bias; grid (vol/TT, O/TT, n), block (TT, 8). */
-static __global__ void k_from_nhwc(const __half *yt, __half *y, const void *bias, bool bf16, int64_t O, int64_t Op, int64_t vol)
+/* y (n, O, vol) = yt (n, vol, Op)[..O] + bias, then max(0, .) when relu; grid (vol/TT, O/TT, n), block (TT, 8). */
+static __global__ void k_from_nhwc(const __half *yt, __half *y, const void *bias, bool bf16, bool relu, int64_t O, int64_t Op, int64_t vol)
 {
     __shared__ float tile[TT][TT + 1];
     const int64_t n = blockIdx.z, v0 = (int64_t)blockIdx.x * TT, o0 = (int64_t)blockIdx.y * TT;
@@ -382,8 +391,10 @@ static __global__ void k_from_nhwc(const __half *yt, __half *y, const void *bias
     __half *yo = y + n * O * vol;
     for (int j = threadIdx.y; j < TT; j += blockDim.y) {
         int64_t o = o0 + j, v = v0 + threadIdx.x;
-        if (o < O && v < vol)
-            yo[o * vol + v] = __float2half_rn(tile[threadIdx.x][j] + (bias ? ditto_ld(bias, o, bf16) : 0.0f));
+        if (o < O && v < vol) {
+            float r = tile[threadIdx.x][j] + (bias ? ditto_ld(bias, o, bf16) : 0.0f);
+            yo[o * vol + v] = __float2half_rn(relu && !(r > 0.0f) ? 0.0f : r);
+        }
     }
 }
 
@@ -714,7 +725,7 @@ static int study_mode(void)
 }
 
 static int conv_nhwc(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias,
-                     DittoTensor *y, bool batch)
+                     bool relu, DittoTensor *y, bool batch)
 {
     DittoCuda *cu = ditto_cuda(be);
     const int study = study_mode();
@@ -784,7 +795,7 @@ static int conv_nhwc(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, 
                                                       p->ws, &f_zero, p->yd, yt));
         dim3 gy((unsigned)((g->out_vol + TT - 1) / TT), (unsigned)((g->O + TT - 1) / TT), (unsigned)cnt);
         if (study != 1) {
-            k_from_nhwc<<<gy, blk, 0, cu->stream>>>(yt, yi, bias ? bias->data : NULL, bias && bias->dtype == DITTO_F16, g->O, op,
+            k_from_nhwc<<<gy, blk, 0, cu->stream>>>(yt, yi, bias ? bias->data : NULL, bias && bias->dtype == DITTO_F16, relu, g->O, op,
                                                     g->out_vol);
             DITTO_CUDA_LAUNCHED(be);
         }
@@ -939,15 +950,120 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
     return 0;
 }
 
-static int cuda_conv(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w,
+/* ---- epilogues and layout changes ---- */
+
+/* y (rows, O) f16 channels-last, 8 channels a thread: y = y + bias[o], then max(0, .) when relu (k_from_nhwc's rounding). */
+static __global__ void k_bias_act_h8(__half *y, const void *bias, bool bh, bool relu, int64_t O8, int64_t nvec)
+{
+    for (int64_t v = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; v < nvec; v += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t o0 = v % O8 * 8;
+        uint4 u = ((const uint4 *)y)[v];
+        __half2 *h = (__half2 *)&u;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float2 f = __half22float2(h[j]);
+            f.x += bias ? ditto_ld(bias, o0 + 2 * j, bh) : 0.0f;
+            f.y += bias ? ditto_ld(bias, o0 + 2 * j + 1, bh) : 0.0f;
+            if (relu) {
+                f.x = f.x > 0.0f ? f.x : 0.0f;
+                f.y = f.y > 0.0f ? f.y : 0.0f;
+            }
+            h[j] = __floats2half2_rn(f.x, f.y);
+        }
+        ((uint4 *)y)[v] = u;
+    }
+}
+
+/* y = y + bias[c] (bias may be NULL), then max(0, .) when relu; c = i % O channels-last, else i / vol % O. */
+static __global__ void k_bias_act(void *y, bool yh, const void *bias, bool bh, bool relu, bool nhwc, int64_t O, int64_t vol, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t c = nhwc ? i % O : i / vol % O;
+        float v = ditto_ld(y, i, yh) + (bias ? ditto_ld(bias, c, bh) : 0.0f);
+        ditto_st(y, i, relu && !(v > 0.0f) ? 0.0f : v, yh);
+    }
+}
+
+/* In place on a contiguous y: + bias (or NULL), relu; vectorised for f16 channels-last with O % 8 == 0 and an aligned y. */
+static int bias_act(DittoBackend *be, DittoTensor *y, const DittoTensor *bias, bool relu, bool nhwc, int64_t O, int64_t vol)
+{
+    if (!bias && !relu)
+        return 0;
+    const int64_t n = ditto_tensor_numel(y);
+    if (n == 0)
+        return 0;
+    cudaStream_t st = ditto_cuda(be)->stream;
+    const void *bp = bias ? bias->data : NULL;
+    const bool bh = bias && bias->dtype == DITTO_F16;
+    if (nhwc && y->dtype == DITTO_F16 && O % 8 == 0 && (uintptr_t)y->data % 16 == 0)
+        k_bias_act_h8<<<ditto_cuda_blocks(n / 8, 256), 256, 0, st>>>((__half *)y->data, bp, bh, relu, O / 8, n / 8);
+    else
+        k_bias_act<<<ditto_cuda_blocks(n, 256), 256, 0, st>>>(y->data, y->dtype == DITTO_F16, bp, bh, relu, nhwc, O, vol, n);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+/* y (n, cols, rows) = x (n, rows, cols) transposed per item; T a 2- or 4-byte element. Tiles flattened on grid x, items on z. */
+template <typename T>
+static __global__ void k_transpose(const T *x, T *y, int64_t n, int64_t rows, int64_t cols, int64_t tiles_c)
+{
+    __shared__ T tile[TT][TT + 1];
+    const int64_t r0 = (int64_t)(blockIdx.x / tiles_c) * TT, c0 = (int64_t)(blockIdx.x % tiles_c) * TT;
+    for (int64_t b = blockIdx.z; b < n; b += gridDim.z) {
+        const T *xb = x + b * rows * cols;
+        T *yb = y + b * rows * cols;
+        for (int j = threadIdx.y; j < TT; j += blockDim.y) {
+            int64_t r = r0 + j, c = c0 + threadIdx.x;
+            if (r < rows && c < cols)
+                tile[j][threadIdx.x] = xb[r * cols + c];
+        }
+        __syncthreads();
+        for (int j = threadIdx.y; j < TT; j += blockDim.y) {
+            int64_t c = c0 + j, r = r0 + threadIdx.x;
+            if (r < rows && c < cols)
+                yb[c * rows + r] = tile[threadIdx.x][j];
+        }
+        __syncthreads();
+    }
+}
+
+static int transpose(DittoBackend *be, const void *x, void *y, size_t esz, int64_t n, int64_t rows, int64_t cols)
+{
+    if (n * rows * cols == 0)
+        return 0;
+    const int64_t tr = (rows + TT - 1) / TT, tc = (cols + TT - 1) / TT;
+    if (tr * tc > INT_MAX)
+        return ditto_fail(&be->log, DITTO_ERR_RANGE, "op conv: a layout transpose of %lld x %lld is too large", (long long)rows,
+                          (long long)cols);
+    dim3 grid((unsigned)(tr * tc), 1, (unsigned)(n < 65535 ? n : 65535));
+    cudaStream_t st = ditto_cuda(be)->stream;
+    if (esz == 2)
+        k_transpose<uint16_t><<<grid, dim3(TT, 8), 0, st>>>((const uint16_t *)x, (uint16_t *)y, n, rows, cols, tc);
+    else
+        k_transpose<uint32_t><<<grid, dim3(TT, 8), 0, st>>>((const uint32_t *)x, (uint32_t *)y, n, rows, cols, tc);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+/*
+ * DITTO_CUDA_CONV (measurements): 0 nchw, 1 nhwc (one call per item), 2
+ * nhwc-batch (default), 3 no-split; see cuda_conv.
+ */
+static int conv_mode(void)
+{
+    static int mode = -1;
+    if (mode < 0) {
+        const char *e = getenv("DITTO_CUDA_CONV");
+        mode = !e || !strcmp(e, "nhwc-batch") ? 2 : !strcmp(e, "no-split") ? 3 : !strcmp(e, "nhwc") ? 1 : 0;
+    }
+    return mode;
+}
+
+/* NCHW tensors: the strategies of the header; relu fused into k_from_nhwc on the channels-last path, else one more pass. */
+static int conv_nchw(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w,
                      const DittoTensor *bias, DittoTensor *y)
 {
     DittoDType dt = x->dtype;
-    if ((dt != DITTO_F32 && dt != DITTO_F16) || w->dtype != dt || y->dtype != dt ||
-        (bias && bias->dtype != DITTO_F32 && bias->dtype != DITTO_F16))
-        return ditto_fail(&be->log, DITTO_ERR_UNSUPPORTED, "op conv: the cuda backend needs x, w, y all f32 or all f16"
-                          " (got %s, %s, %s) and an f32/f16 bias", ditto_dtype_name(x->dtype), ditto_dtype_name(w->dtype),
-                          ditto_dtype_name(y->dtype));
     ConvGeom g;
     conv_geom(p, x, w, y, &g);
     if (g.N * g.O * g.out_vol == 0)
@@ -960,22 +1076,22 @@ static int cuda_conv(DittoBackend *be, const DittoConvParams *p, const DittoTens
      * nhwc-batch (checked batched plans), no-split (nhwc-batch without the
      * depth split); default: nhwc-batch with the depth split.
      */
-    static int mode = -1;
-    if (mode < 0) {
-        const char *e = getenv("DITTO_CUDA_CONV");
-        mode = !e || !strcmp(e, "nhwc-batch") ? 2 : !strcmp(e, "no-split") ? 3 : !strcmp(e, "nhwc") ? 1 : 0;
-    }
+    const int mode = conv_mode();
     bool asym = false;
     for (int i = 0; i < 3; i++)
         asym = asym || g.pb[i] != g.pe[i];
     int64_t soH, soW, soHin, soWin;
     bool flat;
-    if (f16 && g.C > 0 && g.in_vol > 0 && small_o_fits(&g, &soH, &soW, &soHin, &soWin, &flat))
-        return conv_small_o(be, &g, soH, soW, soHin, soWin, flat, x, w, bias, y);
-    if (f16 && mode == 2 && g.C > 0 && g.in_vol > 0 && depth_split_fits(&g))
-        return conv_depth_split(be, &g, x, w, bias, y);
+    if (f16 && g.C > 0 && g.in_vol > 0 && small_o_fits(&g, &soH, &soW, &soHin, &soWin, &flat)) {
+        DITTO_TRY(conv_small_o(be, &g, soH, soW, soHin, soWin, flat, x, w, bias, y));
+        return bias_act(be, y, NULL, p->relu, false, g.O, g.out_vol);
+    }
+    if (f16 && mode == 2 && g.C > 0 && g.in_vol > 0 && depth_split_fits(&g)) {
+        DITTO_TRY(conv_depth_split(be, &g, x, w, bias, y));
+        return bias_act(be, y, NULL, p->relu, false, g.O, g.out_vol);
+    }
     if (f16 && mode > 0 && g.G == 1 && !asym && g.C > 0 && g.in_vol > 0)
-        return conv_nhwc(be, &g, x, w, bias, y, mode >= 2);
+        return conv_nhwc(be, &g, x, w, bias, p->relu, y, mode >= 2);
     int64_t ny = g.N * g.O * g.out_vol;
     k_bias_fill<<<ditto_cuda_blocks(ny, 256), 256, 0, cu->stream>>>(bias ? bias->data : NULL,
                                                                     bias && bias->dtype == DITTO_F16, y->data, f16, g.O,
@@ -983,7 +1099,7 @@ static int cuda_conv(DittoBackend *be, const DittoConvParams *p, const DittoTens
     DITTO_CUDA_LAUNCHED(be);
     /* nothing to reduce (no input channels or an empty input): every tap reads zeros, y = bias or 0 */
     if (g.C == 0 || g.in_vol == 0)
-        return 0;
+        return bias_act(be, y, NULL, p->relu, false, g.O, g.out_vol);
     const int64_t nb = 1;
     ConvPlan *pl;
     DITTO_TRY(plan_get(be, &g, dt, nb, false, &pl));
@@ -1008,7 +1124,154 @@ static int cuda_conv(DittoBackend *be, const DittoConvParams *p, const DittoTens
                                                       pl->ws ? ws + pad_bytes : NULL, pl->ws, &one, pl->yd,
                                                       (char *)y->data + (size_t)n * item_out));
     }
+    return bias_act(be, y, NULL, p->relu, false, g.O, g.out_vol);
+}
+
+static int is_capturing(DittoBackend *be, bool *cap)
+{
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    DITTO_CUDA_CHECK(be, cudaStreamIsCapturing(ditto_cuda(be)->stream, &cs));
+    *cap = cs != cudaStreamCaptureStatusNone;
     return 0;
+}
+
+/*
+ * Channels-last tensors, the direct path (f16, 2-D, groups 1, symmetric
+ * padding, C and O multiples of 8): cuDNN reads x and writes y in place
+ * through NHWC descriptors (the plans and per-item checks of conv_nhwc, so
+ * the same kernels and bits as that path), w is relaid out to KRSC, then
+ * one vectorised pass adds the bias and applies the relu.
+ */
+static bool nhwc_direct_fits(const ConvGeom *g, const DittoTensor *x, const DittoTensor *y)
+{
+    bool asym = false;
+    for (int i = 0; i < 3; i++)
+        asym = asym || g->pb[i] != g->pe[i];
+    return x->dtype == DITTO_F16 && g->ns == 2 && g->G == 1 && !asym && g->C > 0 && g->in_vol > 0 && g->C % 8 == 0 && g->O % 8 == 0 &&
+           ((uintptr_t)x->data | (uintptr_t)y->data) % 16 == 0;
+}
+
+static int conv_nhwc_direct(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias,
+                            bool relu, DittoTensor *y, bool batch)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    const size_t item_x = (size_t)(g->C * g->in_vol) * 2, item_y = (size_t)(g->O * g->out_vol) * 2;
+    int64_t nb = batch ? (int64_t)(NHWC_CHUNK_BYTES / (item_x + item_y)) : 1;   /* conv_nhwc's chunks: the same plans */
+    if (nb < 1)
+        nb = 1;
+    if (nb > g->N)
+        nb = g->N;
+    ConvPlan *pl, *tail = NULL, *one;
+    for (int pass = 0; pass < 2; pass++) {   /* plan_get may move the plan array: make all, then look all up */
+        DITTO_TRY(plan_get(be, g, DITTO_F16, 1, true, &one));
+        DITTO_TRY(plan_get(be, g, DITTO_F16, nb, true, &pl));
+        if (g->N % nb)
+            DITTO_TRY(plan_get(be, g, DITTO_F16, g->N % nb, true, &tail));
+    }
+    size_t cws = pl->ws > one->ws ? pl->ws : one->ws;
+    if (tail && tail->ws > cws)
+        cws = tail->ws;
+    const size_t wt_bytes = align256((size_t)(g->O * g->C * g->k_vol) * 2);
+    if (pl->batch_ok < 0 || (tail && tail->batch_ok < 0)) {
+        /* first use of a batched plan: the per-item bit check on hashed operands in the workspace, never while capturing */
+        bool cap;
+        DITTO_TRY(is_capturing(be, &cap));
+        if (cap) {
+            pl->batch_ok = pl->batch_ok < 0 ? 0 : pl->batch_ok;
+            if (tail)
+                tail->batch_ok = tail->batch_ok < 0 ? 0 : tail->batch_ok;
+        } else {
+            const size_t xt_bytes = align256(item_x * (size_t)nb), yt_bytes = align256(item_y * (size_t)nb);
+            char *ws;
+            DITTO_TRY(ditto_cuda_workspace(be, wt_bytes + xt_bytes + yt_bytes + cws, (void **)&ws));
+            __half *wt = (__half *)ws, *xt = (__half *)(ws + wt_bytes), *yt = (__half *)(ws + wt_bytes + xt_bytes);
+            void *cw = cws ? ws + wt_bytes + xt_bytes + yt_bytes : NULL;
+            if (pl->batch_ok < 0)
+                DITTO_TRY(batch_check(be, g, pl, one, 1, wt, xt, yt, cw, cws, nb));
+            if (tail && tail->batch_ok < 0)
+                DITTO_TRY(batch_check(be, g, tail, one, 1, wt, xt, yt, cw, cws, g->N % nb));
+        }
+    }
+    char *ws;
+    DITTO_TRY(ditto_cuda_workspace(be, wt_bytes + cws, (void **)&ws));
+    __half *wt = (__half *)ws;
+    void *cw = cws ? ws + wt_bytes : NULL;
+    const int64_t nw = g->O * g->C * g->k_vol;
+    k_w_nhwc<<<ditto_cuda_blocks(nw, 256), 256, 0, cu->stream>>>((const __half *)w->data, wt, g->O, g->C, g->O, g->C, g->k_vol, nw);
+    DITTO_CUDA_LAUNCHED(be);
+    const float f_one = 1.0f, f_zero = 0.0f;
+    const int64_t full_end = pl->batch_ok ? g->N / nb * nb : 0;
+    for (int64_t n = 0; n < g->N;) {
+        int64_t cnt;
+        const ConvPlan *p;
+        if (n < full_end) {
+            cnt = nb;
+            p = pl;
+        } else if (tail && tail->batch_ok && n == g->N / nb * nb && pl->batch_ok) {
+            cnt = g->N - n;
+            p = tail;
+        } else {
+            cnt = 1;
+            p = one;
+        }
+        const __half *xi = (const __half *)x->data + n * g->C * g->in_vol;
+        __half *yi = (__half *)y->data + n * g->O * g->out_vol;
+        DITTO_CUDNN_CHECK(be, cudnnConvolutionForward(cu->cudnn, &f_one, p->xd, xi, p->wd, wt, p->cd, p->algo, p->ws ? cw : NULL, p->ws,
+                                                      &f_zero, p->yd, yi));
+        n += cnt;
+    }
+    return bias_act(be, y, bias, relu, true, g->O, g->out_vol);
+}
+
+/*
+ * Channels-last tensors, every other case (f32, channel counts not a
+ * multiple of 8, groups, asymmetric padding, ...): x transposed into NCHW
+ * layout scratch, the NCHW strategies (which may use the workspace), y
+ * transposed back from the scratch.
+ */
+static int conv_nhwc_generic(DittoBackend *be, const DittoConvParams *p, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w,
+                             const DittoTensor *bias, DittoTensor *y)
+{
+    const size_t esz = ditto_dtype_size(x->dtype);
+    const int64_t nx = g->N * g->C * g->in_vol, ny = g->N * g->O * g->out_vol;
+    const size_t xs_bytes = align256((size_t)nx * esz);
+    char *sc;
+    DITTO_TRY(ditto_cuda_scratch(be, xs_bytes + (size_t)ny * esz, (void **)&sc));
+    const int64_t xsh[4] = { g->N, g->C, g->in[1], g->in[2] }, ysh[4] = { g->N, g->O, g->out[1], g->out[2] };
+    DittoTensor xs = ditto_tensor(sc, x->dtype, 4, xsh);
+    DittoTensor ys = ditto_tensor(sc + xs_bytes, y->dtype, 4, ysh);
+    xs.device = ys.device = x->device;
+    DittoConvParams q = *p;
+    q.nhwc = false;
+    DITTO_TRY(transpose(be, x->data, xs.data, esz, g->N, g->in_vol, g->C));     /* (N, HW, C) -> (N, C, HW) */
+    DITTO_TRY(conv_nchw(be, &q, &xs, w, bias, &ys));
+    return transpose(be, ys.data, y->data, esz, g->N, g->O, g->out_vol);        /* (N, O, OHW) -> (N, OHW, O) */
+}
+
+static int cuda_conv(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w,
+                     const DittoTensor *bias, DittoTensor *y)
+{
+    DittoDType dt = x->dtype;
+    if ((dt != DITTO_F32 && dt != DITTO_F16) || w->dtype != dt || y->dtype != dt ||
+        (bias && bias->dtype != DITTO_F32 && bias->dtype != DITTO_F16))
+        return ditto_fail(&be->log, DITTO_ERR_UNSUPPORTED, "op conv: the cuda backend needs x, w, y all f32 or all f16"
+                          " (got %s, %s, %s) and an f32/f16 bias", ditto_dtype_name(x->dtype), ditto_dtype_name(w->dtype),
+                          ditto_dtype_name(y->dtype));
+    if (!p->nhwc)
+        return conv_nchw(be, p, x, w, bias, y);
+    /* the geometry from NCHW-ordered views of the channels-last x, y (shapes only) */
+    static const int to_nchw[4] = { 0, 3, 1, 2 };
+    DittoTensor xl, yl;
+    DITTO_TRY(ditto_tensor_permute(x, to_nchw, &xl));
+    DITTO_TRY(ditto_tensor_permute(y, to_nchw, &yl));
+    ConvGeom g;
+    conv_geom(p, &xl, w, &yl, &g);
+    if (g.N * g.O * g.out_vol == 0)
+        return 0;
+    const int mode = conv_mode();
+    if (mode > 0 && nhwc_direct_fits(&g, x, y))
+        return conv_nhwc_direct(be, &g, x, w, bias, p->relu, y, mode >= 2);
+    return conv_nhwc_generic(be, p, &g, x, w, bias, y);
 }
 
 void ditto_cuda_init_conv(DittoOps *ops)

@@ -25,6 +25,8 @@ typedef struct DittoCuda {
     cudnnHandle_t cudnn;
     void *workspace;          /* cuDNN / cuBLAS workspace, grown on demand (outside graph capture) */
     size_t workspace_size;
+    void *scratch;            /* layout scratch of the channels-last fallbacks (conv.cu), grown on demand outside graph capture */
+    size_t scratch_size;
     /* device memory accounting (mem_info): live allocator blocks, their bytes and the high-water mark incl. the workspace */
     struct DittoCudaAlloc *allocs;
     size_t nallocs, capallocs;
@@ -52,6 +54,12 @@ int ditto_cudnn_fail(DittoBackend *be, cudnnStatus_t st, const char *what, const
 
 /* Scratch workspace of at least n bytes (stream-ordered; valid until the next call). */
 int ditto_cuda_workspace(DittoBackend *be, size_t n, void **out);
+/*
+ * A second grow-only buffer of at least n bytes, for data that must live
+ * across calls that use the workspace (transposed operands around a call
+ * of another op path). Growing it while the stream captures a graph fails.
+ */
+int ditto_cuda_scratch(DittoBackend *be, size_t n, void **out);
 
 /* Element access helpers: float32 or float16 storage, fp32 math. */
 __device__ __forceinline__ float ditto_ld(const void *p, int64_t i, bool f16)

@@ -325,6 +325,193 @@ static __global__ void k_spade_h8(const __half *x, const __half *gb, __half *y, 
     }
 }
 
+/*
+ * spade_norm channels-last, f16 x, gb, y, C a multiple of 8, 16-byte
+ * aligned: x (N, R, C), gb (N, R, 2C). The statistics of k_spade_h8 (sums of
+ * deviations from the plane's first value x[n, 0, c] and of their squares,
+ * in double) in three kernels:
+ *  - k_spade_nhwc_stats: a block per (SPN_ROWS positions, SPN_TILE
+ *    channels, item); 8 lanes of 8 channels by 32 rows, coalesced rows;
+ *    writes the block's two sums per channel;
+ *  - k_spade_nhwc_final: a thread per (n, c) adds the position ranges in
+ *    order, then mean and rstd as k_spade_h8 rounds them (the ranges depend
+ *    on R only: an item's result does not depend on N);
+ *  - k_spade_nhwc_apply: 8 channels a thread, k_spade_h8's expression.
+ * Partial sums and statistics live in the workspace.
+ */
+#define SPN_ROWS 512
+#define SPN_TILE 64
+
+/* part (N*C, 2, splits): sum of d and of d^2, d = x - x[n, 0, c], over the split's positions. grid (splits, C/64, N), 256 threads. */
+static __global__ void k_spade_nhwc_stats(const __half *x, double *part, int64_t R, int64_t C, int splits)
+{
+    __shared__ double sh[2][32][SPN_TILE + 1];
+    const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
+    const int64_t n = blockIdx.z, cv = (int64_t)blockIdx.y * 8 + tx;   /* this lane's 8-channel vector */
+    double s1[8], s2[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        s1[k] = s2[k] = 0.0;
+    if (cv < C / 8) {
+        const __half *xn = x + n * R * C + cv * 8;
+        uint4 pu = *(const uint4 *)xn;
+        const __half2 *ph = (const __half2 *)&pu;
+        float piv[8];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float2 f = __half22float2(ph[j]);
+            piv[2 * j] = f.x;
+            piv[2 * j + 1] = f.y;
+        }
+        const int64_t r_end = (int64_t)(blockIdx.x + 1) * SPN_ROWS < R ? (int64_t)(blockIdx.x + 1) * SPN_ROWS : R;
+        for (int64_t r = (int64_t)blockIdx.x * SPN_ROWS + ty; r < r_end; r += 32) {
+            uint4 u = *(const uint4 *)(xn + r * C);
+            const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float2 f = __half22float2(h[j]);
+                double d0 = (double)f.x - piv[2 * j], d1 = (double)f.y - piv[2 * j + 1];
+                s1[2 * j] += d0;
+                s1[2 * j + 1] += d1;
+                s2[2 * j] = fma(d0, d0, s2[2 * j]);
+                s2[2 * j + 1] = fma(d1, d1, s2[2 * j + 1]);
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        sh[0][ty][tx * 8 + k] = s1[k];
+        sh[1][ty][tx * 8 + k] = s2[k];
+    }
+    __syncthreads();
+    if (threadIdx.x < 2 * SPN_TILE) {
+        const int which = threadIdx.x / SPN_TILE, cl = threadIdx.x % SPN_TILE;
+        const int64_t c = (int64_t)blockIdx.y * SPN_TILE + cl;
+        if (c < C) {
+            double acc = 0.0;
+            for (int r = 0; r < 32; r++)
+                acc += sh[which][r][cl];
+            part[((n * C + c) * 2 + which) * splits + blockIdx.x] = acc;
+        }
+    }
+}
+
+/* stat[s] = mean, stat[NC + s] = rstd of set s = n * C + c, from the partial sums in split order. */
+static __global__ void k_spade_nhwc_final(const __half *x, const double *part, float *stat, int64_t R, int64_t C, int64_t NC, int splits,
+                                          float eps)
+{
+    for (int64_t s = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; s < NC; s += (int64_t)gridDim.x * blockDim.x) {
+        const double *p1 = part + s * 2 * splits, *p2 = p1 + splits;
+        double s1 = 0.0, s2 = 0.0;
+        for (int k = 0; k < splits; k++) {
+            s1 += p1[k];
+            s2 += p2[k];
+        }
+        const float pivot = __half2float(x[s / C * R * C + s % C]);
+        const double dm = s1 / (double)R, msq = s2 / (double)R;
+        const double mean = (double)pivot + dm;
+        double var = msq - dm * dm;
+        var = var > 0.0 ? var : 0.0;
+        stat[s] = (float)mean;
+        stat[NC + s] = (float)(1.0 / sqrt(var + (double)eps));
+    }
+}
+
+/* y = LeakyReLU?((x - mean) rstd (1 + gamma) + beta), 8 channels a thread; y may be x. */
+static __global__ void k_spade_nhwc_apply(const __half *x, const __half *gb, __half *y, const float *stat, int64_t R, int64_t C, int64_t NC,
+                                          int64_t nvec, bool act, float slope)
+{
+    const int64_t CV = C / 8;
+    for (int64_t v = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; v < nvec; v += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t cv = v % CV, t = v / CV, n = t / R;   /* t = n * R + position */
+        uint4 u = *(const uint4 *)(x + t * C + cv * 8);
+        uint4 g = *(const uint4 *)(gb + t * 2 * C + cv * 8), b = *(const uint4 *)(gb + t * 2 * C + C + cv * 8), o;
+        const float *ms = stat + n * C + cv * 8, *rs = ms + NC;
+        const __half2 *hx = (const __half2 *)&u, *hg = (const __half2 *)&g, *hb = (const __half2 *)&b;
+        __half2 *ho = (__half2 *)&o;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float2 fx = __half22float2(hx[j]), fg = __half22float2(hg[j]), fb = __half22float2(hb[j]);
+            float v0 = fmaf((fx.x - ms[2 * j]) * rs[2 * j], 1.0f + fg.x, fb.x);
+            float v1 = fmaf((fx.y - ms[2 * j + 1]) * rs[2 * j + 1], 1.0f + fg.y, fb.y);
+            if (act) {
+                v0 = v0 < 0.0f ? v0 * slope : v0;
+                v1 = v1 < 0.0f ? v1 * slope : v1;
+            }
+            ho[j] = __floats2half2_rn(v0, v1);
+        }
+        *(uint4 *)(y + t * C + cv * 8) = o;
+    }
+}
+
+/*
+ * spade_norm channels-last, any f32/f16 mix: a block per (n, c), two-pass
+ * double statistics over the R positions C apart (uncoalesced; the op tests
+ * and small models), then the modulation as norm_store does it.
+ */
+static __global__ void k_spade_nhwc_generic(NormArgs a, int64_t R, int64_t C)
+{
+    __shared__ double sh[32];
+    for (int64_t s = blockIdx.x; s < a.sets; s += gridDim.x) {
+        const int64_t n = s / C, c = s % C, base = n * R * C + c;
+        double acc = 0.0;
+        for (int64_t k = threadIdx.x; k < R; k += blockDim.x)
+            acc += ditto_ld(a.x, base + k * C, a.xh);
+        double mean = block_sum(acc, sh) / (double)R;
+        acc = 0.0;
+        for (int64_t k = threadIdx.x; k < R; k += blockDim.x) {
+            double d = ditto_ld(a.x, base + k * C, a.xh) - mean;
+            acc += d * d;
+        }
+        double var = block_sum(acc, sh) / (double)R;
+        float m_hi, m_lo, rstd;
+        split_stats(mean, var, a.eps, &m_hi, &m_lo, &rstd);
+        for (int64_t k = threadIdx.x; k < R; k += blockDim.x) {
+            const int64_t i = base + k * C, gi = (n * R + k) * 2 * C + c;
+            float d = (ditto_ld(a.x, i, a.xh) - m_hi) - m_lo;
+            float g = ditto_ld(a.gb, gi, a.gbh), bt = ditto_ld(a.gb, gi + C, a.gbh);
+            float v = fmaf(d * rstd, 1.0f + g, bt);
+            ditto_st(a.y, i, a.act && v < 0.0f ? v * a.slope : v, a.yh);
+        }
+    }
+}
+
+static int spade_nhwc(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, DittoTensor *y)
+{
+    const int64_t N = x->shape[0], C = x->shape[x->ndim - 1], NC = N * C, R = ditto_tensor_numel(x) / NC;
+    cudaStream_t st = ditto_cuda(be)->stream;
+    const int64_t splits = (R + SPN_ROWS - 1) / SPN_ROWS;
+    if (is_h(x) && is_h(gb) && is_h(y) && C % 8 == 0 && N <= 65535 && splits <= INT_MAX &&
+        ((uintptr_t)x->data | (uintptr_t)gb->data | (uintptr_t)y->data) % 16 == 0) {
+        const size_t part_bytes = (size_t)(NC * 2 * splits) * sizeof(double);
+        char *ws;
+        DITTO_TRY(ditto_cuda_workspace(be, part_bytes + (size_t)(2 * NC) * sizeof(float), (void **)&ws));
+        double *part = (double *)ws;
+        float *stat = (float *)(ws + part_bytes);
+        const __half *xh = (const __half *)x->data;
+        dim3 grid((unsigned)splits, (unsigned)((C + SPN_TILE - 1) / SPN_TILE), (unsigned)N);
+        k_spade_nhwc_stats<<<grid, 256, 0, st>>>(xh, part, R, C, (int)splits);
+        DITTO_CUDA_LAUNCHED(be);
+        k_spade_nhwc_final<<<ditto_cuda_blocks(NC, NORM_THREADS), NORM_THREADS, 0, st>>>(xh, part, stat, R, C, NC, (int)splits, p->eps);
+        DITTO_CUDA_LAUNCHED(be);
+        const int64_t nvec = NC * R / 8;
+        k_spade_nhwc_apply<<<ditto_cuda_blocks(nvec, NORM_THREADS), NORM_THREADS, 0, st>>>(
+            xh, (const __half *)gb->data, (__half *)y->data, stat, R, C, NC, nvec, p->act, p->slope);
+        DITTO_CUDA_LAUNCHED(be);
+        return 0;
+    }
+    DittoNormParams np = { p->eps, 0, false };
+    NormArgs a = norm_args(&np, x, NULL, NULL, y);
+    a.sets = NC;
+    a.gb = gb->data;
+    a.gbh = is_h(gb);
+    a.act = p->act;
+    a.slope = p->slope;
+    k_spade_nhwc_generic<<<ditto_cuda_blocks(NC * NORM_THREADS, NORM_THREADS), NORM_THREADS, 0, st>>>(a, R, C);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
 static int cuda_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb,
                            DittoTensor *y)
 {
@@ -332,6 +519,8 @@ static int cuda_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const Di
     DITTO_TRY(check_dtypes(be, "spade_norm", ts, 3));
     if (ditto_tensor_numel(x) == 0)
         return 0;
+    if (p->nhwc)
+        return spade_nhwc(be, p, x, gb, y);
     const int64_t R = inner_size(x);
     const int64_t sets = x->shape[0] * x->shape[1];
     if (is_h(x) && is_h(gb) && is_h(y) && R % 8 == 0 && sets <= INT_MAX &&
