@@ -208,6 +208,63 @@ static int open_registrar(DittoModels *m, const DittoModelsParams *p)
     return ditto_registrar_open(&m->reg, &cfg);
 }
 
+/* One network's load, run on its own thread by load_networks(). */
+typedef struct NetJob {
+    DittoModels *m;
+    const char *dir;
+    DittoNetKind kind;         /* DITTO_NET_COUNT: the LMDM */
+    uint64_t seed;
+    LoadFn load;
+    void **out;
+    int rc;
+} NetJob;
+
+static void *net_job(void *arg)
+{
+    NetJob *j = arg;
+    j->rc = j->kind == DITTO_NET_COUNT ? load_lmdm(j->m, j->dir, j->seed) : load_net(j->m, j->m->be, j->dir, j->kind, j->seed, j->load, j->out);
+    return NULL;
+}
+
+/*
+ * Warp, decoder, stitching network and LMDM, each on its own thread:
+ * reading (or generating) and converting hundreds of MB is CPU work, and
+ * the networks do not share state (the backends' allocators and uploads
+ * are thread-safe). The first failure (in this order) is the result.
+ */
+static int load_networks(DittoModels *m, const char *dir, uint64_t s0)
+{
+    NetJob jobs[4] = {
+        { m, dir, DITTO_NET_WARP, s0 + SEED_WARP, load_warp, (void **)&m->warp, 0 },
+        { m, dir, DITTO_NET_DECODER, s0 + SEED_DECODER, load_decoder, (void **)&m->decoder, 0 },
+        { m, dir, DITTO_NET_STITCH, s0 + SEED_STITCH, load_stitch, (void **)&m->stitch, 0 },
+        { m, dir, DITTO_NET_COUNT, s0 + SEED_LMDM, NULL, NULL, 0 },
+    };
+    if (!m->synthetic) {
+        /* a missing file is one error line, before any thread starts */
+        char path[4096];
+        for (int i = 0; i < 4; i++) {
+            const char *f = jobs[i].kind == DITTO_NET_COUNT ? "lmdm_v0.4_hubert.pth" : ditto_net_file_name(jobs[i].kind);
+            if (!ditto_net_find(dir, f, path, sizeof path))
+                return ditto_fail(&m->log, DITTO_ERR_NOENT, "%s: no models/%s (expected the official ditto_pytorch folder)", dir, f);
+        }
+    }
+    pthread_t th[4];
+    bool started[4] = { false };
+    for (int i = 0; i < 4; i++)
+        started[i] = pthread_create(&th[i], NULL, net_job, &jobs[i]) == 0;
+    for (int i = 0; i < 4; i++) {
+        if (started[i])
+            pthread_join(th[i], NULL);
+        else
+            net_job(&jobs[i]);   /* no thread: load it here */
+    }
+    for (int i = 0; i < 4; i++)
+        if (jobs[i].rc < 0)
+            return jobs[i].rc;
+    return 0;
+}
+
 /*
  * GPU warm-up (DittoModelsParams.warmup_batch): one warp + decoder pass of
  * B frames of zeros creates and checks the convolution plans of that batch
@@ -338,10 +395,7 @@ int ditto_models_open(DittoModels **out, const DittoModelsParams *p)
 
     const uint64_t s0 = p->synthetic_seed;
     double t = ditto_now(), t_nets, t_hub, t_reg;
-    if ((rc = load_net(m, m->be, w, DITTO_NET_WARP, s0 + SEED_WARP, load_warp, (void **)&m->warp)) < 0 ||
-        (rc = load_net(m, m->be, w, DITTO_NET_DECODER, s0 + SEED_DECODER, load_decoder, (void **)&m->decoder)) < 0 ||
-        (rc = load_net(m, m->be, w, DITTO_NET_STITCH, s0 + SEED_STITCH, load_stitch, (void **)&m->stitch)) < 0 ||
-        (rc = load_lmdm(m, w, s0 + SEED_LMDM)) < 0)
+    if ((rc = load_networks(m, w, s0)) < 0)
         goto fail;
     t_nets = ditto_now();
     {
