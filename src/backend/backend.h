@@ -56,6 +56,13 @@ typedef struct DittoBackend {
     /* host <-> device transfers; on the CPU these are memcpy */
     int (*upload)(struct DittoBackend *be, void *dst, const void *src, size_t n);
     int (*download)(struct DittoBackend *be, void *dst, const void *src, size_t n);
+    /*
+     * Host memory the device copies to and from at full speed (CUDA: page-
+     * locked), or NULL on backends without such memory: use malloc there.
+     * host_alloc returns NULL when out of memory; host_free accepts NULL.
+     */
+    void *(*host_alloc)(struct DittoBackend *be, size_t n);
+    void (*host_free)(struct DittoBackend *be, void *p);
     int (*sync)(struct DittoBackend *be);
     /* Device memory (DittoMemInfo); NULL on backends that do not track it (the CPU: see peak RSS). */
     int (*mem_info)(struct DittoBackend *be, DittoMemInfo *info);

@@ -538,6 +538,7 @@ struct DittoSession {
     /* post -> caller */
     OutSlot *os;
     int n_os;
+    DittoBackend *os_pinned;   /* the backend whose host_alloc made the out slots, or NULL (malloc) */
     int64_t os_head, os_tail;
     bool os_closed, holding;
 
@@ -986,8 +987,12 @@ static int session_setup(DittoSession *s)
         if (!(s->rs[i].out = ditto_malloc_aligned(slot_bytes)))
             return ditto_fail(&s->log, DITTO_ERR_NOMEM, "session: out of memory for %d renders of %lldx%lld", s->B, (long long)side,
                               (long long)side);
+    /* frames downloaded straight into these go faster from page-locked memory */
+    DittoBackend *hb = s->device_post && m->be->host_alloc ? m->be : NULL;
+    s->os_pinned = hb;
     for (int i = 0; i < s->n_os; i++) {
-        uint8_t *b = ditto_malloc_aligned((size_t)(W * H * 3 + W * H + 2 * cw * ch));
+        const size_t fb = (size_t)(W * H * 3 + W * H + 2 * cw * ch);
+        uint8_t *b = hb ? hb->host_alloc(hb, fb) : ditto_malloc_aligned(fb);
         if (!b)
             return ditto_fail(&s->log, DITTO_ERR_NOMEM, "session: out of memory for %d frames of %lldx%lld", s->n_os, (long long)W, (long long)H);
         s->os[i].rgb = b;
@@ -1075,8 +1080,12 @@ void ditto_session_close(DittoSession **ps)
     ditto_avatar_free(&s->av);
     for (int i = 0; i < RENDER_SLOTS; i++)
         ditto_free_aligned(s->rs[i].out);
-    for (int i = 0; s->os && i < s->n_os; i++)
-        ditto_free_aligned(s->os[i].rgb);
+    for (int i = 0; s->os && i < s->n_os; i++) {
+        if (s->os_pinned)
+            s->os_pinned->host_free(s->os_pinned, s->os[i].rgb);
+        else
+            ditto_free_aligned(s->os[i].rgb);
+    }
     ditto_free(s->os);
     ditto_free(s->mq);
     ditto_free(s->pcm);

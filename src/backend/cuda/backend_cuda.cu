@@ -165,6 +165,20 @@ static int cuda_download(DittoBackend *be, void *dst, const void *src, size_t n)
     return 0;
 }
 
+static void *cuda_host_alloc(DittoBackend *be, size_t n)
+{
+    (void)be;
+    void *p = NULL;
+    return cudaHostAlloc(&p, n ? n : 1, cudaHostAllocDefault) == cudaSuccess ? p : NULL;
+}
+
+static void cuda_host_free(DittoBackend *be, void *p)
+{
+    (void)be;
+    if (p)
+        cudaFreeHost(p);
+}
+
 static int cuda_sync(DittoBackend *be)
 {
     DITTO_CUDA_CHECK(be, cudaStreamSynchronize(ditto_cuda(be)->stream));
@@ -298,6 +312,8 @@ extern "C" int ditto_backend_cuda_open(DittoBackend **out, const DittoBackendPar
     be->allocator.device = DITTO_DEVICE_CUDA;
     be->upload = cuda_upload;
     be->download = cuda_download;
+    be->host_alloc = cuda_host_alloc;
+    be->host_free = cuda_host_free;
     be->sync = cuda_sync;
     be->mem_info = cuda_mem_info;
     be->destroy = cuda_destroy;
