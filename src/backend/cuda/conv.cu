@@ -702,7 +702,19 @@ static int conv_small_o(DittoBackend *be, const ConvGeom *g, int64_t H, int64_t 
 }
 
 /* Largest NHWC scratch (x and y of one chunk of items) a call may use. */
-#define NHWC_CHUNK_BYTES ((size_t)128 << 20)
+#define NHWC_CHUNK_DEFAULT ((size_t)128 << 20)
+
+/* DITTO_CUDA_NHWC_CHUNK_MB overrides the chunk bytes, for memory measurements. */
+static size_t nhwc_chunk_bytes(void)
+{
+    static size_t b = 0;
+    if (!b) {
+        const char *e = getenv("DITTO_CUDA_NHWC_CHUNK_MB");
+        b = e && atoi(e) > 0 ? (size_t)atoi(e) << 20 : NHWC_CHUNK_DEFAULT;
+    }
+    return b;
+}
+#define NHWC_CHUNK_BYTES nhwc_chunk_bytes()
 
 static size_t align256(size_t n)
 {
