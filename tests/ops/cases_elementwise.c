@@ -22,17 +22,6 @@
 #include "op_util.h"
 #include "test_ops.h"
 
-/* Row-major successor of idx; false after the last index. */
-static bool next_idx(int64_t *idx, const int64_t *shape, int ndim)
-{
-    for (int d = ndim - 1; d >= 0; d--) {
-        if (++idx[d] < shape[d])
-            return true;
-        idx[d] = 0;
-    }
-    return false;
-}
-
 static double at(const DittoTensor *v, const int64_t *idx)
 {
     int64_t off = 0;
@@ -48,7 +37,7 @@ static double *ref_gather(const DittoTensor *x)
     double *r = ref_alloc(n);
     for (int64_t i = 0; i < n; i++) {
         r[i] = at(x, idx);
-        next_idx(idx, x->shape, x->ndim);
+        op_next_idx(idx, x->shape, x->ndim);
     }
     return r;
 }
@@ -358,7 +347,7 @@ static void unary_case(TestCtx *c, const char *name, const DittoUnaryParams *p, 
         for (int d = 0; d < y.h.ndim; d++)
             off += idx[d] * y.h.stride[d];
         ref[(const float *)y.h.data + off - ybase] = unary_ref(p, at(&x.h, idx));
-    } while (x.h.ndim > 0 && next_idx(idx, x.h.shape, x.h.ndim));
+    } while (x.h.ndim > 0 && op_next_idx(idx, x.h.shape, x.h.ndim));
     int rc = ditto_op_unary(c->be, p, &x.d, &y.d);
     double tol = unary_exact(p->kind) ? 0 : 2e-6;
     op_check(c, name, rc, ytt, ref, tol, tol);
@@ -483,7 +472,7 @@ static void binary_run(TestCtx *c, const char *name, DittoBinaryKind k, View a, 
     double *ref = ref_alloc(n);
     for (int64_t i = 0; i < n; i++) {
         ref[i] = binary_ref(k, at_bcast(&a.h, idx, nd), at_bcast(&b.h, idx, nd));
-        next_idx(idx, shape, nd);
+        op_next_idx(idx, shape, nd);
     }
     int rc = ditto_op_binary(c->be, k, &a.d, &b.d, &y->dev);
     double tol = k == DITTO_BINARY_POW ? 2e-6 : (k == DITTO_BINARY_MAX || k == DITTO_BINARY_MIN) ? 0 : 1e-6;
@@ -729,7 +718,7 @@ static void concat_case(TestCtx *c, const char *name, int axis, View *xs, int n,
         while (sub[ax] >= xs[i].h.shape[ax])
             sub[ax] -= xs[i++].h.shape[ax];
         ref[e] = at(&xs[i].h, sub);
-        next_idx(idx, shape, ndim);
+        op_next_idx(idx, shape, ndim);
     }
     const DittoTensor *dv[8];
     for (int i = 0; i < n; i++)

@@ -23,17 +23,6 @@
 #include "op_util.h"
 #include "test_ops.h"
 
-/* Row-major successor of idx; false after the last index. */
-static bool next_idx(int64_t *idx, const int64_t *shape, int ndim)
-{
-    for (int d = ndim - 1; d >= 0; d--) {
-        if (++idx[d] < shape[d])
-            return true;
-        idx[d] = 0;
-    }
-    return false;
-}
-
 /* Element of x (rank <= nd, NumPy broadcasting) at index idx of an nd-rank shape. */
 static double at_bcast(const DittoTensor *x, const int64_t *idx, int nd)
 {
@@ -75,7 +64,7 @@ static void film_run(TestCtx *c, const char *name, View h, TT *htt, View y, View
     double *ref = ref_alloc(n);
     for (int64_t i = 0; i < n; i++) {
         ref[i] = at_bcast(&h.h, idx, nd) + (at_bcast(&scale.h, idx, nd) * at_bcast(&y.h, idx, nd) + at_bcast(&shift.h, idx, nd));
-        next_idx(idx, h.h.shape, nd);
+        op_next_idx(idx, h.h.shape, nd);
     }
     TT *out = inplace ? htt : new_out(c, DITTO_F32, nd, h.h.shape);
     int rc = ditto_op_film(c->be, &h.d, &y.d, &scale.d, &shift.d, &out->dev);
@@ -210,7 +199,7 @@ static void ddim_case(TestCtx *c, const char *name, int64_t B, int64_t L, int64_
     double *r0 = ref_alloc(n), *r1 = ref_alloc(n), *r2 = ref_alloc(n);
     for (int64_t i = 0; i < n; i++) {
         ddim_ref(&p, at_bcast(&cv.h, idx, 3), at_bcast(&uv.h, idx, 3), at_bcast(&x->host, idx, 3), at_bcast(&zv.h, idx, 3), &r0[i], &r1[i], &r2[i]);
-        next_idx(idx, cv.h.shape, 3);
+        op_next_idx(idx, cv.h.shape, 3);
     }
     TT *o0 = want & 1 ? new_out(c, DITTO_F32, 3, x->host.shape) : NULL;
     TT *o1 = want & 2 ? new_out(c, DITTO_F32, 3, x->host.shape) : NULL;

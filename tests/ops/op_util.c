@@ -65,6 +65,16 @@ TT *new_out(TestCtx *c, DittoDType dt, int ndim, const int64_t *shape)
     return t;
 }
 
+bool op_next_idx(int64_t *idx, const int64_t *shape, int ndim)
+{
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (++idx[d] < shape[d])
+            return true;
+        idx[d] = 0;
+    }
+    return false;
+}
+
 double *ref_alloc(int64_t n)
 {
     double *r = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));

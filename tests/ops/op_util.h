@@ -28,6 +28,9 @@ TT *new_normal(TestCtx *c, int ndim, const int64_t *shape);
 TT *new_out(TestCtx *c, DittoDType dt, int ndim, const int64_t *shape);
 
 /* Reference buffer of n doubles / of t's element count (never NULL; free). */
+/* Row-major successor of idx in a shape of ndim dims; false after the last index. */
+bool op_next_idx(int64_t *idx, const int64_t *shape, int ndim);
+
 double *ref_alloc(int64_t n);
 double *ref_new(const TT *t);
 

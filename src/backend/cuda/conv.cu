@@ -739,6 +739,27 @@ static int study_mode(void)
     return m;
 }
 
+/*
+ * The plan and item count of the chunk starting at item n: chunks of nb
+ * items with pl while it passed the per-item check, the last N % nb items
+ * with tail when both passed, else single items with one.
+ */
+static const ConvPlan *pick_chunk(const ConvGeom *g, int64_t n, int64_t nb, const ConvPlan *pl, const ConvPlan *tail, const ConvPlan *one,
+                                  int64_t *cnt)
+{
+    const int64_t full_end = pl->batch_ok ? g->N / nb * nb : 0;
+    if (n < full_end) {
+        *cnt = nb;
+        return pl;
+    }
+    if (tail && tail->batch_ok && n == g->N / nb * nb && pl->batch_ok) {
+        *cnt = g->N - n;
+        return tail;
+    }
+    *cnt = 1;
+    return one;
+}
+
 static int conv_nhwc(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias,
                      bool relu, DittoTensor *y, bool batch)
 {
@@ -785,20 +806,9 @@ static int conv_nhwc(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, 
     const float f_one = 1.0f, f_zero = 0.0f;
     const dim3 blk(TT, 8);
     /* chunks of nb items, the last one of N % nb; a plan that changes bits runs as single items instead */
-    const int64_t full_end = pl->batch_ok ? g->N / nb * nb : 0;
     for (int64_t n = 0; n < g->N;) {
         int64_t cnt;
-        const ConvPlan *p;
-        if (n < full_end) {
-            cnt = nb;
-            p = pl;
-        } else if (tail && tail->batch_ok && n == g->N / nb * nb && pl->batch_ok) {
-            cnt = g->N - n;
-            p = tail;
-        } else {
-            cnt = 1;
-            p = one;
-        }
+        const ConvPlan *p = pick_chunk(g, n, nb, pl, tail, one, &cnt);
         const __half *xi = (const __half *)x->data + n * g->C * g->in_vol;
         __half *yi = (__half *)y->data + n * g->O * g->out_vol;
         dim3 gx((unsigned)((g->in_vol + TT - 1) / TT), (unsigned)((cp + TT - 1) / TT), (unsigned)cnt);
@@ -1215,20 +1225,9 @@ static int conv_nhwc_direct(DittoBackend *be, const ConvGeom *g, const DittoTens
     k_w_nhwc<<<ditto_cuda_blocks(nw, 256), 256, 0, cu->stream>>>((const __half *)w->data, wt, g->O, g->C, g->O, g->C, g->k_vol, nw);
     DITTO_CUDA_LAUNCHED(be);
     const float f_one = 1.0f, f_zero = 0.0f;
-    const int64_t full_end = pl->batch_ok ? g->N / nb * nb : 0;
     for (int64_t n = 0; n < g->N;) {
         int64_t cnt;
-        const ConvPlan *p;
-        if (n < full_end) {
-            cnt = nb;
-            p = pl;
-        } else if (tail && tail->batch_ok && n == g->N / nb * nb && pl->batch_ok) {
-            cnt = g->N - n;
-            p = tail;
-        } else {
-            cnt = 1;
-            p = one;
-        }
+        const ConvPlan *p = pick_chunk(g, n, nb, pl, tail, one, &cnt);
         const __half *xi = (const __half *)x->data + n * g->C * g->in_vol;
         __half *yi = (__half *)y->data + n * g->O * g->out_vol;
         DITTO_CUDNN_CHECK(be, cudnnConvolutionForward(cu->cudnn, &f_one, p->xd, xi, p->wd, wt, p->cd, p->algo, p->ws ? cw : NULL, p->ws,
