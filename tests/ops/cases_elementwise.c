@@ -445,17 +445,6 @@ static double binary_ref(DittoBinaryKind k, double u, double v)
     }
 }
 
-/* NumPy broadcasting done by hand: element of x (rank <= nd) for the broadcast index idx. */
-static double at_bcast(const DittoTensor *x, const int64_t *idx, int nd)
-{
-    int64_t off = 0;
-    for (int i = 0; i < x->ndim; i++) {
-        int64_t j = idx[nd - x->ndim + i];
-        off += (x->shape[i] == 1 ? 0 : j) * x->stride[i];
-    }
-    return ((const float *)x->data)[off];
-}
-
 static void binary_run(TestCtx *c, const char *name, DittoBinaryKind k, View a, View b)
 {
     if (!test_selected(c, name))
@@ -471,7 +460,7 @@ static void binary_run(TestCtx *c, const char *name, DittoBinaryKind k, View a, 
     int64_t n = ditto_tensor_numel(&y->host), idx[DITTO_MAX_DIMS] = { 0 };
     double *ref = ref_alloc(n);
     for (int64_t i = 0; i < n; i++) {
-        ref[i] = binary_ref(k, at_bcast(&a.h, idx, nd), at_bcast(&b.h, idx, nd));
+        ref[i] = binary_ref(k, op_at_bcast(&a.h, idx, nd), op_at_bcast(&b.h, idx, nd));
         op_next_idx(idx, shape, nd);
     }
     int rc = ditto_op_binary(c->be, k, &a.d, &b.d, &y->dev);

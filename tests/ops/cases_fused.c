@@ -23,17 +23,6 @@
 #include "op_util.h"
 #include "test_ops.h"
 
-/* Element of x (rank <= nd, NumPy broadcasting) at index idx of an nd-rank shape. */
-static double at_bcast(const DittoTensor *x, const int64_t *idx, int nd)
-{
-    int64_t off = 0;
-    for (int i = 0; i < x->ndim; i++) {
-        int64_t j = idx[nd - x->ndim + i];
-        off += (x->shape[i] == 1 ? 0 : j) * x->stride[i];
-    }
-    return ((const float *)x->data)[off];
-}
-
 static bool same_bits(TT *a, TT *b)
 {
     if (tt_to_host(a) < 0 || tt_to_host(b) < 0)
@@ -63,7 +52,7 @@ static void film_run(TestCtx *c, const char *name, View h, TT *htt, View y, View
     int64_t n = ditto_tensor_numel(&h.h), idx[DITTO_MAX_DIMS] = { 0 };
     double *ref = ref_alloc(n);
     for (int64_t i = 0; i < n; i++) {
-        ref[i] = at_bcast(&h.h, idx, nd) + (at_bcast(&scale.h, idx, nd) * at_bcast(&y.h, idx, nd) + at_bcast(&shift.h, idx, nd));
+        ref[i] = op_at_bcast(&h.h, idx, nd) + (op_at_bcast(&scale.h, idx, nd) * op_at_bcast(&y.h, idx, nd) + op_at_bcast(&shift.h, idx, nd));
         op_next_idx(idx, h.h.shape, nd);
     }
     TT *out = inplace ? htt : new_out(c, DITTO_F32, nd, h.h.shape);
@@ -198,7 +187,7 @@ static void ddim_case(TestCtx *c, const char *name, int64_t B, int64_t L, int64_
     int64_t n = B * L * F, idx[3] = { 0 };
     double *r0 = ref_alloc(n), *r1 = ref_alloc(n), *r2 = ref_alloc(n);
     for (int64_t i = 0; i < n; i++) {
-        ddim_ref(&p, at_bcast(&cv.h, idx, 3), at_bcast(&uv.h, idx, 3), at_bcast(&x->host, idx, 3), at_bcast(&zv.h, idx, 3), &r0[i], &r1[i], &r2[i]);
+        ddim_ref(&p, op_at_bcast(&cv.h, idx, 3), op_at_bcast(&uv.h, idx, 3), op_at_bcast(&x->host, idx, 3), op_at_bcast(&zv.h, idx, 3), &r0[i], &r1[i], &r2[i]);
         op_next_idx(idx, cv.h.shape, 3);
     }
     TT *o0 = want & 1 ? new_out(c, DITTO_F32, 3, x->host.shape) : NULL;

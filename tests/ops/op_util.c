@@ -75,6 +75,16 @@ bool op_next_idx(int64_t *idx, const int64_t *shape, int ndim)
     return false;
 }
 
+double op_at_bcast(const DittoTensor *x, const int64_t *idx, int nd)
+{
+    int64_t off = 0;
+    for (int i = 0; i < x->ndim; i++) {
+        int64_t j = idx[nd - x->ndim + i];
+        off += (x->shape[i] == 1 ? 0 : j) * x->stride[i];
+    }
+    return ((const float *)x->data)[off];
+}
+
 double *ref_alloc(int64_t n)
 {
     double *r = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));

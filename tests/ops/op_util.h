@@ -30,6 +30,8 @@ TT *new_out(TestCtx *c, DittoDType dt, int ndim, const int64_t *shape);
 /* Reference buffer of n doubles / of t's element count (never NULL; free). */
 /* Row-major successor of idx in a shape of ndim dims; false after the last index. */
 bool op_next_idx(int64_t *idx, const int64_t *shape, int ndim);
+/* Element of host float32 x (rank <= nd, NumPy broadcasting) at index idx of an nd-rank shape. */
+double op_at_bcast(const DittoTensor *x, const int64_t *idx, int nd);
 
 double *ref_alloc(int64_t n);
 double *ref_new(const TT *t);
