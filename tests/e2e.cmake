@@ -197,6 +197,19 @@ if(CMAKE_SCRIPT_MODE_FILE)
     make_inputs()
     run(${DITTO_EXE} render --weights synthetic --quiet --audio ${WORK}/nothere.wav --avatar ${WORK}/face.ppm -o ${WORK}/out.mp4)
     expect_error(nothere.wav ${WORK}/out.mp4)
+  elseif(CHECK STREQUAL "bad_weights")
+    # a weights folder with every checkpoint corrupt: the networks load in parallel, yet one line
+    # names a bad file; then one checkpoint missing: the line names it
+    make_inputs()
+    file(MAKE_DIRECTORY ${WORK}/w/models)
+    foreach(f_ warp_network decoder stitch_network lmdm_v0.4_hubert appearance_extractor motion_extractor)
+      file(WRITE ${WORK}/w/models/${f_}.pth "not a checkpoint")
+    endforeach()
+    run(${DITTO_EXE} render --weights ${WORK}/w --quiet --audio ${WORK}/speech.wav --avatar ${WORK}/face.ppm -o ${WORK}/out.mp4)
+    expect_error(.pth ${WORK}/out.mp4)
+    file(REMOVE ${WORK}/w/models/lmdm_v0.4_hubert.pth)
+    run(${DITTO_EXE} render --weights ${WORK}/w --quiet --audio ${WORK}/speech.wav --avatar ${WORK}/face.ppm -o ${WORK}/out.mp4)
+    expect_error(lmdm_v0.4_hubert.pth ${WORK}/out.mp4)
   elseif(CHECK STREQUAL "missing_avatar")
     make_inputs()
     run(${DITTO_EXE} render --weights synthetic --quiet --audio ${WORK}/speech.wav --avatar ${WORK}/nobody.jpg -o ${WORK}/out.mp4)
@@ -319,7 +332,7 @@ target_link_libraries(e2e_mp4_tool PRIVATE ditto_lib)
 get_filename_component(DITTO_SHARED_MEDIA ${CMAKE_SOURCE_DIR}/../shared/media ABSOLUTE)
 get_filename_component(DITTO_SHARED_MODELS ${CMAKE_SOURCE_DIR}/../shared/models ABSOLUTE)
 
-set(DITTO_E2E_CHECKS self_image self_video determinism batch missing_audio missing_avatar unreadable_audio empty_audio
+set(DITTO_E2E_CHECKS self_image self_video determinism batch missing_audio bad_weights missing_avatar unreadable_audio empty_audio
     no_output_dir disk_full usage bench_e2e)
 if(EXISTS ${DITTO_SHARED_MEDIA}/audio.wav AND EXISTS ${DITTO_SHARED_MEDIA}/image.png)
   list(APPEND DITTO_E2E_CHECKS shared_image shared_video)
