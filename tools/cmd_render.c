@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "ditto/ditto.h"
+#include "pipeline/pipeline_internal.h"   /* ditto_now */
 #include "tools/cli.h"
 
 static void usage(FILE *f)
@@ -200,14 +200,6 @@ static int parse_emo(const char *s, int *v)
     return 0;
 }
 
-/* Monotonic clock, seconds. */
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 int ditto_cmd_render(int argc, char **argv)
 {
     Cli cli;
@@ -310,9 +302,9 @@ int ditto_cmd_render(int argc, char **argv)
     mp.threads = (int)threads;
     mp.log = log;
     DittoModels *m = NULL;
-    const double t_start = mono_now();
+    const double t_start = ditto_now();
     int rc = ditto_models_open(&m, &mp);
-    const double t_load = mono_now() - t_start;
+    const double t_load = ditto_now() - t_start;
     if (rc < 0) {
         if (!cli.errors)
             fprintf(stderr, "ditto render: cannot load the models: %s\n", ditto_strerror(rc));
@@ -328,9 +320,9 @@ int ditto_cmd_render(int argc, char **argv)
     rp.progress = on_progress;
     rp.on_frame = on_frame;
     DittoStats st;
-    const double t_render0 = mono_now();
+    const double t_render0 = ditto_now();
     rc = ditto_render_file(m, &rp, &st);
-    const double t_render = mono_now() - t_render0;
+    const double t_render = ditto_now() - t_render0;
     bool synthetic = ditto_models_synthetic(m);
     ditto_models_close(&m);
     if (cli.hashes && fclose(cli.hashes) != 0 && rc >= 0) {

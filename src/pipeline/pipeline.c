@@ -482,7 +482,7 @@ int ditto_models_mem(const DittoModels *m, DittoMemInfo *render, DittoMemInfo *m
 /* ---- session ---------------------------------------------------------------------- */
 
 typedef struct RenderSlot {
-    void *out;                 /* (B, 512, 512, 3) float renders, or with device_post B finished frames */
+    float *render;             /* (B, 512, 512, 3), for the host paste-back (not used with device_post) */
     int64_t g0;
     int n;
 } RenderSlot;
@@ -508,8 +508,7 @@ struct DittoSession {
     DittoA2m *a2m;
     DittoAudioFeatures *af;
     DittoRenderer *rend;
-    bool device_post;          /* paste-back and colour on the render backend: slots hold finished frames */
-    size_t frame_bytes;        /* one finished frame: RGB24, Y, U, V (the OutSlot layout) */
+    bool device_post;          /* paste-back and colour on the render backend: frames go straight to the out slots */
     DittoPutback *pb;          /* host paste-back (without device_post) */
     float *cond_rows;          /* (5, 1103): conditions of one HuBERT call */
     float *pcm_local;          /* PCM_PIECE samples handed to the motion worker */
@@ -736,7 +735,7 @@ static void *render_main(void *arg)
             any |= (cp[k] = fade_ctrl(s, g + k, total, &ctrl[k])) != NULL;
         DittoRenderTimes t = { 0 };
         compute_enter(s->m);
-        rc = ditto_renderer_run(s->rend, g, n, xd, any ? cp : NULL, s->device_post ? NULL : slot->out, &t);
+        rc = ditto_renderer_run(s->rend, g, n, xd, any ? cp : NULL, s->device_post ? NULL : slot->render, &t);
         compute_leave(s->m);
         if (rc >= 0 && s->device_post) {
             /* finished frames straight from the device into the caller's ring (no render slot, no copy) */
@@ -826,22 +825,17 @@ static void *post_main(void *arg)
             pthread_mutex_unlock(&s->mu);
 
             int64_t g = slot->g0 + k, src = ditto_mirror_index(g, av->n_frames);
-            double t0 = ditto_now(), t1 = t0, t2 = t0;
-            if (s->device_post) {
-                /* finished on the device: RGB and planes in the OutSlot layout */
-                memcpy(o->rgb, (const uint8_t *)slot->out + (size_t)k * s->frame_bytes, s->frame_bytes);
-            } else {
-                DittoTensor frame = ditto_tensor(av->img_rgb + src * H * W * 3, DITTO_U8, 3, (const int64_t[]){ H, W, 3 });
-                DittoTensor render = ditto_tensor_f32((float *)slot->out + (int64_t)k * side * side * 3, 3, (const int64_t[]){ side, side, 3 });
-                DittoTensor outt = ditto_tensor(o->rgb, DITTO_U8, 3, (const int64_t[]){ H, W, 3 });
-                rc = ditto_putback_run(s->pb, &frame, &render, av->m_c2o + src * 9, &outt, NULL);
-                t1 = ditto_now();
-                if (rc >= 0) {
-                    DittoYuvPlanes yuv = { o->y, o->u, o->v, W, ditto_yuv420_chroma_size((int)W) };
-                    rc = ditto_rgb_to_yuv420(cpu->pool, o->rgb, (int)W, (int)H, W * 3, &yuv);
-                }
-                t2 = ditto_now();
+            double t0 = ditto_now();
+            DittoTensor frame = ditto_tensor(av->img_rgb + src * H * W * 3, DITTO_U8, 3, (const int64_t[]){ H, W, 3 });
+            DittoTensor render = ditto_tensor_f32(slot->render + (int64_t)k * side * side * 3, 3, (const int64_t[]){ side, side, 3 });
+            DittoTensor outt = ditto_tensor(o->rgb, DITTO_U8, 3, (const int64_t[]){ H, W, 3 });
+            rc = ditto_putback_run(s->pb, &frame, &render, av->m_c2o + src * 9, &outt, NULL);
+            double t1 = ditto_now();
+            if (rc >= 0) {
+                DittoYuvPlanes yuv = { o->y, o->u, o->v, W, ditto_yuv420_chroma_size((int)W) };
+                rc = ditto_rgb_to_yuv420(cpu->pool, o->rgb, (int)W, (int)H, W * 3, &yuv);
             }
+            double t2 = ditto_now();
             pthread_mutex_lock(&s->mu);
             s->seconds[DITTO_STAGE_PUTBACK] += t1 - t0;
             s->seconds[DITTO_STAGE_COLOR] += t2 - t1;
@@ -966,7 +960,6 @@ static int session_setup(DittoSession *s)
     };
     if ((rc = ditto_renderer_open(&s->rend, &rc_cfg)) < 0)
         return rc;
-    s->frame_bytes = ditto_renderer_frame_bytes(s->rend);
     if (!s->device_post && (rc = ditto_putback_open(&s->pb, m->be_post, s->W, s->H, &s->log)) < 0)
         return rc;
 
@@ -982,9 +975,8 @@ static int session_setup(DittoSession *s)
     s->pcm_local = ditto_malloc((size_t)PCM_PIECE * sizeof(float));
     if (!s->mq || !s->os || !s->cond_rows || !s->pcm_local)
         return ditto_fail(&s->log, DITTO_ERR_NOMEM, "session: out of memory");
-    const size_t slot_bytes = s->device_post ? s->frame_bytes * (size_t)s->B : (size_t)(s->B * side * side * 3) * sizeof(float);
     for (int i = 0; i < RENDER_SLOTS && !s->device_post; i++)
-        if (!(s->rs[i].out = ditto_malloc_aligned(slot_bytes)))
+        if (!(s->rs[i].render = ditto_malloc_aligned((size_t)(s->B * side * side * 3) * sizeof(float))))
             return ditto_fail(&s->log, DITTO_ERR_NOMEM, "session: out of memory for %d renders of %lldx%lld", s->B, (long long)side,
                               (long long)side);
     /* frames downloaded straight into these go faster from page-locked memory */
@@ -1079,7 +1071,7 @@ void ditto_session_close(DittoSession **ps)
     ditto_conditions_free(&s->cond);
     ditto_avatar_free(&s->av);
     for (int i = 0; i < RENDER_SLOTS; i++)
-        ditto_free_aligned(s->rs[i].out);
+        ditto_free_aligned(s->rs[i].render);
     for (int i = 0; s->os && i < s->n_os; i++) {
         if (s->os_pinned)
             s->os_pinned->host_free(s->os_pinned, s->os[i].rgb);

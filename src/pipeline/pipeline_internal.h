@@ -57,13 +57,6 @@ typedef struct DittoRendererConfig {
 int ditto_renderer_open(DittoRenderer **out, const DittoRendererConfig *c);
 void ditto_renderer_close(DittoRenderer **r);
 
-/*
- * Bytes of one finished frame (device_post): RGB24 (H,W,3), then the
- * yuv420p planes Y (H,W), U and V (ch,cw each, ditto_yuv420_chroma_size),
- * packed in that order.
- */
-size_t ditto_renderer_frame_bytes(const DittoRenderer *r);
-
 /* Busy time of the render stages, seconds (backend synchronised). */
 typedef struct DittoRenderTimes {
     double stitch, warp, decode, putback, color;
@@ -71,15 +64,19 @@ typedef struct DittoRenderTimes {
 
 /*
  * Frames g0 .. g0+n-1 (1 <= n <= batch): x_d_info (n) from cvt_fmt, ctrl
- * (n entries, each may be NULL) or NULL -> out, host memory: without
- * device_post n renders (n, 512, 512, 3) float32 in 0..255; with it n
- * finished frames of ditto_renderer_frame_bytes() each, or, when out is
- * NULL, the frames stay on the device for ditto_renderer_fetch() until the
- * next run. Adds the stage times to *t (may be NULL).
+ * (n entries, each may be NULL) or NULL. Without device_post -> out, host
+ * memory: n renders (n, 512, 512, 3) float32 in 0..255. With device_post
+ * out must be NULL: the n finished frames stay on the device for
+ * ditto_renderer_fetch() until the next run. Adds the stage times to *t
+ * (may be NULL).
  */
 int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_d_info, const DittoCtrl *const *ctrl, void *out,
                        DittoRenderTimes *t);
-/* device_post: finished frame k (< n) of the last run into dst (ditto_renderer_frame_bytes()). */
+/*
+ * device_post: finished frame k (< n) of the last run into dst: RGB24
+ * (H,W,3), then the yuv420p planes Y (H,W), U and V (ch,cw each,
+ * ditto_yuv420_chroma_size), packed in that order.
+ */
 int ditto_renderer_fetch(DittoRenderer *r, int k, void *dst);
 
 /*

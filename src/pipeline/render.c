@@ -43,7 +43,7 @@ struct DittoRenderer {
     bool post;
     DittoPutback *pb;
     DittoBuffer src_buf;         /* (H, W, 3) u8: the image avatar's frame, or one video frame at a time */
-    DittoBuffer out_buf;         /* B finished frames, ditto_renderer_frame_bytes() each */
+    DittoBuffer out_buf;         /* B finished frames, frame_bytes each (RGB24, Y, U, V) */
     int64_t W, H, cw, ch;
     size_t frame_bytes;
 
@@ -222,11 +222,6 @@ static int put_fs(DittoRenderer *r, int64_t b, int64_t src)
     return ditto_op_copy(r->be, &from, &to);
 }
 
-size_t ditto_renderer_frame_bytes(const DittoRenderer *r)
-{
-    return r->frame_bytes;
-}
-
 #define TRY(expr) do { rc = (expr); if (rc < 0) goto done; } while (0)
 
 /* Warp of the n frames in the batch buffers: f_s, x_s, x_d -> feat. */
@@ -341,7 +336,7 @@ int ditto_renderer_fetch(DittoRenderer *r, int k, void *dst)
 int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_d_info, const DittoCtrl *const *ctrl, void *out,
                        DittoRenderTimes *t)
 {
-    if (!r || n < 1 || n > r->batch || !x_d_info || (!out && !r->post))
+    if (!r || n < 1 || n > r->batch || !x_d_info || !out != r->post)
         return DITTO_ERR_INVAL;
     DittoBackend *be = r->be;
     const DittoAvatar *av = r->av;
@@ -388,10 +383,7 @@ int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_
         TRY(be->sync(be));
         t3 = ditto_now();
         TRY(run_post(r, g0, N, &t_pb));
-        if (out)
-            TRY(be->download(be, out, r->out_buf.ptr, r->frame_bytes * (size_t)N));
-        else
-            TRY(be->sync(be));
+        TRY(be->sync(be));
         t4 = ditto_now();
     }
     r->last_n = (int)Nr;
