@@ -14,6 +14,7 @@
 
 #include "backend/cpu/cpu.h"
 #include "core/log.h"
+#include "ops/pad_map.h"
 
 #define MAX_TASKS 1024
 
@@ -153,29 +154,6 @@ static int cpu_where(DittoBackend *be, const DittoTensor *cond, const DittoTenso
 
 /* ---- pad ---- */
 
-/* Source index along an axis of n elements for output index o, or -1 for the constant. */
-static int64_t pad_map(DittoPadMode mode, int64_t o, int64_t begin, int64_t n)
-{
-    int64_t i = o - begin;
-    if (i >= 0 && i < n)
-        return i;
-    switch (mode) {
-    case DITTO_PAD_EDGE:
-        return i < 0 ? 0 : n - 1;
-    case DITTO_PAD_WRAP:
-        return ((i % n) + n) % n;
-    case DITTO_PAD_REFLECT: {
-        if (n == 1)
-            return 0;
-        int64_t period = 2 * (n - 1);
-        i = ((i % period) + period) % period;
-        return i < n ? i : period - i;
-    }
-    default:
-        return -1;
-    }
-}
-
 typedef struct PadCtx {
     const DittoPadParams *p;
     const char *x;
@@ -208,7 +186,7 @@ static void pad_task(void *arg, int t)
         for (int d = last - 1; d >= 0; d--) {
             int64_t o = rem % c->ys[d];
             rem /= c->ys[d];
-            int64_t i = pad_map(c->p->mode, o, c->p->begin[d], c->xs[d]);
+            int64_t i = ditto_pad_map(c->p->mode, o, c->p->begin[d], c->xs[d]);
             if (i < 0)
                 outside = true;
             off += i * c->xst[d];
@@ -227,7 +205,7 @@ static void pad_task(void *arg, int t)
                 o = in1 - 1;
                 continue;
             }
-            int64_t i = pad_map(c->p->mode, o, b, nx);
+            int64_t i = ditto_pad_map(c->p->mode, o, b, nx);
             if (i < 0)
                 memcpy(y + (size_t)o * c->es, c->value, c->es);
             else

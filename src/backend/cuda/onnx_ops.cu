@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
+#include "ops/pad_map.h"
 
 #define OX_THREADS 256
 
@@ -337,29 +338,6 @@ static int cuda_where(DittoBackend *be, const DittoTensor *cond, const DittoTens
 
 /* ---- pad ---- */
 
-/* Source index along an axis of n elements for output index o, or -1 for the constant (the CPU's pad_map). */
-static __host__ __device__ __forceinline__ int64_t pad_map(int mode, int64_t o, int64_t begin, int64_t n)
-{
-    int64_t i = o - begin;
-    if (i >= 0 && i < n)
-        return i;
-    switch (mode) {
-    case DITTO_PAD_EDGE:
-        return i < 0 ? 0 : n - 1;
-    case DITTO_PAD_WRAP:
-        return ((i % n) + n) % n;
-    case DITTO_PAD_REFLECT: {
-        if (n == 1)
-            return 0;
-        int64_t period = 2 * (n - 1);
-        i = ((i % period) + period) % period;
-        return i < n ? i : period - i;
-    }
-    default:
-        return -1;
-    }
-}
-
 typedef struct PadArgs {
     const void *x;
     void *y;
@@ -376,7 +354,7 @@ static __host__ __device__ __forceinline__ void pad_elem(const PadArgs &p, int64
     for (int d = p.ndim - 1; d >= 0; d--) {
         int64_t q = rem / p.ys[d], o = rem - q * p.ys[d];
         rem = q;
-        int64_t s = pad_map(p.mode, o, p.begin[d], p.xs[d]);
+        int64_t s = ditto_pad_map(p.mode, o, p.begin[d], p.xs[d]);
         if (s < 0)
             outside = true;
         else
