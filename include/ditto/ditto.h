@@ -150,6 +150,11 @@ typedef struct DittoStats {
     double wall;                 /**< wall time since the session opened */
     int width, height;           /**< frame size */
     int batch;                   /**< render batch size */
+    /* milestones, seconds since the session opened (ditto_render_file: since the call began); 0 = not reached */
+    double t_ready;              /**< session set up: avatar registered, renderer ready */
+    double t_first_frame;        /**< the first finished frame was ready */
+    double t_last_frame;         /**< the last frame was handed out */
+    double t_closed;             /**< ditto_render_file only: the MP4 closed and in place */
 } DittoStats;
 
 /* ---- session ---------------------------------------------------------------------- */

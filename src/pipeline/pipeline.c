@@ -545,6 +545,7 @@ struct DittoSession {
     double seconds[DITTO_STAGE_COUNT];
     double t_a2m, t_wait;      /* motion worker: inside a2m push, blocked on the queue */
     double t_motion0, t_batch0;   /* clock when the first motion frame / the first render batch was ready (0: not yet) */
+    double t_ready, t_last;       /* clock when the setup finished / the last frame was handed out (0: not yet) */
 
     pthread_t th[3];
     bool started[3];
@@ -1034,6 +1035,7 @@ int ditto_session_open(DittoSession **out, DittoModels *m, const DittoSessionPar
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     int rc = session_setup(s);
+    s->t_ready = ditto_now();
     void *(*mains[3])(void *) = { motion_main, render_main, post_main };
     for (int i = 0; i < 3 && rc >= 0; i++) {
         if (pthread_create(&s->th[i], NULL, mains[i], s)) {
@@ -1173,6 +1175,8 @@ int ditto_session_pull_frame(DittoSession *s, DittoFrame *f)
         const OutSlot *o = &s->os[s->os_head % s->n_os];
         s->holding = true;
         f->index = o->index;
+        if (s->total > 0 && o->index == s->total - 1)
+            s->t_last = ditto_now();
         f->width = s->W;
         f->height = s->H;
         f->y = o->y;
@@ -1202,6 +1206,9 @@ void ditto_session_stats(const DittoSession *s, DittoStats *st)
     st->width = s->W;
     st->height = s->H;
     st->batch = s->B;
+    st->t_ready = s->t_ready ? s->t_ready - s->t_open : 0;
+    st->t_first_frame = s->t_batch0 ? s->t_batch0 - s->t_open : 0;
+    st->t_last_frame = s->t_last ? s->t_last - s->t_open : 0;
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -1300,6 +1307,7 @@ int ditto_render_file(DittoModels *m, const DittoRenderParams *p, DittoStats *st
     DittoSession *s = NULL;
     DittoVideoWriter *w = NULL;
     double t_encode = 0;
+    const double t_sess = ditto_now();
     rc = ditto_session_open(&s, m, &sp);
     if (rc >= 0) {
         /* open the output before the heavy work: a bad folder fails at once */
@@ -1349,6 +1357,13 @@ int ditto_render_file(DittoModels *m, const DittoRenderParams *p, DittoStats *st
     ditto_video_writer_close(&w);
     if (stats && s) {
         ditto_session_stats(s, stats);
+        /* milestones since the call began, not since the session opened */
+        const double off = t_sess - t0;
+        double *ms[3] = { &stats->t_ready, &stats->t_first_frame, &stats->t_last_frame };
+        for (int i = 0; i < 3; i++)
+            if (*ms[i] > 0)
+                *ms[i] += off;
+        stats->t_closed = rc >= 0 ? ditto_now() - t0 : 0;
         stats->seconds[DITTO_STAGE_AUDIO] += t_decode;
         stats->seconds[DITTO_STAGE_ENCODE] += t_encode;
         stats->frames = done;
