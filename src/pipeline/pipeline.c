@@ -1280,6 +1280,50 @@ void ditto_render_params_default(DittoRenderParams *p)
     p->crf = 18;
 }
 
+/*
+ * The audio decodes on its own thread while the session registers the
+ * avatar. Its messages wait in a small buffer and are logged after the join,
+ * so one failure still gives one error line.
+ */
+#define AUDIO_JOB_MSGS 4
+typedef struct AudioJob {
+    const char *path;
+    DittoLogger log;          /* the buffer's */
+    float *pcm;
+    int64_t n;
+    int rc;
+    double secs;
+    int nmsg;
+    DittoLogLevel level[AUDIO_JOB_MSGS];
+    char msg[AUDIO_JOB_MSGS][256];
+} AudioJob;
+
+static void audio_job_log(void *cookie, DittoLogLevel level, const char *msg)
+{
+    AudioJob *j = cookie;
+    if (j->nmsg < AUDIO_JOB_MSGS) {
+        j->level[j->nmsg] = level;
+        snprintf(j->msg[j->nmsg++], sizeof j->msg[0], "%s", msg);
+    }
+}
+
+static void *audio_job_main(void *arg)
+{
+    AudioJob *j = arg;
+    const double t = ditto_now();
+    j->rc = ditto_audio_decode(j->path, &j->pcm, &j->n, &j->log);
+    j->secs = ditto_now() - t;
+    return NULL;
+}
+
+/* Replay the job's messages into lg (after the join: one thread logs). */
+static void audio_job_flush(const AudioJob *j, const DittoLogger *lg)
+{
+    for (int i = 0; i < j->nmsg; i++)
+        if (lg->cb && j->level[i] <= lg->level)
+            lg->cb(lg->cookie, j->level[i], j->msg[i]);
+}
+
 int ditto_render_file(DittoModels *m, const DittoRenderParams *p, DittoStats *stats)
 {
     if (stats)
@@ -1289,17 +1333,15 @@ int ditto_render_file(DittoModels *m, const DittoRenderParams *p, DittoStats *st
     const DittoLogger *lg = &p->log;
     if (!p->audio || !p->output)
         return ditto_fail(lg, DITTO_ERR_INVAL, "render: the audio and the output file are required");
-    double t0 = ditto_now();
-    float *pcm = NULL;
-    int64_t n = 0;
-    int rc = ditto_audio_decode(p->audio, &pcm, &n, lg);
-    if (rc >= 0 && n <= 0)
-        rc = ditto_fail(lg, DITTO_ERR_FORMAT, "%s: the audio is empty (0 samples): nothing to render", p->audio);
-    if (rc < 0) {
-        ditto_pcm_release(pcm);
-        return rc;
-    }
-    double t_decode = ditto_now() - t0;
+    const double t0 = ditto_now();
+    AudioJob aj;
+    memset(&aj, 0, sizeof aj);
+    aj.path = p->audio;
+    aj.log = (DittoLogger){ audio_job_log, &aj, lg->level };
+    pthread_t ath;
+    const bool threaded = pthread_create(&ath, NULL, audio_job_main, &aj) == 0;
+    if (!threaded)
+        audio_job_main(&aj);
 
     DittoSessionParams sp = p->session;
     if (!sp.log.cb)
@@ -1308,9 +1350,26 @@ int ditto_render_file(DittoModels *m, const DittoRenderParams *p, DittoStats *st
     DittoVideoWriter *w = NULL;
     double t_encode = 0;
     const double t_sess = ditto_now();
-    rc = ditto_session_open(&s, m, &sp);
+    int rc = ditto_session_open(&s, m, &sp);
+    if (threaded)
+        pthread_join(ath, NULL);
+    float *pcm = aj.pcm;
+    const int64_t n = aj.n;
     if (rc >= 0) {
-        /* open the output before the heavy work: a bad folder fails at once */
+        /* the session's error, if any, is the one reported */
+        audio_job_flush(&aj, lg);
+        rc = aj.rc;
+        if (rc >= 0 && n <= 0)
+            rc = ditto_fail(lg, DITTO_ERR_FORMAT, "%s: the audio is empty (0 samples): nothing to render", p->audio);
+    }
+    /* motion starts on the pushed audio while the output opens */
+    if (rc >= 0)
+        rc = ditto_session_push_audio(s, pcm, n);
+    ditto_pcm_release(pcm);
+    if (rc >= 0)
+        rc = ditto_session_end_audio(s);
+    if (rc >= 0) {
+        /* a bad output folder still fails at once: nothing heavy has finished yet */
         DittoVideoWriterParams wp;
         ditto_video_writer_params_default(&wp);
         wp.fps = DITTO_FPS;
@@ -1324,11 +1383,6 @@ int ditto_render_file(DittoModels *m, const DittoRenderParams *p, DittoStats *st
         ditto_session_stats(s, &st);
         rc = ditto_video_writer_open(&w, p->output, st.width, st.height, &wp);
     }
-    if (rc >= 0)
-        rc = ditto_session_push_audio(s, pcm, n);
-    ditto_pcm_release(pcm);
-    if (rc >= 0)
-        rc = ditto_session_end_audio(s);
     int64_t total = ditto_audio_num_frames(n), done = 0;
     while (rc >= 0) {
         DittoFrame f;
@@ -1364,7 +1418,7 @@ int ditto_render_file(DittoModels *m, const DittoRenderParams *p, DittoStats *st
             if (*ms[i] > 0)
                 *ms[i] += off;
         stats->t_closed = rc >= 0 ? ditto_now() - t0 : 0;
-        stats->seconds[DITTO_STAGE_AUDIO] += t_decode;
+        stats->seconds[DITTO_STAGE_AUDIO] += aj.secs;
         stats->seconds[DITTO_STAGE_ENCODE] += t_encode;
         stats->frames = done;
         stats->total = total;
