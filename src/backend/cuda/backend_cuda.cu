@@ -1,4 +1,5 @@
 /* CUDA backend: device memory, one stream, cuBLAS and cuDNN handles, and the op table. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
@@ -275,6 +276,30 @@ static void cuda_destroy(DittoBackend *be)
     ditto_free(be);
 }
 
+/*
+ * How a host thread waits for the GPU. The default spin wait keeps a core
+ * busy for every waiting thread (the render and motion workers wait most of
+ * the time) and takes it from the CPU stages that run meanwhile, the video
+ * encoder above all; a blocking wait costs a few microseconds per wake-up, at
+ * most a few hundred times a second here. DITTO_CUDA_SYNC=spin|yield|block
+ * (default block) for measurements. Applies to the device's primary context,
+ * so to every backend on it.
+ */
+static void set_sync_mode(const DittoLogger *log)
+{
+    const char *e = getenv("DITTO_CUDA_SYNC");
+    unsigned flag = cudaDeviceScheduleBlockingSync;
+    if (e && !strcmp(e, "spin"))
+        flag = cudaDeviceScheduleSpin;
+    else if (e && !strcmp(e, "yield"))
+        flag = cudaDeviceScheduleYield;
+    cudaError_t r = cudaSetDeviceFlags(flag);
+    if (r != cudaSuccess) {
+        cudaGetLastError();
+        ditto_log(log, DITTO_LOG_DEBUG, "backend 'cuda': cannot set the wait mode: %s", cudaGetErrorString(r));
+    }
+}
+
 extern "C" int ditto_backend_cuda_open(DittoBackend **out, const DittoBackendParams *p)
 {
     *out = NULL;
@@ -330,7 +355,10 @@ extern "C" int ditto_backend_cuda_open(DittoBackend **out, const DittoBackendPar
     int prio_least = 0, prio_greatest = 0;
     if (p->high_priority && cudaDeviceGetStreamPriorityRange(&prio_least, &prio_greatest) != cudaSuccess)
         prio_greatest = 0;
-    if (cudaSetDevice(cu->device) != cudaSuccess ||
+    const cudaError_t se = cudaSetDevice(cu->device);
+    if (se == cudaSuccess)
+        set_sync_mode(&p->log);
+    if (se != cudaSuccess ||
         cudaStreamCreateWithPriority(&cu->stream, cudaStreamNonBlocking, p->high_priority ? prio_greatest : 0) != cudaSuccess)
         rc = ditto_fail(&p->log, DITTO_ERR_BACKEND, "backend 'cuda': cannot create a stream on device %d", cu->device);
     else if (cublasCreate(&cu->cublas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(cu->cublas, cu->stream) != CUBLAS_STATUS_SUCCESS)
