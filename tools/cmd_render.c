@@ -51,7 +51,7 @@ static void usage(FILE *f)
             "  --bitrate R        average video bitrate instead of --crf, e.g. 4M or 800k\n"
             "  --encoder NAME     auto (default: h264_nvenc when the GPU offers it, else libx264) or an\n"
             "                     FFmpeg encoder name\n"
-            "  --preset NAME      encoder preset (default: veryfast for libx264, else the\n"
+            "  --preset NAME      encoder preset (default: superfast for libx264, else the\n"
             "                     encoder's own)\n"
             "  --frame-hashes F   write the SHA-256 of every frame's YUV planes to F (one line per frame)\n\n"
             "performance:\n"

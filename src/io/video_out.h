@@ -40,7 +40,7 @@
 #include "io/color.h"
 
 /* libx264 preset when none is given: fast enough not to hold up a GPU render. */
-#define DITTO_X264_DEFAULT_PRESET "veryfast"
+#define DITTO_X264_DEFAULT_PRESET "superfast"
 
 typedef struct DittoVideoWriterParams {
     int fps;                  /* frames per second (25) */
