@@ -122,7 +122,7 @@ typedef struct DittoFrame {
     int width, height;           /**< the avatar's full resolution */
     const uint8_t *y, *u, *v;    /**< yuv420p, BT.601 limited range */
     ptrdiff_t y_stride, uv_stride;
-    const uint8_t *rgb;          /**< the same frame as packed RGB24 */
+    const uint8_t *rgb;          /**< the same frame as packed RGB24; NULL with DittoSessionParams.yuv_only */
     ptrdiff_t rgb_stride;
 } DittoFrame;
 
@@ -171,6 +171,7 @@ typedef struct DittoSessionParams {
     int max_size;                /**< longer side limit of the avatar frames [1920] */
     int fade_in;                 /**< frames over which the expression eases in from the avatar's own [0] */
     int fade_out;                /**< frames over which it eases back at the end [0] */
+    bool yuv_only;               /**< frames without the RGB copy (DittoFrame.rgb NULL): less to move off the GPU [false] */
     DittoLogger log;
 } DittoSessionParams;
 

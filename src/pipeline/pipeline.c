@@ -752,7 +752,7 @@ static void *render_main(void *arg)
                 OutSlot *o = &s->os[s->os_tail % s->n_os];
                 pthread_mutex_unlock(&s->mu);
                 double t0 = ditto_now();
-                rc = ditto_renderer_fetch(s->rend, k, o->rgb);
+                rc = ditto_renderer_fetch(s->rend, k, !s->p.yuv_only, o->rgb);
                 t.color += ditto_now() - t0;
                 pthread_mutex_lock(&s->mu);
                 if (rc >= 0) {
@@ -1184,7 +1184,7 @@ int ditto_session_pull_frame(DittoSession *s, DittoFrame *f)
         f->v = o->v;
         f->y_stride = s->W;
         f->uv_stride = ditto_yuv420_chroma_size(s->W);
-        f->rgb = o->rgb;
+        f->rgb = s->p.yuv_only ? NULL : o->rgb;
         f->rgb_stride = (ptrdiff_t)s->W * 3;
         rc = 1;
     }
@@ -1344,6 +1344,7 @@ int ditto_render_file(DittoModels *m, const DittoRenderParams *p, DittoStats *st
         audio_job_main(&aj);
 
     DittoSessionParams sp = p->session;
+    sp.yuv_only = true;   /* the encoder takes the planes */
     if (!sp.log.cb)
         sp.log = p->log;
     DittoSession *s = NULL;

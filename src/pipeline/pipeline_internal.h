@@ -75,9 +75,10 @@ int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_
 /*
  * device_post: finished frame k (< n) of the last run into dst: RGB24
  * (H,W,3), then the yuv420p planes Y (H,W), U and V (ch,cw each,
- * ditto_yuv420_chroma_size), packed in that order.
+ * ditto_yuv420_chroma_size), packed in that order. Without rgb only the
+ * planes are copied, to their place after the (untouched) RGB bytes.
  */
-int ditto_renderer_fetch(DittoRenderer *r, int k, void *dst);
+int ditto_renderer_fetch(DittoRenderer *r, int k, bool rgb, void *dst);
 
 /*
  * ditto_now() when the session's first motion frame reached the render

@@ -326,11 +326,13 @@ static int run_post(DittoRenderer *r, int64_t g0, int64_t N, double *t_putback)
     return 0;
 }
 
-int ditto_renderer_fetch(DittoRenderer *r, int k, void *dst)
+int ditto_renderer_fetch(DittoRenderer *r, int k, bool rgb, void *dst)
 {
     if (!r || !r->post || k < 0 || k >= r->batch || !dst)
         return DITTO_ERR_INVAL;
-    return r->be->download(r->be, dst, (const uint8_t *)r->out_buf.ptr + (size_t)k * r->frame_bytes, r->frame_bytes);
+    const size_t skip = rgb ? 0 : (size_t)(r->W * r->H * 3);
+    return r->be->download(r->be, (uint8_t *)dst + skip, (const uint8_t *)r->out_buf.ptr + (size_t)k * r->frame_bytes + skip,
+                           r->frame_bytes - skip);
 }
 
 int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_d_info, const DittoCtrl *const *ctrl, void *out,
