@@ -488,7 +488,8 @@ typedef struct RenderSlot {
 } RenderSlot;
 
 typedef struct OutSlot {
-    uint8_t *rgb;              /* H x W x 3 */
+    uint8_t *buf;              /* the allocation: [rgb] y u v */
+    uint8_t *rgb;              /* H x W x 3, NULL when the GPU keeps it (yuv_only) */
     uint8_t *y, *u, *v;
     int64_t index;
 } OutSlot;
@@ -752,7 +753,7 @@ static void *render_main(void *arg)
                 OutSlot *o = &s->os[s->os_tail % s->n_os];
                 pthread_mutex_unlock(&s->mu);
                 double t0 = ditto_now();
-                rc = ditto_renderer_fetch(s->rend, k, !s->p.yuv_only, o->rgb);
+                rc = ditto_renderer_fetch(s->rend, k, o->rgb, o->y);
                 t.color += ditto_now() - t0;
                 pthread_mutex_lock(&s->mu);
                 if (rc >= 0) {
@@ -959,8 +960,10 @@ static int session_setup(DittoSession *s)
         .batch = s->B, .fade_type = (p->fade_in > 0 || p->fade_out > 0) ? DITTO_FADE_S : DITTO_FADE_NONE,
         .device_post = s->device_post, .graphs = !(graphs_env && !strcmp(graphs_env, "0")), .log = s->log,
     };
+    const double t_rend = ditto_now();
     if ((rc = ditto_renderer_open(&s->rend, &rc_cfg)) < 0)
         return rc;
+    const double t_bufs = ditto_now();
     if (!s->device_post && (rc = ditto_putback_open(&s->pb, m->be_post, s->W, s->H, &s->log)) < 0)
         return rc;
 
@@ -983,16 +986,21 @@ static int session_setup(DittoSession *s)
     /* frames downloaded straight into these go faster from page-locked memory */
     DittoBackend *hb = s->device_post && m->be->host_alloc ? m->be : NULL;
     s->os_pinned = hb;
+    /* the host paste-back writes the RGB frame first; from the device only what is fetched */
+    const size_t rgb_bytes = s->device_post && p->yuv_only ? 0 : (size_t)(W * H * 3);
     for (int i = 0; i < s->n_os; i++) {
-        const size_t fb = (size_t)(W * H * 3 + W * H + 2 * cw * ch);
+        const size_t fb = rgb_bytes + (size_t)(W * H + 2 * cw * ch);
         uint8_t *b = hb ? hb->host_alloc(hb, fb) : ditto_malloc_aligned(fb);
         if (!b)
             return ditto_fail(&s->log, DITTO_ERR_NOMEM, "session: out of memory for %d frames of %lldx%lld", s->n_os, (long long)W, (long long)H);
-        s->os[i].rgb = b;
-        s->os[i].y = b + W * H * 3;
+        s->os[i].buf = b;
+        s->os[i].rgb = rgb_bytes ? b : NULL;
+        s->os[i].y = b + rgb_bytes;
         s->os[i].u = s->os[i].y + W * H;
         s->os[i].v = s->os[i].u + cw * ch;
     }
+    ditto_log(&s->log, DITTO_LOG_INFO, "session: avatar %.3f s, motion stages %.3f s, renderer %.3f s, frame buffers %.3f s",
+              s->seconds[DITTO_STAGE_AVATAR], t_rend - t - s->seconds[DITTO_STAGE_AVATAR], t_bufs - t_rend, ditto_now() - t_bufs);
     return 0;
 }
 
@@ -1076,9 +1084,9 @@ void ditto_session_close(DittoSession **ps)
         ditto_free_aligned(s->rs[i].render);
     for (int i = 0; s->os && i < s->n_os; i++) {
         if (s->os_pinned)
-            s->os_pinned->host_free(s->os_pinned, s->os[i].rgb);
+            s->os_pinned->host_free(s->os_pinned, s->os[i].buf);
         else
-            ditto_free_aligned(s->os[i].rgb);
+            ditto_free_aligned(s->os[i].buf);
     }
     ditto_free(s->os);
     ditto_free(s->mq);

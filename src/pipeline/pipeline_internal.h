@@ -73,12 +73,11 @@ typedef struct DittoRenderTimes {
 int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_d_info, const DittoCtrl *const *ctrl, void *out,
                        DittoRenderTimes *t);
 /*
- * device_post: finished frame k (< n) of the last run into dst: RGB24
- * (H,W,3), then the yuv420p planes Y (H,W), U and V (ch,cw each,
- * ditto_yuv420_chroma_size), packed in that order. Without rgb only the
- * planes are copied, to their place after the (untouched) RGB bytes.
+ * device_post: finished frame k (< n) of the last run: RGB24 (H,W,3) into
+ * rgb unless NULL, and the yuv420p planes Y (H,W), U and V (ch,cw each,
+ * ditto_yuv420_chroma_size), packed in that order, into yuv.
  */
-int ditto_renderer_fetch(DittoRenderer *r, int k, bool rgb, void *dst);
+int ditto_renderer_fetch(DittoRenderer *r, int k, void *rgb, void *yuv);
 
 /*
  * ditto_now() when the session's first motion frame reached the render

@@ -326,13 +326,18 @@ static int run_post(DittoRenderer *r, int64_t g0, int64_t N, double *t_putback)
     return 0;
 }
 
-int ditto_renderer_fetch(DittoRenderer *r, int k, bool rgb, void *dst)
+int ditto_renderer_fetch(DittoRenderer *r, int k, void *rgb, void *yuv)
 {
-    if (!r || !r->post || k < 0 || k >= r->batch || !dst)
+    if (!r || !r->post || k < 0 || k >= r->batch || !yuv)
         return DITTO_ERR_INVAL;
-    const size_t skip = rgb ? 0 : (size_t)(r->W * r->H * 3);
-    return r->be->download(r->be, (uint8_t *)dst + skip, (const uint8_t *)r->out_buf.ptr + (size_t)k * r->frame_bytes + skip,
-                           r->frame_bytes - skip);
+    /* the device frame is rgb | y u v, packed */
+    const uint8_t *src = (const uint8_t *)r->out_buf.ptr + (size_t)k * r->frame_bytes;
+    const size_t rgb_bytes = (size_t)(r->W * r->H * 3);
+    if (rgb && (uint8_t *)yuv == (uint8_t *)rgb + rgb_bytes)
+        return r->be->download(r->be, rgb, src, r->frame_bytes);
+    if (rgb)
+        DITTO_TRY(r->be->download(r->be, rgb, src, rgb_bytes));
+    return r->be->download(r->be, yuv, src + rgb_bytes, r->frame_bytes - rgb_bytes);
 }
 
 int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_d_info, const DittoCtrl *const *ctrl, void *out,
