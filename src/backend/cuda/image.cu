@@ -83,65 +83,79 @@ typedef struct WarpArgs {
     int64_t total;                       /* N * out H * out W */
 } WarpArgs;
 
-static __global__ void warp_affine_kernel(const __grid_constant__ WarpArgs g)
+/* Destination pixel (dx, dy) of item n, flat index t = (n * out H + dy) * out W + dx. */
+static __device__ __forceinline__ void warp_px(const WarpArgs &g, int64_t n, int64_t dy, int64_t dx, int64_t t)
 {
     const int64_t W = g.in.w, H = g.in.h, C = g.in.c;
-    GRID_LOOP(t, g.total) {
-        int64_t dx = t % g.out.w, r = t / g.out.w;   /* r = n * out H + dy */
-        int64_t n = r / g.out.h, dy = r - n * g.out.h;
-        /* 1/1024-pixel row origin, +16 rounds the later >> 5 to 1/32 pixel */
-        int64_t X0 = round_sat(__dmul_rn(__dadd_rn(__dmul_rn(g.a12, (double)dy), g.b1), 1024.0)) + 16;
-        int64_t Y0 = round_sat(__dmul_rn(__dadd_rn(__dmul_rn(g.a22, (double)dy), g.b2), 1024.0)) + 16;
-        int64_t X = floor_shift(X0 + round_sat(__dmul_rn(__dmul_rn(g.a11, (double)dx), 1024.0)), 5);
-        int64_t Y = floor_shift(Y0 + round_sat(__dmul_rn(__dmul_rn(g.a21, (double)dx), 1024.0)), 5);
-        int64_t sx = floor_shift(X, 5), sy = floor_shift(Y, 5);
-        int ax = (int)(X - sx * 32), ay = (int)(Y - sy * 32);
-        int64_t src = n * H * W * C, dst = t * C;
-        /* a pixel whose four taps are all outside is the border value itself */
-        bool all_out = sx >= W || sx + 1 < 0 || sy >= H || sy + 1 < 0;
-        int64_t tap[4];
-        for (int k = 0; k < 4; k++) {
-            int64_t tx = sx + (k & 1), ty = sy + (k >> 1);
-            tap[k] = tx >= 0 && tx < W && ty >= 0 && ty < H ? src + (ty * W + tx) * C : -1;
+    /* 1/1024-pixel row origin, +16 rounds the later >> 5 to 1/32 pixel */
+    int64_t X0 = round_sat(__dmul_rn(__dadd_rn(__dmul_rn(g.a12, (double)dy), g.b1), 1024.0)) + 16;
+    int64_t Y0 = round_sat(__dmul_rn(__dadd_rn(__dmul_rn(g.a22, (double)dy), g.b2), 1024.0)) + 16;
+    int64_t X = floor_shift(X0 + round_sat(__dmul_rn(__dmul_rn(g.a11, (double)dx), 1024.0)), 5);
+    int64_t Y = floor_shift(Y0 + round_sat(__dmul_rn(__dmul_rn(g.a21, (double)dx), 1024.0)), 5);
+    int64_t sx = floor_shift(X, 5), sy = floor_shift(Y, 5);
+    int ax = (int)(X - sx * 32), ay = (int)(Y - sy * 32);
+    int64_t src = n * H * W * C, dst = t * C;
+    /* a pixel whose four taps are all outside is the border value itself */
+    bool all_out = sx >= W || sx + 1 < 0 || sy >= H || sy + 1 < 0;
+    int64_t tap[4];
+    for (int k = 0; k < 4; k++) {
+        int64_t tx = sx + (k & 1), ty = sy + (k >> 1);
+        tap[k] = tx >= 0 && tx < W && ty >= 0 && ty < H ? src + (ty * W + tx) * C : -1;
+    }
+    if (g.u8) {
+        const uint8_t *x = (const uint8_t *)g.x;
+        uint8_t *y = (uint8_t *)g.y;
+        if (all_out) {
+            for (int64_t ch = 0; ch < C; ch++)
+                y[dst + ch] = g.cval_u8;
+            return;
         }
-        if (g.u8) {
-            const uint8_t *x = (const uint8_t *)g.x;
-            uint8_t *y = (uint8_t *)g.y;
-            if (all_out) {
-                for (int64_t ch = 0; ch < C; ch++)
-                    y[dst + ch] = g.cval_u8;
-                continue;
-            }
-            /* round(w * 32768) of the bilinear weights: exact integers summing to 32768 */
-            const int32_t w[4] = { (32 - ax) * (32 - ay) * 32, ax * (32 - ay) * 32, (32 - ax) * ay * 32, ax * ay * 32 };
-            for (int64_t ch = 0; ch < C; ch++) {
-                int32_t s = 0;
-                for (int k = 0; k < 4; k++)
-                    s += w[k] * (tap[k] >= 0 ? (int32_t)x[tap[k] + ch] : (int32_t)g.cval_u8);
-                y[dst + ch] = sat_u8((s + (1 << 14)) >> 15);
-            }
-        } else {
-            const float *x = (const float *)g.x;
-            float *y = (float *)g.y;
-            if (all_out) {
-                for (int64_t ch = 0; ch < C; ch++)
-                    y[dst + ch] = g.cval_f;
-                continue;
-            }
-            /* OpenCV's float table: products of (1 - f) and f with f = a/32, exact in float */
-            float fx = (float)ax * (1.0f / 32), fy = (float)ay * (1.0f / 32);
-            const float w[4] = { __fmul_rn(1.0f - fy, 1.0f - fx), __fmul_rn(1.0f - fy, fx), __fmul_rn(fy, 1.0f - fx), __fmul_rn(fy, fx) };
-            for (int64_t ch = 0; ch < C; ch++) {
-                float v[4];
-                for (int k = 0; k < 4; k++)
-                    v[k] = tap[k] >= 0 ? x[tap[k] + ch] : g.cval_f;
-                /* order (y0,x0), (y0,x1), (y1,x0), (y1,x1), left to right */
-                float acc = __fadd_rn(__fmul_rn(v[0], w[0]), __fmul_rn(v[1], w[1]));
-                acc = __fadd_rn(acc, __fmul_rn(v[2], w[2]));
-                y[dst + ch] = __fadd_rn(acc, __fmul_rn(v[3], w[3]));
-            }
+        /* round(w * 32768) of the bilinear weights: exact integers summing to 32768 */
+        const int32_t w[4] = { (32 - ax) * (32 - ay) * 32, ax * (32 - ay) * 32, (32 - ax) * ay * 32, ax * ay * 32 };
+        for (int64_t ch = 0; ch < C; ch++) {
+            int32_t s = 0;
+            for (int k = 0; k < 4; k++)
+                s += w[k] * (tap[k] >= 0 ? (int32_t)x[tap[k] + ch] : (int32_t)g.cval_u8);
+            y[dst + ch] = sat_u8((s + (1 << 14)) >> 15);
+        }
+    } else {
+        const float *x = (const float *)g.x;
+        float *y = (float *)g.y;
+        if (all_out) {
+            for (int64_t ch = 0; ch < C; ch++)
+                y[dst + ch] = g.cval_f;
+            return;
+        }
+        /* OpenCV's float table: products of (1 - f) and f with f = a/32, exact in float */
+        float fx = (float)ax * (1.0f / 32), fy = (float)ay * (1.0f / 32);
+        const float w[4] = { __fmul_rn(1.0f - fy, 1.0f - fx), __fmul_rn(1.0f - fy, fx), __fmul_rn(fy, 1.0f - fx), __fmul_rn(fy, fx) };
+        for (int64_t ch = 0; ch < C; ch++) {
+            float v[4];
+            for (int k = 0; k < 4; k++)
+                v[k] = tap[k] >= 0 ? x[tap[k] + ch] : g.cval_f;
+            /* order (y0,x0), (y0,x1), (y1,x0), (y1,x1), left to right */
+            float acc = __fadd_rn(__fmul_rn(v[0], w[0]), __fmul_rn(v[1], w[1]));
+            acc = __fadd_rn(acc, __fmul_rn(v[2], w[2]));
+            y[dst + ch] = __fadd_rn(acc, __fmul_rn(v[3], w[3]));
         }
     }
+}
+
+static __global__ void warp_affine_kernel(const __grid_constant__ WarpArgs g)
+{
+    GRID_LOOP(t, g.total) {
+        int64_t dx = t % g.out.w, r = t / g.out.w;   /* r = n * out H + dy */
+        int64_t n = r / g.out.h;
+        warp_px(g, n, r - n * g.out.h, dx, t);
+    }
+}
+
+/* Grid (x tiles, n * out H rows): the same pixels without 64-bit divisions per pixel (paste-back: 2 Mpixel a frame). */
+static __global__ void warp_affine_rows(const __grid_constant__ WarpArgs g)
+{
+    const int64_t r = blockIdx.y, n = r / g.out.h;
+    for (int64_t dx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; dx < g.out.w; dx += (int64_t)gridDim.x * blockDim.x)
+        warp_px(g, n, r - n * g.out.h, dx, r * g.out.w + dx);
 }
 
 static int cuda_warp_affine(DittoBackend *be, const DittoWarpAffineParams *p, const DittoTensor *x, DittoTensor *y)
@@ -168,7 +182,12 @@ static int cuda_warp_affine(DittoBackend *be, const DittoWarpAffineParams *p, co
     g.total = g.out.n * g.out.h * g.out.w;
     if (g.total == 0 || g.out.c == 0)
         return 0;
-    warp_affine_kernel<<<ditto_cuda_blocks(g.total, IMG_THREADS), IMG_THREADS, 0, ditto_cuda(be)->stream>>>(g);
+    const int64_t rows = g.out.n * g.out.h;
+    if (rows <= 65535)
+        warp_affine_rows<<<dim3((unsigned)((g.out.w + IMG_THREADS - 1) / IMG_THREADS), (unsigned)rows), IMG_THREADS, 0,
+                           ditto_cuda(be)->stream>>>(g);
+    else
+        warp_affine_kernel<<<ditto_cuda_blocks(g.total, IMG_THREADS), IMG_THREADS, 0, ditto_cuda(be)->stream>>>(g);
     DITTO_CUDA_LAUNCHED(be);
     return 0;
 }
@@ -470,59 +489,83 @@ static int cuda_resize_bilinear(DittoBackend *be, const DittoTensor *x, DittoTen
 
 /* ---- output path: paste-back blend, yuv420p (core/bt601.h: the CPU's arithmetic) ---- */
 
+static __device__ __forceinline__ void blend_px(const float *mask, const float *img, int64_t w, const uint8_t *src, uint8_t *dst, int64_t W,
+                                                int64_t r, int64_t x)
+{
+    float m = mask[r * w + x];
+    const float *pi = img + (r * w + x) * 3;
+    const uint8_t *ps = src + (r * W + x) * 3;
+    uint8_t *pd = dst + (r * W + x) * 3;
+    for (int c = 0; c < 3; c++)
+        pd[c] = ditto_blend_px(m, pi[c], ps[c]);
+}
+
 static __global__ void k_mask_blend(const float *mask, const float *img, int64_t w, const uint8_t *src, uint8_t *dst, int64_t W, int64_t y0,
                                     int64_t x0, int64_t bw, int64_t n)
 {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t r = y0 + i / bw, x = x0 + i % bw;
-        float m = mask[r * w + x];
-        const float *pi = img + (r * w + x) * 3;
-        const uint8_t *ps = src + (r * W + x) * 3;
-        uint8_t *pd = dst + (r * W + x) * 3;
-        for (int c = 0; c < 3; c++)
-            pd[c] = ditto_blend_px(m, pi[c], ps[c]);
-    }
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        blend_px(mask, img, w, src, dst, W, y0 + i / bw, x0 + i % bw);
+}
+
+/* Grid (x tiles, box rows): no 64-bit division per pixel. */
+static __global__ void k_mask_blend_rows(const float *mask, const float *img, int64_t w, const uint8_t *src, uint8_t *dst, int64_t W,
+                                         int64_t y0, int64_t x0, int64_t bw)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < bw; i += (int64_t)gridDim.x * blockDim.x)
+        blend_px(mask, img, w, src, dst, W, y0 + blockIdx.y, x0 + i);
 }
 
 static int cuda_mask_blend(DittoBackend *be, const DittoBlendParams *p, const DittoTensor *mask, const DittoTensor *img, const DittoTensor *src,
                            DittoTensor *dst)
 {
-    const int64_t bw = p->x1 - p->x0, n = (p->y1 - p->y0) * bw;
-    k_mask_blend<<<ditto_cuda_blocks(n, 256), 256, 0, ditto_cuda(be)->stream>>>((const float *)mask->data, (const float *)img->data,
-                                                                              mask->shape[1], (const uint8_t *)src->data,
-                                                                              (uint8_t *)dst->data, src->shape[1], p->y0, p->x0, bw, n);
+    const int64_t bw = p->x1 - p->x0, bh = p->y1 - p->y0, n = bh * bw;
+    if (n <= 0)
+        return 0;
+    if (bh <= 65535)
+        k_mask_blend_rows<<<dim3((unsigned)((bw + 255) / 256), (unsigned)bh), 256, 0, ditto_cuda(be)->stream>>>(
+            (const float *)mask->data, (const float *)img->data, mask->shape[1], (const uint8_t *)src->data, (uint8_t *)dst->data,
+            src->shape[1], p->y0, p->x0, bw);
+    else
+        k_mask_blend<<<ditto_cuda_blocks(n, 256), 256, 0, ditto_cuda(be)->stream>>>((const float *)mask->data, (const float *)img->data,
+                                                                                  mask->shape[1], (const uint8_t *)src->data,
+                                                                                  (uint8_t *)dst->data, src->shape[1], p->y0, p->x0, bw, n);
     DITTO_CUDA_LAUNCHED(be);
     return 0;
 }
 
-/* One thread per 2x2 block: its (up to) four luma values and one chroma pair. */
-static __global__ void k_yuv420(const uint8_t *rgb, int w, int h, uint8_t *py, uint8_t *pu, uint8_t *pv, int cw, int64_t n)
+/* One thread per 2x2 block: its (up to) four luma values and one chroma pair; grid (x tiles, chroma rows). */
+static __global__ void k_yuv420(const uint8_t *rgb, int w, int h, uint8_t *py, uint8_t *pu, uint8_t *pv, int cw, int ch)
 {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        int cy = (int)(i / cw), cx = (int)(i % cw);
-        int y0 = 2 * cy, y1 = y0 + 1 < h ? y0 + 1 : y0, x0 = 2 * cx, x1 = x0 + 1 < w ? x0 + 1 : x0;
-        const uint8_t *a = rgb + ((int64_t)y0 * w + x0) * 3, *b = rgb + ((int64_t)y0 * w + x1) * 3;
-        const uint8_t *c = rgb + ((int64_t)y1 * w + x0) * 3, *d = rgb + ((int64_t)y1 * w + x1) * 3;
-        py[(int64_t)y0 * w + x0] = ditto_bt601_y(a[0], a[1], a[2]);
-        if (x1 != x0)
-            py[(int64_t)y0 * w + x1] = ditto_bt601_y(b[0], b[1], b[2]);
-        if (y1 != y0) {
-            py[(int64_t)y1 * w + x0] = ditto_bt601_y(c[0], c[1], c[2]);
+    for (int cy = blockIdx.y; cy < ch; cy += gridDim.y) {
+        const int y0 = 2 * cy, y1 = y0 + 1 < h ? y0 + 1 : y0;
+        for (int cx = blockIdx.x * blockDim.x + threadIdx.x; cx < cw; cx += gridDim.x * blockDim.x) {
+            const int64_t i = (int64_t)cy * cw + cx;
+            const int x0 = 2 * cx, x1 = x0 + 1 < w ? x0 + 1 : x0;
+            const uint8_t *a = rgb + ((int64_t)y0 * w + x0) * 3, *b = rgb + ((int64_t)y0 * w + x1) * 3;
+            const uint8_t *c = rgb + ((int64_t)y1 * w + x0) * 3, *d = rgb + ((int64_t)y1 * w + x1) * 3;
+            py[(int64_t)y0 * w + x0] = ditto_bt601_y(a[0], a[1], a[2]);
             if (x1 != x0)
-                py[(int64_t)y1 * w + x1] = ditto_bt601_y(d[0], d[1], d[2]);
+                py[(int64_t)y0 * w + x1] = ditto_bt601_y(b[0], b[1], b[2]);
+            if (y1 != y0) {
+                py[(int64_t)y1 * w + x0] = ditto_bt601_y(c[0], c[1], c[2]);
+                if (x1 != x0)
+                    py[(int64_t)y1 * w + x1] = ditto_bt601_y(d[0], d[1], d[2]);
+            }
+            int32_t rs = a[0] + b[0] + c[0] + d[0], gs = a[1] + b[1] + c[1] + d[1], bs = a[2] + b[2] + c[2] + d[2];
+            pu[i] = ditto_bt601_cb(rs, gs, bs);
+            pv[i] = ditto_bt601_cr(rs, gs, bs);
         }
-        int32_t rs = a[0] + b[0] + c[0] + d[0], gs = a[1] + b[1] + c[1] + d[1], bs = a[2] + b[2] + c[2] + d[2];
-        pu[i] = ditto_bt601_cb(rs, gs, bs);
-        pv[i] = ditto_bt601_cr(rs, gs, bs);
     }
 }
 
 static int cuda_rgb_to_yuv420(DittoBackend *be, const DittoTensor *x, DittoTensor *y, DittoTensor *u, DittoTensor *v)
 {
-    const int h = (int)x->shape[0], w = (int)x->shape[1], cw = (w + 1) / 2;
-    const int64_t n = (int64_t)((h + 1) / 2) * cw;
-    k_yuv420<<<ditto_cuda_blocks(n, 256), 256, 0, ditto_cuda(be)->stream>>>((const uint8_t *)x->data, w, h, (uint8_t *)y->data,
-                                                                          (uint8_t *)u->data, (uint8_t *)v->data, cw, n);
+    const int h = (int)x->shape[0], w = (int)x->shape[1], cw = (w + 1) / 2, ch = (h + 1) / 2;
+    if (cw < 1 || ch < 1)
+        return 0;
+    const dim3 grid((unsigned)((cw + 255) / 256), (unsigned)(ch < 65535 ? ch : 65535));
+    k_yuv420<<<grid, 256, 0, ditto_cuda(be)->stream>>>((const uint8_t *)x->data, w, h, (uint8_t *)y->data, (uint8_t *)u->data,
+                                                     (uint8_t *)v->data, cw, ch);
     DITTO_CUDA_LAUNCHED(be);
     return 0;
 }
