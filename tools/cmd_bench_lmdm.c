@@ -38,7 +38,12 @@ static void usage(FILE *f)
             "  --threads N      CPU threads (default: all cores)\n"
             "  --small          the small synthetic configuration (quick smoke run)\n"
             "  --parity N       also sample the first N windows on the cpu backend and\n"
-            "                   print the rel-L2 of the motion against it (default 0)\n"
+            "                   print the rel-L2 of the motion against it (default 0; a\n"
+            "                   float32 reference, also with --tf32, unless --parity-tf32)\n"
+            "  --tf32           the decoder's linears with TF32 products (tensor cores on\n"
+            "                   cuda), as the pipeline runs them with fp16 models\n"
+            "  --parity-tf32    the cpu reference with TF32 linears too (the oracle of\n"
+            "                   --tf32: agreement to float32 rounding expected)\n"
             "  --profile[=N]    one more window op by op with per-op timing; prints the N\n"
             "                   most expensive op/shape groups (default 40)\n"
             "  --json FILE      also write the numbers as JSON\n"
@@ -91,12 +96,13 @@ static int run_windows(DittoLmdm *m, const DittoA2mLmdmParams *lp, int W, const 
     return rc;
 }
 
-static int load_model(DittoBackend *be, bool small, DittoCatalog **cat, DittoLmdm **m)
+static int load_model(DittoBackend *be, bool small, bool tf32, DittoCatalog **cat, DittoLmdm **m)
 {
     DittoSyntheticSize sz = small ? DITTO_SYNTH_SMALL : DITTO_SYNTH_FULL;
     DittoLmdmParams p;
     ditto_lmdm_params_default(&p);
     p.num_heads = ditto_synthetic_lmdm_heads(sz);
+    p.tf32 = tf32;
     int rc = ditto_synthetic_lmdm_catalog(cat, sz, 7, &be->log);
     if (rc >= 0)
         rc = ditto_lmdm_load(m, be, *cat, &p);
@@ -120,12 +126,12 @@ static void rel_l2(const float *a, const float *ref, size_t n, double *rel, doub
 int ditto_bench_lmdm(int argc, char **argv)
 {
     const char *backend = "cpu", *json = NULL;
-    int windows = -1, steps = 50, threads = 0, small = 0, parity = 0, profile = 0;
+    int windows = -1, steps = 50, threads = 0, small = 0, parity = 0, profile = 0, tf32 = 0, parity_tf32 = 0;
     static const struct option opts[] = {
         { "lmdm", no_argument, 0, 'l' },          { "backend", required_argument, 0, 'b' }, { "windows", required_argument, 0, 'W' },
         { "steps", required_argument, 0, 'n' },   { "threads", required_argument, 0, 't' }, { "small", no_argument, 0, 's' },
         { "parity", required_argument, 0, 'p' },  { "json", required_argument, 0, 'j' },    { "help", no_argument, 0, 'h' },
-        { "profile", optional_argument, 0, 'P' },
+        { "profile", optional_argument, 0, 'P' }, { "tf32", no_argument, 0, 'T' }, { "parity-tf32", no_argument, 0, 'R' },
         { 0, 0, 0, 0 },
     };
     int c;
@@ -138,6 +144,8 @@ int ditto_bench_lmdm(int argc, char **argv)
         case 'n': steps = atoi(optarg); break;
         case 't': threads = atoi(optarg); break;
         case 's': small = 1; break;
+        case 'T': tf32 = 1; break;
+        case 'R': parity_tf32 = 1; break;
         case 'p': parity = atoi(optarg); break;
         case 'j': json = optarg; break;
         case 'P': profile = optarg ? atoi(optarg) : 40; if (profile <= 0) profile = 40; break;
@@ -166,7 +174,7 @@ int ditto_bench_lmdm(int argc, char **argv)
     DittoLmdm *m = NULL, *m_c = NULL;
     float *kp = NULL, *cond = NULL;
     Run eager = { 0 }, graph = { 0 }, ref = { 0 };
-    int rc = load_model(be, small, &cat, &m);
+    int rc = load_model(be, small, tf32, &cat, &m);
     if (rc < 0) {
         fprintf(stderr, "ditto bench: cannot build the synthetic LMDM: %s\n", ditto_strerror(rc));
         goto out;
@@ -195,8 +203,8 @@ int ditto_bench_lmdm(int argc, char **argv)
     ditto_a2m_lmdm_params_default(&lp);
     lp.steps = steps;
     lp.seed = 5;
-    printf("LMDM sampler on %s: %d windows of %lld frames, %d DDIM steps, latent %lld, %d layers\n", be->name, windows,
-           (long long)d->seq_len, steps, (long long)d->latent, d->layers);
+    printf("LMDM sampler on %s: %d windows of %lld frames, %d DDIM steps, latent %lld, %d layers, %s linears\n", be->name, windows,
+           (long long)d->seq_len, steps, (long long)d->latent, d->layers, tf32 ? "tf32" : "float32");
     lp.graph = false;
     rc = run_windows(m, &lp, windows, kp, cond, &eager);
     if (rc >= 0 && graphs) {
@@ -237,14 +245,15 @@ int ditto_bench_lmdm(int argc, char **argv)
     }
     double p_rel = NAN, p_max = NAN;
     if (parity > 0) {
-        fprintf(stderr, "ditto bench: parity reference, %d window(s) on the cpu backend (float32)...\n", parity);
+        fprintf(stderr, "ditto bench: parity reference, %d window(s) on the cpu backend (%s)...\n", parity,
+                parity_tf32 ? "tf32 linears" : "float32");
         DittoBackendParams cp;
         ditto_backend_params_default(&cp);
         cp.nthreads = threads;
         cp.log = bp.log;
         rc = ditto_backend_open(&cpu, "cpu", &cp);
         if (rc >= 0)
-            rc = load_model(cpu, small, &cat_c, &m_c);
+            rc = load_model(cpu, small, parity_tf32, &cat_c, &m_c);
         lp.graph = false;
         if (rc >= 0)
             rc = run_windows(m_c, &lp, parity, kp, cond, &ref);
@@ -253,7 +262,7 @@ int ditto_bench_lmdm(int argc, char **argv)
             goto out;
         }
         rel_l2(graphs ? graph.pred : eager.pred, ref.pred, (size_t)parity * win, &p_rel, &p_max);
-        printf("vs cpu float32 (%d windows, same noise): rel-L2 %.3e, max |diff| %.3g\n", parity, p_rel, p_max);
+        printf("vs cpu %s (%d windows, same noise): rel-L2 %.3e, max |diff| %.3g\n", parity_tf32 ? "tf32" : "float32", parity, p_rel, p_max);
     }
     if (json) {
         FILE *f = fopen(json, "w");
@@ -262,13 +271,14 @@ int ditto_bench_lmdm(int argc, char **argv)
             rc = DITTO_ERR_IO;
             goto out;
         }
-        fprintf(f, "{\n  \"backend\": \"%s\", \"steps\": %d, \"windows\": %d, \"frames_per_window\": %lld,\n", be->name, steps, windows,
-                (long long)d->seq_len);
+        fprintf(f, "{\n  \"backend\": \"%s\", \"steps\": %d, \"windows\": %d, \"frames_per_window\": %lld, \"tf32\": %s,\n", be->name, steps,
+                windows, (long long)d->seq_len, tf32 ? "true" : "false");
         fprintf(f, "  \"eager_first_ms\": %.3f, \"eager_window_ms\": %.3f", eager.ms[0], e_ms);
         if (graphs)
             fprintf(f, ",\n  \"graph_window_ms\": %.3f, \"graph_step_ms\": %.4f, \"graph_vs_eager_max_abs\": %.3e", g_ms, g_ms / steps, g_max);
         if (parity > 0)
-            fprintf(f, ",\n  \"parity_windows\": %d, \"vs_cpu_rel_l2\": %.4e, \"vs_cpu_max_abs\": %.4e", parity, p_rel, p_max);
+            fprintf(f, ",\n  \"parity_windows\": %d, \"parity_tf32\": %s, \"vs_cpu_rel_l2\": %.4e, \"vs_cpu_max_abs\": %.4e", parity,
+                    parity_tf32 ? "true" : "false", p_rel, p_max);
         fprintf(f, "\n}\n");
         if (fclose(f) != 0)
             rc = DITTO_ERR_IO;

@@ -60,7 +60,7 @@ typedef struct DecBlock {
     int64_t fin, fmid, fout;
     bool learned_shortcut;  /* fin != fout */
     DittoTensor conv_0_w;   /* <block>.conv_0.{weight_orig,weight_u,weight_v} (fmid,fin,3,3) */
-    DittoTensor conv_0_b;   /* <block>.conv_0.bias (fmid) */
+    DittoTensor conv_0_b;   /* <block>.conv_0.bias (fmid); bound, not applied (norm_1 cancels it: resblock) */
     DittoTensor conv_1_w;   /* <block>.conv_1.{weight_orig,weight_u,weight_v} (fout,fmid,3,3) */
     DittoTensor conv_1_b;   /* <block>.conv_1.bias (fout) */
     DittoTensor conv_s_w;   /* <block>.conv_s.{weight_orig,weight_u,weight_v} (fout,fin,1,1), no bias */
@@ -332,12 +332,15 @@ static int tap_act(DittoBackend *be, DittoArena *ws, bool nhwc, const DittoTap *
 /*
  * SPADE: y = instance_norm(x) * (1 + gamma(seg)) + beta(seg), then
  * LeakyReLU(0.2) when lrelu (what follows norm_0 / norm_1 in the block);
- * seg already at x's size; scratch in act.
+ * seg already at y's size; x at y's size or smaller by integer factors (read
+ * nearest-upsampled by spade_norm); scratch in act. The gamma / beta
+ * convolution runs without its bias, which spade_norm adds as it reads gb
+ * (gb, the largest tensor of the block, is written once and read once).
  */
 static int spade(DittoBackend *be, DittoArena *ws, DittoDType act, bool nhwc, const DecSpade *s, const DittoTensor *x, const DittoTensor *seg,
                  bool lrelu, DittoTensor *y)
 {
-    const int64_t B = x->shape[0], C = s->c, H = dim_h(x, nhwc), W = dim_w(x, nhwc);
+    const int64_t B = y->shape[0], C = s->c, H = dim_h(y, nhwc), W = dim_w(y, nhwc);
     DittoConvParams pad1 = ditto_nn_conv_pad(1);
     pad1.nhwc = nhwc;
     DittoConvParams pad1_relu = pad1;
@@ -349,25 +352,39 @@ static int spade(DittoBackend *be, DittoArena *ws, DittoDType act, bool nhwc, co
     TRY(new_act(ws, act, nhwc, B, s->shared_w.shape[0], H, W, &actv));
     TRY(new_act(ws, act, nhwc, B, 2 * C, H, W, &gb));
     TRY(ditto_op_conv(be, &pad1_relu, seg, &s->shared_w, &s->shared_b, &actv));            /* relu(mlp_shared) (B,128,H,W) */
-    TRY(ditto_op_conv(be, &pad1, &actv, &s->gb_w, &s->gb_b, &gb));                         /* mlp_gamma ; mlp_beta (B,2C,H,W) */
-    TRY(ditto_op_spade_norm(be, &sp, x, &gb, y));                                          /* norm(x) * (1 + gamma) + beta [, lrelu] */
+    TRY(ditto_op_conv(be, &pad1, &actv, &s->gb_w, NULL, &gb));                             /* mlp_gamma ; mlp_beta (B,2C,H,W), no bias */
+    TRY(ditto_op_spade_norm(be, &sp, x, &gb, &s->gb_b, y));                                /* norm(x) * (1 + gamma) + beta [, lrelu] */
 done:
     ditto_arena_release(ws, top);
     return rc;
 }
 
-/* SPADEResnetBlock: y = shortcut(x) + conv_1(lrelu(norm_1(conv_0(lrelu(norm_0(x)))))); y must not alias x. */
+/*
+ * SPADEResnetBlock: y = shortcut(x) + conv_1(lrelu(norm_1(conv_0(lrelu(norm_0(x)))))),
+ * at y's size; x smaller by integer factors is the block's input before
+ * F.interpolate(mode='nearest') (the up blocks): the SPADEs read it
+ * upsampled, so with a learned shortcut no upsampled copy exists. The
+ * shortcut goes into y first and conv_1 adds onto it (accumulate), so the
+ * sum costs no pass of its own. With a learned shortcut y must not alias x;
+ * without one y may be x (updated in place; else x is copied, or upsampled,
+ * into y).
+ */
 static int resblock(DittoDecoder *m, DittoArena *ws, bool nhwc, const DecBlock *b, const DittoTensor *x, const DittoTensor *feature,
                     DittoTensor *y)
 {
     DittoBackend *be = m->be;
-    const int64_t B = x->shape[0], H = dim_h(x, nhwc), W = dim_w(x, nhwc);
+    const int64_t B = y->shape[0], H = dim_h(y, nhwc), W = dim_w(y, nhwc);
+    const bool up = dim_h(x, nhwc) != H || dim_w(x, nhwc) != W;
     DittoConvParams pad0 = ditto_nn_conv_pad(0), pad1 = ditto_nn_conv_pad(1);
     pad0.nhwc = pad1.nhwc = nhwc;
+    DittoConvParams pad1_acc = pad1;
+    pad1_acc.accumulate = true;
     DittoArenaMark top = ditto_arena_mark(ws), mk;
-    DittoTensor seg = *feature, n_s, n_0, dx_0, n_1, dx_1;
+    DittoTensor seg = *feature, n_s, n_0, dx_0, n_1;
     int rc;
-    /* seg = F.interpolate(feature, size=x's (H,W), mode='nearest'), shared by the block's SPADEs */
+    if (b->learned_shortcut && y->data == x->data)
+        return ditto_fail(&be->log, DITTO_ERR_INVAL, "decoder: a block with a learned shortcut cannot run in place");
+    /* seg = F.interpolate(feature, size=(H,W), mode='nearest'), shared by the block's SPADEs */
     if (dim_h(feature, nhwc) != H || dim_w(feature, nhwc) != W) {
         TRY(new_act(ws, m->act, nhwc, B, m->c_in, H, W, &seg));
         TRY(nhwc ? upsample_nhwc(be, feature, &seg) : ditto_op_upsample_nearest(be, feature, &seg));   /* (B,256,H,W) */
@@ -379,23 +396,26 @@ static int resblock(DittoDecoder *m, DittoArena *ws, bool nhwc, const DecBlock *
         TRY(spade(be, ws, m->act, nhwc, &b->norm_s, x, &seg, false, &n_s));                        /* (B,fin,H,W) */
         TRY(ditto_op_conv(be, &pad0, &n_s, &b->conv_s_w, NULL, y));                        /* (B,fout,H,W) */
         ditto_arena_release(ws, mk);
+    } else if (up) {
+        TRY(nhwc ? upsample_nhwc(be, x, y) : ditto_op_upsample_nearest(be, x, y));
+    } else if (y->data != x->data) {
+        TRY(ditto_op_copy(be, x, y));
     }
-    /* dx = conv_0(lrelu(norm_0(x))) */
+    /*
+     * dx = conv_0(lrelu(norm_0(x))), without conv_0's bias: dx only feeds
+     * norm_1, whose instance norm subtracts each channel's mean, so a
+     * per-channel constant cancels exactly (up to rounding); no bias pass.
+     */
     TRY(new_act(ws, m->act, nhwc, B, b->fmid, H, W, &dx_0));
     mk = ditto_arena_mark(ws);
     TRY(new_act(ws, m->act, nhwc, B, b->fin, H, W, &n_0));
     TRY(spade(be, ws, m->act, nhwc, &b->norm_0, x, &seg, true, &n_0));                             /* lrelu(norm_0(x)) (B,fin,H,W) */
-    TRY(ditto_op_conv(be, &pad1, &n_0, &b->conv_0_w, &b->conv_0_b, &dx_0));                /* (B,fmid,H,W) */
+    TRY(ditto_op_conv(be, &pad1, &n_0, &b->conv_0_w, NULL, &dx_0));                        /* (B,fmid,H,W), no bias */
     ditto_arena_release(ws, mk);
-    /* dx = conv_1(lrelu(norm_1(dx))) */
-    TRY(new_act(ws, m->act, nhwc, B, b->fout, H, W, &dx_1));
-    mk = ditto_arena_mark(ws);
+    /* out = x_s + conv_1(lrelu(norm_1(dx))): conv_1 accumulates onto x_s in y */
     TRY(new_act(ws, m->act, nhwc, B, b->fmid, H, W, &n_1));
     TRY(spade(be, ws, m->act, nhwc, &b->norm_1, &dx_0, &seg, true, &n_1));                         /* lrelu(norm_1(dx)) (B,fmid,H,W) */
-    TRY(ditto_op_conv(be, &pad1, &n_1, &b->conv_1_w, &b->conv_1_b, &dx_1));                /* (B,fout,H,W) */
-    ditto_arena_release(ws, mk);
-    /* out = x_s + dx */
-    TRY(ditto_op_binary(be, DITTO_BINARY_ADD, b->learned_shortcut ? y : x, &dx_1, y));
+    TRY(ditto_op_conv(be, &pad1_acc, &n_1, &b->conv_1_w, &b->conv_1_b, y));                /* y += conv_1 (B,fout,H,W) */
 done:
     ditto_arena_release(ws, top);
     return rc;
@@ -423,7 +443,7 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
     DittoConvParams pad1_act = pad1;   /* convolutions on activations in the forward's layout */
     pad1_act.nhwc = nhwc;
     DittoArenaMark top = ditto_arena_mark(ws);
-    DittoTensor feat = *feature, x, y, xu, c_img, logits;
+    DittoTensor feat = *feature, x, y, c_img, logits;
     char name[32];
     int rc;
 
@@ -435,16 +455,19 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
 
     /* x = fc(feature) */
     TRY(new_act(ws, m->act, nhwc, B, m->c_fc, H, W, &x));
-    TRY(new_act(ws, m->act, nhwc, B, m->c_fc, H, W, &y));
     TRY(ditto_op_conv(be, &pad1_act, &feat, &m->fc_w, &m->fc_b, &x));                        /* (B,512,64,64) */
     TRY(tap_act(be, ws, nhwc, tap, "fc_out", &x));
 
-    /* x = G_middle_i(x, seg), ping-pong between x and y */
+    /* x = G_middle_i(x, seg): in place (conv_1 adds onto x); a learned shortcut needs a new tensor */
     for (int i = 0; i < m->nmiddle; i++) {
-        TRY(resblock(m, ws, nhwc, &m->middle[i], &x, &feat, &y));                           /* (B,512,64,64) */
-        DittoTensor t = x;
-        x = y;
-        y = t;
+        const DecBlock *b = &m->middle[i];
+        if (b->learned_shortcut) {
+            TRY(new_act(ws, m->act, nhwc, B, b->fout, H, W, &y));
+            TRY(resblock(m, ws, nhwc, b, &x, &feat, &y));
+            x = y;
+        } else {
+            TRY(resblock(m, ws, nhwc, b, &x, &feat, &x));                                   /* (B,512,64,64) */
+        }
         snprintf(name, sizeof name, "G_middle_%d_out", i);
         TRY(tap_act(be, ws, nhwc, tap, name, &x));
     }
@@ -452,13 +475,13 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
     /*
      * The rest on chunks of items (DEC_UP_BUDGET; everything when taps are
      * read, which want whole-batch tensors). Per item at the last up block:
-     * seg, x2(x), y, conv_0 out, SPADE out and scratch (hidden + 2 fin).
+     * seg, y, conv_0 out, SPADE out and scratch (hidden + 2 fin); x2(x) is never stored.
      */
     const int64_t H0 = H, W0 = W;
     int64_t chunk = B;
     if (!tap) {
         const int64_t f = (int64_t)1 << m->nup, last = m->nup - 1;
-        int64_t ch = m->c_in + 2 * m->up[last].fin + m->up[last].fout + m->up[last].fmid + m->c_hidden + 2 * m->up[last].fin;
+        int64_t ch = m->c_in + m->up[last].fin + m->up[last].fout + m->up[last].fmid + m->c_hidden + 2 * m->up[last].fin;
         size_t per_item = (size_t)(ch * H0 * f * W0 * f) * ditto_dtype_size(m->act);
         chunk = per_item ? (int64_t)((m->up_budget ? m->up_budget : DEC_UP_BUDGET) / per_item) : B;
         chunk = chunk < 1 ? 1 : chunk > B ? B : chunk;
@@ -478,25 +501,27 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
         for (int i = 0; i < m->nup; i++) {
             H *= 2;
             W *= 2;
-            TRY(new_act(ws, m->act, nhwc, nb, m->up[i].fin, H, W, &xu));
             TRY(new_act(ws, m->act, nhwc, nb, m->up[i].fout, H, W, &y));
-            TRY(nhwc ? upsample_nhwc(be, &x, &xu) : ditto_op_upsample_nearest(be, &x, &xu));  /* (B,512,128,128) for up_0 */
-            TRY(resblock(m, ws, nhwc, &m->up[i], &xu, &featc, &y));                         /* (B,256,128,128) for up_0 */
+            TRY(resblock(m, ws, nhwc, &m->up[i], &x, &featc, &y));                          /* (B,256,128,128) from x2(x) for up_0 */
             x = y;
             snprintf(name, sizeof name, "up_%d_out", i);
             TRY(tap_act(be, ws, nhwc, tap, name, &x));
         }
 
-        /* back to NCHW for conv_img (its few outputs suit the NCHW kernels) */
+        /*
+         * x = conv_img(leaky_relu(x, 0.2)); conv_img = conv 3x3 -> PixelShuffle(2).
+         * Channels-last x goes back to NCHW for conv_img (its few outputs suit
+         * the NCHW kernels) in the pass that applies the LeakyReLU.
+         */
         if (nhwc) {
-            DittoTensor xn;
+            DittoTensor xn, xv;
             TRY(ditto_nn_new(ws, m->act, &xn, DITTO_SHAPE(nb, x.shape[3], H, W)));
-            TRY(relayout(be, &x, false, &xn));                                              /* (B,64,256,256) */
+            TRY(ditto_tensor_permute(&x, (const int[]){ 0, 3, 1, 2 }, &xv));
+            TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &xv, &xn));             /* (B,64,256,256) */
             x = xn;
+        } else {
+            TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &x, &x));
         }
-
-        /* x = conv_img(leaky_relu(x, 0.2)); conv_img = conv 3x3 -> PixelShuffle(2) */
-        TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &x, &x));
         const int r = m->upscale;
         TRY(ditto_nn_new(ws, m->act, &c_img, DITTO_SHAPE(nb, 3 * r * r, H, W)));
         TRY(ditto_op_conv(be, &pad1, &x, &m->img_w, &m->img_b, &c_img));                    /* (B,12,256,256) */

@@ -35,6 +35,11 @@
  *                            stack, with the step's time-token keys/values
  *                            copied into memory rows L, L+1 first.
  * ditto_lmdm_denoise() takes any times and builds their tables per call.
+ *
+ * Per layer and step the decoder is one fused pre-norm per block (the FiLM
+ * residual of the block before, layer norm, rotary: ditto_op_layer_norm_rotary),
+ * the linears (bias in the GEMM; GELU with linear1) and the two attentions.
+ * With DittoLmdmParams.tf32 its linears take TF32 operands (see lmdm.h).
  */
 #include "models/lmdm.h"
 
@@ -110,6 +115,7 @@ struct DittoLmdm {
      * every FiLM of every step (ditto_lmdm_steps_init).
      */
     DittoTensor film_w, film_b;
+    DittoLinearParams lin;         /* options of the per-step linears (tf32) */
     /* constants computed at load */
     DittoBuffer time_table_buf;
     DittoTensor time_table;        /* (T, D): row r = [sin(t f_k), cos(t f_k)] of t = T-1-r (descending, see gather_times) */
@@ -362,6 +368,43 @@ static int make_time_table(DittoLmdm *m)
     return 0;
 }
 
+/* t (contiguous float32 on the model's backend) rounded in place to the nearest TF32 values, through host memory. */
+static int round_tf32(DittoLmdm *m, const DittoTensor *t)
+{
+    if (t->dtype != DITTO_F32)
+        return 0;   /* float16 values are TF32 values */
+    const size_t n = (size_t)ditto_tensor_numel(t), bytes = n * sizeof(float);
+    float *host = ditto_malloc(bytes ? bytes : 1);
+    if (!host)
+        return DITTO_ERR_NOMEM;
+    int rc = m->be->download(m->be, host, t->data, bytes);
+    for (size_t i = 0; rc >= 0 && i < n; i++)
+        host[i] = ditto_tf32_round(host[i]);
+    if (rc >= 0)
+        rc = m->be->upload(m->be, t->data, host, bytes);
+    ditto_free(host);
+    return rc;
+}
+
+/*
+ * tf32: the weights of the per-step tf32 linears become TF32 values at load
+ * (their activations are rounded where they are made), so every backend
+ * forms exactly the products of the CPU oracle, whatever its tensor cores do
+ * with the low mantissa bits (truncation: a bias of ~2^-11 per operand that
+ * measurably accumulates over 50 steps). The cross-attention keys and values
+ * (W_k, W_v), used once per window in float32, keep their bits.
+ */
+static int round_step_weights(DittoLmdm *m)
+{
+    for (int i = 0; i < m->dims.layers; i++) {
+        const LmdmDecLayer *y = &m->dec[i];
+        const DittoTensor *ts[6] = { &y->self_attn.in_w, &y->self_attn.out_w, &y->cross_attn.wq, &y->cross_attn.out_w, &y->w1, &y->w2 };
+        for (int j = 0; j < 6; j++)
+            DITTO_TRY(round_tf32(m, ts[j]));
+    }
+    return 0;
+}
+
 int ditto_lmdm_load(DittoLmdm **out, DittoBackend *be, DittoCatalog *cat, const DittoLmdmParams *p)
 {
     if (!out || !be || !cat)
@@ -393,6 +436,7 @@ int ditto_lmdm_load(DittoLmdm **out, DittoBackend *be, DittoCatalog *cat, const 
     while (!l.err && d->enc_layers < LMDM_MAX_LAYERS && ditto_loader_peek(&l, "cond_encoder.%d.norm1.weight", d->enc_layers))
         d->enc_layers++;
     d->heads = p->num_heads;
+    m->lin.tf32 = p->tf32;
     if (!l.err && (d->latent < 4 || d->latent % 2)) {
         ditto_loader_fail(&l, DITTO_ERR_KEY, "latent width %lld from 'null_cond_hidden' is not an even number >= 4", (long long)d->latent);
     }
@@ -445,6 +489,11 @@ int ditto_lmdm_load(DittoLmdm **out, DittoBackend *be, DittoCatalog *cat, const 
     }
     if (rc >= 0)
         rc = make_time_table(m);
+    if (rc >= 0 && m->lin.tf32) {
+        rc = round_step_weights(m);
+        if (rc < 0)
+            ditto_fail(&be->log, rc, "lmdm: cannot round the decoder weights to TF32");
+    }
     if (rc < 0) {
         ditto_lmdm_free(&m);
         return rc;
@@ -470,12 +519,19 @@ void ditto_lmdm_free(DittoLmdm **m)
 #define CK(expr) do { rc = (expr); if (rc < 0) goto done; } while (0)
 #define NEW(t, ...) CK(ditto_arena_tensor(ws, DITTO_F32, DITTO_SHAPE(__VA_ARGS__), &(t)))
 
+/* y = x w^T + b with the options lp (NULL: float32). */
+static int linear(DittoLmdm *m, const DittoLinearParams *lp, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y)
+{
+    return ditto_op_linear_ex(m->be, lp, x, w, b, y);
+}
+
 /*
  * Multi-head attention core + out_proj: q (N,Lq,D), k, v (N,Lk,D), any
  * strides (the in-projection already applied) -> y (B,R,D) contiguous, the
  * same rows (B R = N Lq) shaped for the out_proj GEMM.
  */
-static int attend(DittoLmdm *m, DittoArena *ws, const LmdmAttn *w, const DittoTensor *q, const DittoTensor *k, const DittoTensor *v, DittoTensor *y)
+static int attend(DittoLmdm *m, DittoArena *ws, const DittoLinearParams *lp, const LmdmAttn *w, const DittoTensor *q, const DittoTensor *k,
+                  const DittoTensor *v, DittoTensor *y)
 {
     DittoBackend *be = m->be;
     const int64_t N = q->shape[0], Lq = q->shape[1], D = m->dims.latent, H = m->dims.heads, dh = D / H;
@@ -488,9 +544,10 @@ static int attend(DittoLmdm *m, DittoArena *ws, const LmdmAttn *w, const DittoTe
     NEW(om, N, Lq, H, dh);
     DittoTensor oh;
     CK(ditto_tensor_permute(&om, (const int[]){ 0, 2, 1, 3 }, &oh));    /* (N,H,Lq,dh) view: heads land concatenated */
-    CK(ditto_op_attention(be, 0.0f, &qh, &kh, &vh, NULL, &oh));         /* softmax(q k^T / sqrt(dh)) v */
+    const DittoAttentionParams ap = { .tf32_out = lp && lp->tf32 };     /* om feeds a tf32 out_proj: TF32 values */
+    CK(ditto_op_attention_ex(be, &ap, &qh, &kh, &vh, NULL, &oh));        /* softmax(q k^T / sqrt(dh)) v */
     DittoTensor omf = RESHAPE(om, y->shape[0], y->shape[1], D);
-    CK(ditto_op_linear(be, &omf, &w->out_w, &w->out_b, y));             /* out_proj (B,R,D) */
+    CK(linear(m, lp, &omf, &w->out_w, &w->out_b, y));                   /* out_proj (B,R,D) */
 done:
     ditto_arena_release(ws, mark);
     return rc;
@@ -498,65 +555,83 @@ done:
 
 /*
  * Self-attention with rotary queries/keys within sequences of L rows: a
- * (B,R,D) normalised input, R = n L (n sequences per GEMM item) -> y (B,R,D).
+ * (B,R,D) normalised input and ra = rot(a) (positions 0..L-1 per sequence),
+ * R = n L (n sequences per GEMM item) -> y (B,R,D).
  */
-static int self_attention(DittoLmdm *m, DittoArena *ws, const LmdmAttn *w, const DittoTensor *a, int64_t L, DittoTensor *y)
+static int self_attention(DittoLmdm *m, DittoArena *ws, const DittoLinearParams *lp, const LmdmAttn *w, const DittoTensor *a, const DittoTensor *ra,
+                          int64_t L, DittoTensor *y)
 {
-    DittoBackend *be = m->be;
     const int64_t B = a->shape[0], R = a->shape[1], N = B * (R / L), D = m->dims.latent;
     DittoArenaMark mark = ditto_arena_mark(ws);
-    DittoTensor ra, qk, v;
+    DittoTensor qk, v;
     int rc;
-    NEW(ra, B, R, D);
-    DittoTensor as = RESHAPE(*a, N, L, D), ras = RESHAPE(ra, N, L, D);
-    CK(ditto_op_rotary(be, 0, &as, &m->rot_freqs, &ras));               /* rot(a), positions 0..L-1 per sequence */
     NEW(qk, B, R, 2 * D);
-    CK(ditto_op_linear(be, &ra, &w->wqk, &w->bqk, &qk));                /* [q | k] = rot(a) [W_q | W_k]^T + b */
+    CK(linear(m, lp, ra, &w->wqk, &w->bqk, &qk));                       /* [q | k] = rot(a) [W_q | W_k]^T + b */
     NEW(v, B, R, D);
-    CK(ditto_op_linear(be, a, &w->wv, &w->bv, &v));                     /* v = a W_v^T + b_v */
+    CK(linear(m, lp, a, &w->wv, &w->bv, &v));                           /* v = a W_v^T + b_v */
     DittoTensor qks = RESHAPE(qk, N, L, 2 * D);
     DittoTensor q = view_slice(&qks, 2, 0, D);                          /* (N,L,D) strided */
     DittoTensor k = view_slice(&qks, 2, D, 2 * D);
     DittoTensor vs = RESHAPE(v, N, L, D);
-    CK(attend(m, ws, w, &q, &k, &vs, y));
+    CK(attend(m, ws, lp, w, &q, &k, &vs, y));
 done:
     ditto_arena_release(ws, mark);
     return rc;
 }
 
 /* Two-layer GELU MLP: y = W2 GELU(W1 a + b1) + b2; a (B,R,D) -> y (B,R,D). */
-static int feed_forward(DittoLmdm *m, DittoArena *ws, const DittoTensor *w1, const DittoTensor *b1, const DittoTensor *w2, const DittoTensor *b2,
-                        const DittoTensor *a, DittoTensor *y)
+static int feed_forward(DittoLmdm *m, DittoArena *ws, const DittoLinearParams *lp, const DittoTensor *w1, const DittoTensor *b1,
+                        const DittoTensor *w2, const DittoTensor *b2, const DittoTensor *a, DittoTensor *y)
 {
-    DittoBackend *be = m->be;
     const int64_t B = a->shape[0], R = a->shape[1], ff = w1->shape[0];
     DittoArenaMark mark = ditto_arena_mark(ws);
     DittoTensor f;
     int rc;
     NEW(f, B, R, ff);
-    CK(ditto_op_linear(be, a, w1, b1, &f));                             /* linear1 (B,R,ff) */
-    CK(ditto_op_act(be, DITTO_UNARY_GELU, 0, &f, &f));
-    CK(ditto_op_linear(be, &f, w2, b2, y));                             /* linear2 (B,R,D) */
+    DittoLinearParams l1 = lp ? *lp : (DittoLinearParams){ 0 };
+    l1.gelu = true;
+    l1.tf32_out = l1.tf32;                                              /* f feeds a tf32 linear2: TF32 values */
+    CK(linear(m, &l1, a, w1, b1, &f));                                  /* GELU(linear1) (B,R,ff) */
+    CK(linear(m, lp, &f, w2, b2, y));                                   /* linear2 (B,R,D) */
 done:
     ditto_arena_release(ws, mark);
     return rc;
 }
 
-/* cond_encoder.{i}, in place on c (B,L,D). */
+/*
+ * Pre-norm of a block, one fused op: h += FiLM(y) of the previous block when
+ * film is given ((1 + scale) y + shift, views broadcast over frames), then
+ * a = LN(h) and ra = rot(LN(h)) with positions 0..L-1 along dim -2 of h;
+ * a or ra may be NULL. tf32: a and ra feed tf32 linears, as TF32 values.
+ */
+typedef struct LmdmFilm {
+    const DittoTensor *y, *scale, *shift;
+} LmdmFilm;
+
+static int pre_norm(DittoLmdm *m, bool tf32, DittoTensor *h, const LmdmFilm *film, const DittoTensor *ln_w, const DittoTensor *ln_b, DittoTensor *a,
+                    DittoTensor *ra)
+{
+    const DittoLnRotaryParams p = { .eps = LMDM_LN_EPS, .pos_offset = 0, .tf32_out = tf32 };
+    return ditto_op_layer_norm_rotary(m->be, &p, h, film ? film->y : NULL, film ? film->scale : NULL, film ? film->shift : NULL, ln_w, ln_b,
+                                      ra ? &m->rot_freqs : NULL, a, ra);
+}
+
+/* cond_encoder.{i}, in place on c (B,L,D); float32 linears. */
 static int enc_layer(DittoLmdm *m, DittoArena *ws, const LmdmEncLayer *w, DittoTensor *c)
 {
     DittoBackend *be = m->be;
     const int64_t B = c->shape[0], L = c->shape[1], D = m->dims.latent;
     DittoArenaMark mark = ditto_arena_mark(ws);
-    DittoTensor a, y;
+    DittoTensor a, ra, y;
     int rc;
     NEW(a, B, L, D);
+    NEW(ra, B, L, D);
     NEW(y, B, L, D);
-    CK(ditto_op_layer_norm(be, LMDM_LN_EPS, false, c, &w->ln1_w, &w->ln1_b, &a));   /* a = norm1(c) */
-    CK(self_attention(m, ws, &w->attn, &a, L, &y));                                 /* MHA(rot a, rot a, a) */
+    CK(pre_norm(m, false, c, NULL, &w->ln1_w, &w->ln1_b, &a, &ra));                        /* a = norm1(c), ra = rot(a) */
+    CK(self_attention(m, ws, NULL, &w->attn, &a, &ra, L, &y));                      /* MHA(rot a, rot a, a) */
     CK(ditto_op_binary(be, DITTO_BINARY_ADD, c, &y, c));                            /* c = c + sa */
     CK(ditto_op_layer_norm(be, LMDM_LN_EPS, false, c, &w->ln2_w, &w->ln2_b, &a));   /* a = norm2(c) */
-    CK(feed_forward(m, ws, &w->w1, &w->b1, &w->w2, &w->b2, &a, &y));
+    CK(feed_forward(m, ws, NULL, &w->w1, &w->b1, &w->w2, &w->b2, &a, &y));
     CK(ditto_op_binary(be, DITTO_BINARY_ADD, c, &y, c));                            /* c = c + ff */
 done:
     ditto_arena_release(ws, mark);
@@ -564,18 +639,23 @@ done:
 }
 
 /*
- * seqTransDecoder.stack.{i}, in place on h (B,2L,D) (both passes of each
- * window: one GEMM item); mem_k, mem_v (2B,L+2,D) this layer's
+ * seqTransDecoder.stack.{i}, in place on h (B,2,L,D) (both passes of each
+ * window: one GEMM item of 2L rows); mem_k, mem_v (2B,L+2,D) this layer's
  * cross-attention keys/values; film (B,2,3,2D) this layer's FiLM rows of
- * this step, [1 + scale_j | shift_j].
+ * this step, [1 + scale_j | shift_j]. The FiLM residuals are folded into the
+ * next pre-norm: prev is the previous layer's FiLM 3 (NULL for layer 0), and
+ * on return y (B,2,L,D) holds this layer's feed-forward output and *next its
+ * FiLM 3 (scale and shift views of film), for the next layer or decode() to
+ * apply. a, ra: (B,2L,D) scratch.
  */
 static int dec_layer(DittoLmdm *m, DittoArena *ws, const LmdmDecLayer *w, DittoTensor *h, const DittoTensor *mem_k, const DittoTensor *mem_v,
-                     const DittoTensor *film)
+                     const DittoTensor *film, const LmdmFilm *prev, DittoTensor *y, DittoTensor *a, DittoTensor *ra, DittoTensor *next_scale,
+                     DittoTensor *next_shift)
 {
-    DittoBackend *be = m->be;
-    const int64_t B = h->shape[0], L = h->shape[1] / 2, N = 2 * B, D = m->dims.latent;
+    const int64_t B = h->shape[0], L = h->shape[2], N = 2 * B, D = m->dims.latent;
+    const DittoLinearParams *lp = &m->lin;
     DittoArenaMark mark = ditto_arena_mark(ws);
-    DittoTensor sp1[3], shift[3], a, ra, q, y;
+    DittoTensor q, sp1[3], shift[3];
     int rc;
     for (int j = 0; j < 3; j++) {
         DittoTensor fj = view_select(film, 2, j);                        /* (B,2,2D) */
@@ -583,30 +663,26 @@ static int dec_layer(DittoLmdm *m, DittoArena *ws, const LmdmDecLayer *w, DittoT
         sp1[j] = view_insert(&sc, 2, 1, 0);                               /* (B,2,1,D): broadcast over frames */
         shift[j] = view_insert(&sh, 2, 1, 0);
     }
-    NEW(a, B, 2 * L, D);
-    NEW(y, B, 2 * L, D);
-    DittoTensor h4 = RESHAPE(*h, B, 2, L, D), y4 = RESHAPE(y, B, 2, L, D);
+    DittoTensor a4 = RESHAPE(*a, B, 2, L, D), ra4 = RESHAPE(*ra, B, 2, L, D), yf = RESHAPE(*y, B, 2 * L, D);
 
     /* self-attention block */
-    CK(ditto_op_layer_norm(be, LMDM_LN_EPS, false, h, &w->ln_w[0], &w->ln_b[0], &a));   /* a = norm1(h) */
-    CK(self_attention(m, ws, &w->self_attn, &a, L, &y));                                /* MHA(rot a, rot a, a) */
-    CK(ditto_op_film(be, &h4, &y4, &sp1[0], &shift[0], &h4));                           /* h = h + ((1 + scale_1) y + shift_1) */
+    CK(pre_norm(m, lp->tf32, h, prev, &w->ln_w[0], &w->ln_b[0], &a4, &ra4));                     /* h += FiLM_3 of the last layer; a = norm1(h), rot(a) */
+    CK(self_attention(m, ws, lp, &w->self_attn, a, ra, L, &yf));                       /* MHA(rot a, rot a, a) */
 
     /* cross-attention block: keys/values of mem = norm_cond(concat(c, tt)) precomputed */
-    CK(ditto_op_layer_norm(be, LMDM_LN_EPS, false, h, &w->ln_w[1], &w->ln_b[1], &a));   /* a = norm2(h) */
-    NEW(ra, B, 2 * L, D);
-    DittoTensor as = RESHAPE(a, N, L, D), ras = RESHAPE(ra, N, L, D);
-    CK(ditto_op_rotary(be, 0, &as, &m->rot_freqs, &ras));                              /* rot(a) */
+    const LmdmFilm f1 = { y, &sp1[0], &shift[0] };
+    CK(pre_norm(m, lp->tf32, h, &f1, &w->ln_w[1], &w->ln_b[1], NULL, &ra4));                      /* h += (1 + scale_1) sa + shift_1; rot(norm2(h)) */
     NEW(q, B, 2 * L, D);
-    CK(ditto_op_linear(be, &ra, &w->cross_attn.wq, &w->cross_attn.bq, &q));             /* q = rot(a) W_q^T + b_q */
+    CK(linear(m, lp, ra, &w->cross_attn.wq, &w->cross_attn.bq, &q));                    /* q = rot(a) W_q^T + b_q */
     DittoTensor qs = RESHAPE(q, N, L, D);
-    CK(attend(m, ws, &w->cross_attn, &qs, mem_k, mem_v, &y));                           /* MHA(rot a, rot mem, mem) */
-    CK(ditto_op_film(be, &h4, &y4, &sp1[1], &shift[1], &h4));                           /* FiLM 2 */
+    CK(attend(m, ws, lp, &w->cross_attn, &qs, mem_k, mem_v, &yf));                      /* MHA(rot a, rot mem, mem) */
 
     /* feed-forward block */
-    CK(ditto_op_layer_norm(be, LMDM_LN_EPS, false, h, &w->ln_w[2], &w->ln_b[2], &a));   /* a = norm3(h) */
-    CK(feed_forward(m, ws, &w->w1, &w->b1, &w->w2, &w->b2, &a, &y));
-    CK(ditto_op_film(be, &h4, &y4, &sp1[2], &shift[2], &h4));                           /* FiLM 3 */
+    const LmdmFilm f2 = { y, &sp1[1], &shift[1] };
+    CK(pre_norm(m, lp->tf32, h, &f2, &w->ln_w[2], &w->ln_b[2], &a4, NULL));                       /* h += FiLM_2 (ca); a = norm3(h) */
+    CK(feed_forward(m, ws, lp, &w->w1, &w->b1, &w->w2, &w->b2, a, &yf));                /* y; FiLM 3 goes to the caller */
+    *next_scale = sp1[2];                                                                /* (prev was read above: it may be these) */
+    *next_shift = shift[2];
 done:
     ditto_arena_release(ws, mark);
     return rc;
@@ -830,7 +906,7 @@ static int decode(DittoLmdm *m, DittoArena *ws, DittoLmdmCond *st, const DittoTe
     const DittoLmdmDims *d = &m->dims;
     const int64_t B = st->batch, L = d->seq_len, D = d->latent, F = d->nfeats;
     DittoArenaMark mark = ditto_arena_mark(ws);
-    DittoTensor xin, h;
+    DittoTensor xin, h, y, a, ra;
     int rc;
 
     /* memory rows L, L+1 of every layer, window and pass: this step's time tokens, one copy for keys and values */
@@ -847,19 +923,26 @@ static int decode(DittoLmdm *m, DittoArena *ws, DittoLmdmCond *st, const DittoTe
     CK(ditto_op_concat(be, 3, 2, parts, &xin));
     NEW(h, B, 2 * L, D);
     DittoTensor xinf = RESHAPE(xin, B, 2 * L, 2 * F);
-    CK(ditto_op_linear(be, &xinf, &m->inp_w, &m->inp_b, &h));            /* input_projection (B,2L,D) */
+    CK(linear(m, NULL, &xinf, &m->inp_w, &m->inp_b, &h));                /* input_projection (B,2L,D), float32 */
 
-    /* decoder stack: each window's two passes are one GEMM item of 2L rows */
+    /* decoder stack: each window's two passes are one GEMM item of 2L rows; each FiLM residual lands in the next pre-norm */
+    NEW(y, B, 2, L, D);
+    NEW(a, B, 2 * L, D);
+    NEW(ra, B, 2 * L, D);
+    DittoTensor h4 = RESHAPE(h, B, 2, L, D), f3_scale, f3_shift;
+    const LmdmFilm f3 = { &y, &f3_scale, &f3_shift };                    /* the last layer's FiLM 3, applied by the next pre-norm */
     for (int i = 0; i < d->layers; i++) {
         DittoTensor lk = view_select(&st->mem_k, 0, i);                  /* (B,2,L+2,D) */
         DittoTensor lv = view_select(&st->mem_v, 0, i);
         DittoTensor lkf = RESHAPE(lk, 2 * B, L + 2, D);
         DittoTensor lvf = RESHAPE(lv, 2 * B, L + 2, D);
         DittoTensor fl = view_select(film, 2, i);                        /* (B,2,3,2D) */
-        CK(dec_layer(m, ws, &m->dec[i], &h, &lkf, &lvf, &fl));
+        CK(dec_layer(m, ws, &m->dec[i], &h4, &lkf, &lvf, &fl, i ? &f3 : NULL, &y, &a, &ra, &f3_scale, &f3_shift));
     }
+    if (d->layers > 0)
+        CK(ditto_op_film(be, &h4, &y, &f3_scale, &f3_shift, &h4));       /* FiLM 3 of the last layer */
     DittoTensor outf = RESHAPE(*out, B, 2 * L, F);
-    CK(ditto_op_linear(be, &h, &m->final_w, &m->final_b, &outf));         /* final_layer (B,2L,F) */
+    CK(linear(m, NULL, &h, &m->final_w, &m->final_b, &outf));             /* final_layer (B,2L,F), float32 */
 done:
     ditto_arena_release(ws, mark);
     return rc;

@@ -56,9 +56,18 @@ typedef struct DittoLmdm DittoLmdm;
 
 typedef struct DittoLmdmParams {
     int num_heads;         /* attention heads; not in the checkpoint (official: 8 of 64 dims) */
+    /*
+     * The decoder stack's linears with TF32 products (DittoLinearParams.tf32:
+     * tensor cores on the GPU) on TF32 operands: their weights are rounded
+     * to TF32 at load and their inputs where they are made (tf32_out), so
+     * every backend forms the CPU oracle's products. The input projection,
+     * the final layer and the once-per-window work (conditions, time
+     * tables) stay float32. Off: float32 throughout (fixtures, parity).
+     */
+    bool tf32;
 } DittoLmdmParams;
 
-/* num_heads = 8. */
+/* num_heads = 8, tf32 off. */
 void ditto_lmdm_params_default(DittoLmdmParams *p);
 
 /* Sizes read from the checkpoint (official values in brackets). */

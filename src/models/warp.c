@@ -12,6 +12,8 @@
  * depends on f_s's (D,H,W), which the checkpoint fixes only in D: it is
  * computed on the host and uploaded into a buffer the network owns the first
  * time a size is seen (once per size, never per frame at a steady size).
+ * Every eval-mode BatchNorm is folded into the convolution before it at load
+ * time, the ReLU after it into that convolution's epilogue (ditto_warp_load_ex).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -44,11 +46,12 @@ struct DittoWarp {
     int64_t c_third;                    /* third's output (256) */
     int64_t c_out;                      /* fourth's output (256) */
     bool has_occlusion;                 /* estimate_occlusion_map */
+    bool folded;                        /* every BatchNorm folded into the convolution before it (the default) */
 
     /* dense_motion_network. */
-    DittoTensor compress_w;             /* compress.weight (4,32,1,1,1) */
-    DittoTensor compress_b;             /* compress.bias (4) */
-    DittoBatchNorm compress_norm;       /* norm.* (4) */
+    DittoTensor compress_w;             /* compress.weight (4,32,1,1,1) [* norm scale when folded] */
+    DittoTensor compress_b;             /* compress.bias (4) [folded with norm.*] */
+    DittoBatchNorm compress_norm;       /* norm.* (4); unset when folded */
     DittoConvBn down[WARP_MAX_BLOCKS];  /* hourglass.encoder.down_blocks.{i}.{conv,norm}: (64,110,3,3,3) ... */
     DittoConvBn up[WARP_MAX_BLOCKS];    /* hourglass.decoder.up_blocks.{i}.{conv,norm}: (512,1024,3,3,3) ... */
     DittoConvBn hg_out;                 /* hourglass.decoder.{conv,norm}: (142,142,3,3,3) */
@@ -176,6 +179,17 @@ static int read_config(DittoWarp *m, DittoLoader *l)
 
 int ditto_warp_load(DittoWarp **out, DittoBackend *be, DittoCatalog *cat)
 {
+    return ditto_warp_load_ex(out, be, cat, true);
+}
+
+/*
+ * fold_bn: each eval-mode BatchNorm (compress, the hourglass blocks, third)
+ * becomes part of the convolution before it, computed from the float32
+ * checkpoint values before any float16 rounding, and the ReLUs after them run
+ * in the convolutions' epilogues: no norm or activation pass of its own.
+ */
+int ditto_warp_load_ex(DittoWarp **out, DittoBackend *be, DittoCatalog *cat, bool fold_bn)
+{
     *out = NULL;
     DittoWarp *m = ditto_calloc(1, sizeof *m);
     if (!m)
@@ -192,21 +206,29 @@ int ditto_warp_load(DittoWarp **out, DittoBackend *be, DittoCatalog *cat)
     const int n = m->nblocks;
     const int64_t K1 = m->num_kp + 1, c = m->c_compress, c_in = K1 * (c + 1);
     char key[128];
+    void (*load_conv_bn)(DittoLoader *, DittoConvBn *, int, int64_t, int64_t, const char *) =
+        fold_bn ? ditto_nn_load_conv_bn_folded : ditto_nn_load_conv_bn;
+    m->folded = fold_bn;
     /* dense_motion_network. */
-    ditto_loader_get(&l, &m->compress_w, DITTO_SHAPE(c, m->c_feat, 1, 1, 1), "dense_motion_network.compress.weight");
-    ditto_loader_get(&l, &m->compress_b, DITTO_SHAPE(c), "dense_motion_network.compress.bias");
-    ditto_loader_get_bn(&l, &m->compress_norm, c, "dense_motion_network.norm");
+    if (fold_bn) {
+        ditto_loader_get_conv_bn(&l, &m->compress_w, &m->compress_b, DITTO_SHAPE(c, m->c_feat, 1, 1, 1), DITTO_BN_EPS,
+                                 "dense_motion_network.compress.weight", "dense_motion_network.compress.bias", "dense_motion_network.norm");
+    } else {
+        ditto_loader_get(&l, &m->compress_w, DITTO_SHAPE(c, m->c_feat, 1, 1, 1), "dense_motion_network.compress.weight");
+        ditto_loader_get(&l, &m->compress_b, DITTO_SHAPE(c), "dense_motion_network.compress.bias");
+        ditto_loader_get_bn(&l, &m->compress_norm, c, "dense_motion_network.norm");
+    }
     for (int i = 0; i < n; i++) {
         snprintf(key, sizeof key, "dense_motion_network.hourglass.encoder.down_blocks.%d", i);
-        ditto_nn_load_conv_bn(&l, &m->down[i], 3, m->c_enc[i], i ? m->c_enc[i - 1] : c_in, key);
+        load_conv_bn(&l, &m->down[i], 3, m->c_enc[i], i ? m->c_enc[i - 1] : c_in, key);
     }
     for (int j = 0; j < n; j++) {
         /* input: the deepest encoder output, then [previous up block, skip] */
         int64_t in = j ? m->c_dec[j - 1] + m->c_enc[n - 1 - j] : m->c_enc[n - 1];
         snprintf(key, sizeof key, "dense_motion_network.hourglass.decoder.up_blocks.%d", j);
-        ditto_nn_load_conv_bn(&l, &m->up[j], 3, m->c_dec[j], in, key);
+        load_conv_bn(&l, &m->up[j], 3, m->c_dec[j], in, key);
     }
-    ditto_nn_load_conv_bn(&l, &m->hg_out, 3, m->c_pred, m->c_pred, "dense_motion_network.hourglass.decoder");
+    load_conv_bn(&l, &m->hg_out, 3, m->c_pred, m->c_pred, "dense_motion_network.hourglass.decoder");
     ditto_loader_get(&l, &m->mask_w, DITTO_SHAPE(K1, m->c_pred, 7, 7, 7), "dense_motion_network.mask.weight");
     ditto_loader_get(&l, &m->mask_b, DITTO_SHAPE(K1), "dense_motion_network.mask.bias");
     if (m->has_occlusion) {
@@ -214,7 +236,7 @@ int ditto_warp_load(DittoWarp **out, DittoBackend *be, DittoCatalog *cat)
         ditto_loader_get(&l, &m->occlusion_b, DITTO_SHAPE(1), "dense_motion_network.occlusion.bias");
     }
     /* warping head */
-    ditto_nn_load_conv_bn(&l, &m->third, 2, m->c_third, m->c_feat * m->depth, "third");
+    load_conv_bn(&l, &m->third, 2, m->c_third, m->c_feat * m->depth, "third");
     ditto_loader_get(&l, &m->fourth_w, DITTO_SHAPE(m->c_out, m->c_third, 1, 1), "fourth.weight");
     ditto_loader_get(&l, &m->fourth_b, DITTO_SHAPE(m->c_out), "fourth.bias");
     rc = ditto_loader_finish(&l);
@@ -361,13 +383,23 @@ static int dense_motion(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, co
     TRY(ditto_nn_new(ws, act, &hg_in, DITTO_SHAPE(B, K1 * (c + 1), D, H, W)));
     mk = ditto_arena_mark(ws);
 
-    /* feature = relu(norm(compress(feature))) */
-    TRY(ditto_nn_new(ws, act, &cmp, DITTO_SHAPE(B, c, D, H, W)));
+    /* feature = relu(norm(compress(feature))); folded: one convolution, the relu in it unless the pre-relu tap is read */
     TRY(ditto_nn_new(ws, act, &feat, DITTO_SHAPE(B, c, D, H, W)));
-    TRY(ditto_op_conv(be, &pad0, f_s, &m->compress_w, &m->compress_b, &cmp));                 /* (B,4,16,64,64) */
-    TRY(ditto_nn_batch_norm(be, &m->compress_norm, &cmp, &feat));
-    ditto_tap(tap, "dm_compress_bn", &feat);
-    TRY(ditto_op_act(be, DITTO_UNARY_RELU, 0.0f, &feat, &feat));
+    if (m->folded) {
+        DittoConvParams pc = pad0;
+        pc.relu = !(tap && tap->fn);
+        TRY(ditto_op_conv(be, &pc, f_s, &m->compress_w, &m->compress_b, &feat));              /* (B,4,16,64,64) */
+        if (!pc.relu) {
+            ditto_tap(tap, "dm_compress_bn", &feat);
+            TRY(ditto_op_act(be, DITTO_UNARY_RELU, 0.0f, &feat, &feat));
+        }
+    } else {
+        TRY(ditto_nn_new(ws, act, &cmp, DITTO_SHAPE(B, c, D, H, W)));
+        TRY(ditto_op_conv(be, &pad0, f_s, &m->compress_w, &m->compress_b, &cmp));             /* (B,4,16,64,64) */
+        TRY(ditto_nn_batch_norm(be, &m->compress_norm, &cmp, &feat));
+        ditto_tap(tap, "dm_compress_bn", &feat);
+        TRY(ditto_op_act(be, DITTO_UNARY_RELU, 0.0f, &feat, &feat));
+    }
 
     /*
      * Sparse motions and heatmaps. A zero keypoint row prepended to both sets

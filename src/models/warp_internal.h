@@ -6,11 +6,13 @@
 #ifndef DITTO_MODELS_WARP_INTERNAL_H
 #define DITTO_MODELS_WARP_INTERNAL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
 #include "core/buffer.h"
 #include "core/tensor.h"
+#include "models/models.h"
 
 /* Variance of the keypoint Gaussians (kp2gaussian's kp_variance). */
 #define DITTO_WARP_KP_VARIANCE 0.01
@@ -37,5 +39,12 @@ int ditto_warp_kp2gaussian(DittoBackend *be, DittoArena *ws, const DittoTensor *
  * padding -> y (N,C,Do,Ho,Wo).
  */
 int ditto_warp_grid_sample(DittoBackend *be, const DittoTensor *x, const DittoTensor *grid, DittoTensor *y);
+
+/*
+ * ditto_warp_load with the BatchNorm folding chosen: fold_bn true is
+ * ditto_warp_load; false keeps each norm (and the ReLU after it) as ops of
+ * their own, for the test that folding changes results by rounding only.
+ */
+int ditto_warp_load_ex(DittoWarp **out, DittoBackend *be, DittoCatalog *cat, bool fold_bn);
 
 #endif

@@ -1,5 +1,6 @@
 #include "nn/blocks.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "core/log.h"
@@ -58,11 +59,32 @@ void ditto_nn_load_conv_bn(DittoLoader *l, DittoConvBn *b, int ns, int64_t out, 
         ditto_loader_get(l, &b->weight, DITTO_SHAPE(out, in, 3, 3), "%s.conv.weight", key);
     ditto_loader_get(l, &b->bias, DITTO_SHAPE(out), "%s.conv.bias", key);
     ditto_loader_get_bn(l, &b->norm, out, "%s.norm", key);
+    b->folded = false;
+}
+
+void ditto_nn_load_conv_bn_folded(DittoLoader *l, DittoConvBn *b, int ns, int64_t out, int64_t in, const char *key)
+{
+    char cw[160], cb[160], bn[160];
+    snprintf(cw, sizeof cw, "%s.conv.weight", key);
+    snprintf(cb, sizeof cb, "%s.conv.bias", key);
+    snprintf(bn, sizeof bn, "%s.norm", key);
+    memset(&b->norm, 0, sizeof b->norm);
+    if (ns == 3)
+        ditto_loader_get_conv_bn(l, &b->weight, &b->bias, DITTO_SHAPE(out, in, 3, 3, 3), DITTO_BN_EPS, cw, cb, bn);
+    else
+        ditto_loader_get_conv_bn(l, &b->weight, &b->bias, DITTO_SHAPE(out, in, 3, 3), DITTO_BN_EPS, cw, cb, bn);
+    b->folded = true;
 }
 
 int ditto_nn_conv_bn_act(DittoBackend *be, DittoArena *ws, const DittoConvParams *p, const DittoConvBn *b, DittoUnaryKind act, float alpha,
                          const DittoTensor *x, DittoTensor *y)
 {
+    if (b->folded) {
+        DittoConvParams q = *p;
+        q.relu = act == DITTO_UNARY_RELU;
+        DITTO_TRY(ditto_op_conv(be, &q, x, &b->weight, &b->bias, y));
+        return q.relu || act == DITTO_UNARY_IDENTITY ? 0 : ditto_op_act(be, act, alpha, y, y);
+    }
     DittoArenaMark mark = ditto_arena_mark(ws);
     DittoTensor t;
     int rc = ditto_arena_tensor(ws, y->dtype, y->ndim, y->shape, &t);

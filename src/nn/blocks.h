@@ -39,14 +39,19 @@ int ditto_nn_batch_norm(DittoBackend *be, const DittoBatchNorm *bn, const DittoT
 typedef struct DittoConvBn {
     DittoTensor weight;     /* <key>.conv.weight (out, in, 3, 3[, 3]) */
     DittoTensor bias;       /* <key>.conv.bias (out) */
-    DittoBatchNorm norm;    /* <key>.norm.{weight,bias,running_mean,running_var} (out) */
+    DittoBatchNorm norm;    /* <key>.norm.{weight,bias,running_mean,running_var} (out); unset when folded */
+    bool folded;            /* the norm folded into weight and bias at load (ditto_loader_get_conv_bn) */
 } DittoConvBn;
 
 /* Bind <key>.conv.weight (out, in, 3 in each of ns = 2 or 3 spatial dims), <key>.conv.bias and <key>.norm.* (out). */
 void ditto_nn_load_conv_bn(DittoLoader *l, DittoConvBn *b, int ns, int64_t out, int64_t in, const char *key);
+/* The same keys, the eval-mode norm folded into the convolution's weight and bias (b->folded). */
+void ditto_nn_load_conv_bn_folded(DittoLoader *l, DittoConvBn *b, int ns, int64_t out, int64_t in, const char *key);
 /*
  * y = act(BatchNorm(conv(x))), act = ditto_op_act(act, alpha); the conv output
  * is a scratch tensor of y's shape and dtype from ws, released before return.
+ * Folded: one convolution into y, a ReLU in its epilogue (DittoConvParams.relu),
+ * any other act one pass over y.
  */
 int ditto_nn_conv_bn_act(DittoBackend *be, DittoArena *ws, const DittoConvParams *p, const DittoConvBn *b, DittoUnaryKind act, float alpha,
                          const DittoTensor *x, DittoTensor *y);

@@ -365,6 +365,60 @@ int ditto_loader_get_bn(DittoLoader *l, DittoBatchNorm *bn, int64_t c, const cha
     return l->err;
 }
 
+int ditto_loader_get_conv_bn(DittoLoader *l, DittoTensor *w, DittoTensor *b, int ndim, const int64_t *shape, double eps, const char *conv_w,
+                             const char *conv_b, const char *bn)
+{
+    memset(w, 0, sizeof *w);
+    memset(b, 0, sizeof *b);
+    if (l->err)
+        return l->err;
+    if (ndim < 2 || ndim > DITTO_MAX_DIMS)
+        return ditto_loader_fail(l, DITTO_ERR_INVAL, "'%s': a convolution weight needs 2 to %d dims", conv_w, DITTO_MAX_DIMS);
+    const int64_t out = shape[0];
+    int64_t per = 1;
+    for (int i = 1; i < ndim; i++)
+        per *= shape[i];
+    static const char *const parts[4] = { "weight", "bias", "running_mean", "running_var" };
+    char key[256];
+    key_of(l, key, sizeof key, "%s", conv_w);
+    DittoCatalogEntry *ew = expect(l, key, ndim, shape), *eb = NULL, *en[4] = { NULL };
+    if (ew && conv_b) {
+        key_of(l, key, sizeof key, "%s", conv_b);
+        eb = expect(l, key, 1, &out);
+    }
+    for (int i = 0; i < 4 && !l->err; i++) {
+        key_of(l, key, sizeof key, "%s.%s", bn, parts[i]);
+        en[i] = expect(l, key, 1, &out);
+    }
+    if (!l->err && ditto_loader_peek(l, "%s.num_batches_tracked", bn))
+        ditto_loader_skip(l, "%s.num_batches_tracked", bn);
+    if (l->err)
+        return l->err;
+    float *hw = read_host(l, ew), *hb = hw && eb ? read_host(l, eb) : NULL, *hn[4] = { NULL };
+    for (int i = 0; i < 4 && !l->err; i++)
+        hn[i] = read_host(l, en[i]);
+    float *fb = l->err ? NULL : ditto_malloc_aligned((size_t)out * sizeof(float));
+    if (!l->err && !fb)
+        ditto_loader_fail(l, DITTO_ERR_NOMEM, "out of memory for parameters");
+    if (!l->err) {
+        /* s = gamma / sqrt(var + eps); w' = w s, b' = (b - mean) s + beta; in double, rounded once */
+        for (int64_t o = 0; o < out; o++) {
+            const double sc = (double)hn[0][o] / sqrt((double)hn[3][o] + eps);
+            for (int64_t k = 0; k < per; k++)
+                hw[o * per + k] = (float)((double)hw[o * per + k] * sc);
+            fb[o] = (float)(((hb ? (double)hb[o] : 0.0) - (double)hn[2][o]) * sc + (double)hn[1][o]);
+        }
+        bind(l, w, ndim, shape, hw, l->dtype);
+        bind(l, b, 1, &out, fb, l->dtype);
+    }
+    ditto_free_aligned(fb);
+    ditto_free_aligned(hw);
+    ditto_free_aligned(hb);
+    for (int i = 0; i < 4; i++)
+        ditto_free_aligned(hn[i]);
+    return l->err;
+}
+
 int ditto_loader_finish(DittoLoader *l)
 {
     if (l->err)

@@ -81,6 +81,17 @@ typedef struct DittoBatchNorm {
     DittoTensor weight, bias, mean, var;
 } DittoBatchNorm;
 int ditto_loader_get_bn(DittoLoader *l, DittoBatchNorm *bn, int64_t c, const char *fmt, ...) DITTO_LOADER_PRINTF(4, 5);
+/*
+ * A convolution followed by an eval-mode BatchNorm, folded into one
+ * convolution: reads conv_w (shape, out = shape[0]), conv_b (out; NULL: the
+ * conv has no bias) and bn.{weight,bias,running_mean,running_var} (out; plus
+ * num_batches_tracked when present), and binds w = conv_w * s and
+ * b = (conv_b - mean) * s + bn.bias with s = bn.weight / sqrt(running_var +
+ * eps) per output channel, computed in double from the checkpoint's float32
+ * values and rounded once to l->dtype.
+ */
+int ditto_loader_get_conv_bn(DittoLoader *l, DittoTensor *w, DittoTensor *b, int ndim, const int64_t *shape, double eps, const char *conv_w,
+                             const char *conv_b, const char *bn);
 /* Log "FILE: message (loading the NETWORK)" and make err sticky (first error wins). Returns l->err. */
 int ditto_loader_fail(DittoLoader *l, int err, const char *fmt, ...) DITTO_LOADER_PRINTF(3, 4);
 /* Every checkpoint key under the prefix must have been bound or skipped. Returns l->err. */

@@ -231,6 +231,14 @@ int ditto_op_matmul(DittoBackend *be, const DittoMatmulParams *p, const DittoTen
 
 int ditto_op_linear(DittoBackend *be, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y)
 {
+    return ditto_op_linear_ex(be, NULL, x, w, bias, y);
+}
+
+int ditto_op_linear_ex(DittoBackend *be, const DittoLinearParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y)
+{
+    static const DittoLinearParams defaults = { 0 };
+    if (!p)
+        p = &defaults;
     NEED(DITTO_OP_LINEAR, linear);
     DITTO_TRY(check_dense(be, DITTO_OP_LINEAR, 3, (const char *const[]){ "x", "w", "y" }, (const DittoTensor *const[]){ x, w, y }));
     if (w->ndim != 2 || x->ndim < 1 || y->ndim != x->ndim)
@@ -243,7 +251,7 @@ int ditto_op_linear(DittoBackend *be, const DittoTensor *x, const DittoTensor *w
     if (y->shape[y->ndim - 1] != w->shape[0])
         return bad_shape(be, DITTO_OP_LINEAR, "y last dim != w out", y, w);
     DITTO_TRY(check_vec(be, DITTO_OP_LINEAR, "bias", bias, w->shape[0]));
-    CALL_W(DITTO_OP_LINEAR, x, w, y, be->ops.linear(be, x, w, bias, y));
+    CALL_W(DITTO_OP_LINEAR, x, w, y, be->ops.linear(be, p, x, w, bias, y));
 }
 
 static int conv_dims(const DittoConvParams *p, int i, int *s, int *d)
@@ -347,23 +355,35 @@ int ditto_op_instance_norm(DittoBackend *be, float eps, const DittoTensor *x, co
     CALL(DITTO_OP_INSTANCE_NORM, x, y, be->ops.instance_norm(be, &p, x, w, b, y));
 }
 
-int ditto_op_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, DittoTensor *y)
+int ditto_op_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, const DittoTensor *bias,
+                        DittoTensor *y)
 {
     NEED(DITTO_OP_SPADE_NORM, spade_norm);
-    DITTO_TRY(check_norm_common(be, DITTO_OP_SPADE_NORM, x, y));
+    DITTO_TRY(check_xy(be, DITTO_OP_SPADE_NORM, x, y));
     if (x->ndim < 3)
         return bad_shape(be, DITTO_OP_SPADE_NORM, p->nhwc ? "x needs (N, spatial..., C)" : "x needs (N, C, spatial...)", x, NULL);
+    const int cax = p->nhwc ? x->ndim - 1 : 1;   /* channel axis */
+    /* y's spatial dims: x's, or (2-D only) integer multiples of them (x read nearest-upsampled) */
+    bool ok = y->ndim == x->ndim && y->shape[0] == x->shape[0] && y->shape[cax] == x->shape[cax], up = false;
+    for (int i = 1; ok && i < x->ndim; i++) {
+        if (i == cax || y->shape[i] == x->shape[i])
+            continue;
+        up = true;
+        ok = x->shape[i] > 0 && y->shape[i] % x->shape[i] == 0;
+    }
+    if (!ok || (up && x->ndim != 4))
+        return bad_shape(be, DITTO_OP_SPADE_NORM, "x and y differ (other than by integer 2-D upsampling factors)", x, y);
     DITTO_TRY(check_float(be, DITTO_OP_SPADE_NORM, "gb", gb));
     DITTO_TRY(check_contig(be, DITTO_OP_SPADE_NORM, "gb", gb));
-    const int cax = p->nhwc ? x->ndim - 1 : 1;   /* channel axis */
-    bool ok = gb->ndim == x->ndim;
-    for (int i = 0; ok && i < x->ndim; i++)
-        ok = gb->shape[i] == (i == cax ? 2 * x->shape[i] : x->shape[i]);
+    ok = gb->ndim == y->ndim;
+    for (int i = 0; ok && i < y->ndim; i++)
+        ok = gb->shape[i] == (i == cax ? 2 * y->shape[i] : y->shape[i]);
     if (!ok)
-        return bad_shape(be, DITTO_OP_SPADE_NORM, p->nhwc ? "gb needs (N, spatial of x, 2C)" : "gb needs (N, 2C, spatial of x)", x, gb);
+        return bad_shape(be, DITTO_OP_SPADE_NORM, p->nhwc ? "gb needs (N, spatial of y, 2C)" : "gb needs (N, 2C, spatial of y)", y, gb);
     if (gb->data == y->data)
         return bad_arg(be, DITTO_OP_SPADE_NORM, "y must not alias gb");
-    CALL(DITTO_OP_SPADE_NORM, x, y, be->ops.spade_norm(be, p, x, gb, y));
+    DITTO_TRY(check_vec(be, DITTO_OP_SPADE_NORM, "bias", bias, 2 * x->shape[cax]));
+    CALL(DITTO_OP_SPADE_NORM, x, y, be->ops.spade_norm(be, p, x, gb, bias, y));
 }
 
 int ditto_op_layer_norm(DittoBackend *be, float eps, bool channels_first, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y)
@@ -496,6 +516,16 @@ int ditto_op_concat(DittoBackend *be, int axis, int n, const DittoTensor *const 
 
 int ditto_op_attention(DittoBackend *be, float scale, const DittoTensor *q, const DittoTensor *k, const DittoTensor *v, const DittoTensor *mask, DittoTensor *y)
 {
+    const DittoAttentionParams p = { .scale = scale };
+    return ditto_op_attention_ex(be, &p, q, k, v, mask, y);
+}
+
+int ditto_op_attention_ex(DittoBackend *be, const DittoAttentionParams *ap, const DittoTensor *q, const DittoTensor *k, const DittoTensor *v,
+                          const DittoTensor *mask, DittoTensor *y)
+{
+    static const DittoAttentionParams defaults = { 0 };
+    if (!ap)
+        ap = &defaults;
     NEED(DITTO_OP_ATTENTION, attention);
     DITTO_TRY(check_float(be, DITTO_OP_ATTENTION, "q", q));
     DITTO_TRY(check_float(be, DITTO_OP_ATTENTION, "k", k));
@@ -522,8 +552,7 @@ int ditto_op_attention(DittoBackend *be, float scale, const DittoTensor *q, cons
                 return bad_shape(be, DITTO_OP_ATTENTION, "mask does not broadcast to (B,H,Lq,Lk)", mask, q);
         }
     }
-    DittoAttentionParams p = { scale };
-    CALL(DITTO_OP_ATTENTION, q, y, be->ops.attention(be, &p, q, k, v, mask, y));
+    CALL(DITTO_OP_ATTENTION, q, y, be->ops.attention(be, ap, q, k, v, mask, y));
 }
 
 int ditto_op_rotary(DittoBackend *be, int64_t pos_offset, const DittoTensor *x, const DittoTensor *freqs, DittoTensor *y)
@@ -798,8 +827,8 @@ int ditto_conv_transpose_out_shape(const DittoConvTransposeParams *p, const Ditt
 int ditto_op_conv_transpose(DittoBackend *be, const DittoConvTransposeParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y)
 {
     NEED(DITTO_OP_CONV_TRANSPOSE, conv_transpose);
-    if (p->conv.nhwc || p->conv.relu)
-        return bad_arg(be, DITTO_OP_CONV_TRANSPOSE, "nhwc and relu are conv params only");
+    if (p->conv.nhwc || p->conv.relu || p->conv.accumulate)
+        return bad_arg(be, DITTO_OP_CONV_TRANSPOSE, "nhwc, relu and accumulate are conv params only");
     DITTO_TRY(check_float(be, DITTO_OP_CONV_TRANSPOSE, "x", x));
     DITTO_TRY(check_float(be, DITTO_OP_CONV_TRANSPOSE, "w", w));
     DITTO_TRY(check_float(be, DITTO_OP_CONV_TRANSPOSE, "y", y));
@@ -866,4 +895,55 @@ int ditto_op_ddim_step(DittoBackend *be, const DittoDdimStepParams *p, const Dit
     }
     const DittoTensor *first = x0 ? x0 : eps ? eps : x_next;
     CALL(DITTO_OP_DDIM_STEP, cond, first, be->ops.ddim_step(be, p, cond, uncond, x, z, x0, eps, x_next));
+}
+
+/* t of h's rank with each dim 1 or h's (broadcast to h). */
+static bool bcast_same_rank(const DittoTensor *t, const DittoTensor *h)
+{
+    if (t->ndim != h->ndim)
+        return false;
+    for (int i = 0; i < h->ndim; i++)
+        if (t->shape[i] != 1 && t->shape[i] != h->shape[i])
+            return false;
+    return true;
+}
+
+int ditto_op_layer_norm_rotary(DittoBackend *be, const DittoLnRotaryParams *p, DittoTensor *h, const DittoTensor *y, const DittoTensor *scale,
+                               const DittoTensor *shift, const DittoTensor *w, const DittoTensor *b, const DittoTensor *freqs, DittoTensor *a, DittoTensor *ra)
+{
+    const DittoOp op = DITTO_OP_LAYER_NORM_ROTARY;
+    NEED(op, layer_norm_rotary);
+    if (!p || !h || (!a && !ra))
+        return bad_arg(be, op, "params, h and at least one of a, ra are required");
+    if (!!y != !!scale || !!y != !!shift)
+        return bad_arg(be, op, "y, scale and shift go together (FiLM)");
+    DITTO_TRY(check_dense(be, op, 3, (const char *const[]){ "h", "a", "ra" }, (const DittoTensor *const[]){ h, a, ra }));
+    if (h->ndim < 2 || h->shape[h->ndim - 1] % 2)
+        return bad_shape(be, op, "h must be (..., L, C) with even C", h, NULL);
+    if ((a && !ditto_tensor_same_shape(a, h)) || (ra && !ditto_tensor_same_shape(ra, h)))
+        return bad_shape(be, op, "a and ra must have h's shape", h, a && !ditto_tensor_same_shape(a, h) ? a : ra);
+    if (y) {
+        DITTO_TRY(check_float(be, op, "y", y));
+        DITTO_TRY(check_float(be, op, "scale", scale));
+        DITTO_TRY(check_float(be, op, "shift", shift));
+        if (!ditto_tensor_same_shape(y, h))
+            return bad_shape(be, op, "y and h differ", y, h);
+        if (y->data == h->data)
+            return bad_arg(be, op, "y must not be h (h is updated in place)");
+        if (!bcast_same_rank(scale, h) || !bcast_same_rank(shift, h))
+            return bad_shape(be, op, "scale and shift must have h's rank and broadcast to it", bcast_same_rank(scale, h) ? shift : scale, h);
+    }
+    const int64_t C = h->shape[h->ndim - 1];
+    DITTO_TRY(check_vec(be, op, "weight", w, C));
+    DITTO_TRY(check_vec(be, op, "bias", b, C));
+    if (ra && (!freqs || freqs->dtype != DITTO_F32 || freqs->device != be->device || ditto_tensor_numel(freqs) != C / 2))
+        return bad_shape(be, op, "freqs must be float32 (C/2) on the backend's device", h, freqs ? freqs : h);
+    /* outputs apart from each other and from every input (same buffer start: the cheap check) */
+    const void *ins[6] = { h->data, y ? y->data : NULL, scale ? scale->data : NULL, shift ? shift->data : NULL, w ? w->data : NULL, b ? b->data : NULL };
+    for (int i = 0; i < 6; i++)
+        if (ins[i] && ((a && a->data == ins[i]) || (ra && ra->data == ins[i])))
+            return bad_arg(be, op, "a and ra must not alias the inputs");
+    if (a && ra && a->data == ra->data)
+        return bad_arg(be, op, "a and ra must not alias each other");
+    CALL(op, h, a ? a : ra, be->ops.layer_norm_rotary(be, p, h, y, scale, shift, w, b, freqs, a, ra));
 }

@@ -17,6 +17,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/tensor.h"
 
@@ -104,6 +105,43 @@ typedef struct DittoMatmulParams {
     float alpha;             /* c = alpha * op(a) op(b); 0 means 1 */
 } DittoMatmulParams;
 
+/*
+ * Options of ditto_op_linear_ex; all false (or NULL params) is ditto_op_linear.
+ * tf32: float32 x and w may enter the product rounded to TF32 (8-bit
+ * exponent, 10 explicit mantissa bits), products summed in float32. The CPU
+ * oracle rounds both to nearest even; GPU tensor cores convert as their
+ * library does (cuBLAS does not document it; the hardware reads the top 10
+ * mantissa bits: truncation), so backends agree to the TF32 bound, not bit
+ * for bit, unless x and w already are TF32 values (ditto_tf32_round; see
+ * tf32_out): then every backend forms the same products. float16 operands
+ * ignore it.
+ * gelu: y = GELU(x w^T + b), the exact (erf) GELU of DITTO_UNARY_GELU.
+ * tf32_out: float32 y rounded to the nearest TF32 value (ditto_tf32_round),
+ * last, so that a tf32 linear reading it gets exact TF32 operands.
+ */
+typedef struct DittoLinearParams {
+    bool tf32;
+    bool gelu;
+    bool tf32_out;
+} DittoLinearParams;
+
+/*
+ * The nearest TF32 value of v (10 explicit mantissa bits, ties to even), as
+ * a float; Inf and NaN unchanged, overflow rounds to Inf. The rounding of
+ * every tf32 option.
+ */
+static inline float ditto_tf32_round(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    if ((u & 0x7f800000u) != 0x7f800000u) {
+        u += 0xfffu + ((u >> 13) & 1u);
+        u &= ~0x1fffu;
+    }
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
 /* ---- convolution, norms, resampling ---- */
 
 typedef struct DittoConvParams {
@@ -114,6 +152,7 @@ typedef struct DittoConvParams {
     int groups;              /* 0 means 1 */
     bool nhwc;               /* 2-D only: x (N,H,W,C), y (N,OH,OW,O) channels-last; w stays (O,C/groups,kh,kw) */
     bool relu;               /* y = max(0, conv + bias) */
+    bool accumulate;         /* y = conv + bias + y (y holds a residual on entry; relu after the sum) */
 } DittoConvParams;
 
 typedef struct DittoNormParams {
@@ -153,6 +192,7 @@ typedef struct DittoGridSampleParams {
 
 typedef struct DittoAttentionParams {
     float scale;             /* 0 means 1/sqrt(head_dim) */
+    bool tf32_out;           /* float32 y rounded to the nearest TF32 value (ditto_tf32_round): input of a tf32 linear */
 } DittoAttentionParams;
 
 typedef struct DittoRotaryParams {
@@ -170,6 +210,13 @@ typedef struct DittoDdimStepParams {
     float c;                 /* weight of eps */
     float sigma;             /* weight of the fresh noise z */
 } DittoDdimStepParams;
+
+/* Pre-norm of a rotary (FiLM) transformer layer (ditto_op_layer_norm_rotary). */
+typedef struct DittoLnRotaryParams {
+    float eps;               /* layer norm epsilon */
+    int64_t pos_offset;      /* rotary position of row 0 of every sequence */
+    bool tf32_out;           /* float32 a and ra rounded to the nearest TF32 value (ditto_tf32_round) last: inputs of tf32 linears */
+} DittoLnRotaryParams;
 
 /* ---- image ops (OpenCV semantics, images N,H,W,C or H,W,C; u8 or f32) ---- */
 
@@ -243,11 +290,11 @@ typedef struct DittoOps {
     int (*softmax)(struct DittoBackend *be, const DittoSoftmaxParams *p, const DittoTensor *x, DittoTensor *y);
     int (*reduce)(struct DittoBackend *be, const DittoReduceParams *p, const DittoTensor *x, DittoTensor *y);
     int (*matmul)(struct DittoBackend *be, const DittoMatmulParams *p, const DittoTensor *a, const DittoTensor *b, DittoTensor *c);
-    int (*linear)(struct DittoBackend *be, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
+    int (*linear)(struct DittoBackend *be, const DittoLinearParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
     int (*conv)(struct DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
     int (*batch_norm)(struct DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *mean, const DittoTensor *var, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
     int (*instance_norm)(struct DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
-    int (*spade_norm)(struct DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, DittoTensor *y);
+    int (*spade_norm)(struct DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, const DittoTensor *bias, DittoTensor *y);
     int (*layer_norm)(struct DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
     int (*group_norm)(struct DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
     int (*upsample_nearest)(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
@@ -270,6 +317,8 @@ typedef struct DittoOps {
     int (*conv_transpose)(struct DittoBackend *be, const DittoConvTransposeParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
     int (*film)(struct DittoBackend *be, const DittoTensor *h, const DittoTensor *y, const DittoTensor *scale, const DittoTensor *shift, DittoTensor *out);
     int (*ddim_step)(struct DittoBackend *be, const DittoDdimStepParams *p, const DittoTensor *cond, const DittoTensor *uncond, const DittoTensor *x, const DittoTensor *z, DittoTensor *x0, DittoTensor *eps, DittoTensor *x_next);
+    int (*layer_norm_rotary)(struct DittoBackend *be, const DittoLnRotaryParams *p, DittoTensor *h, const DittoTensor *y, const DittoTensor *scale, const DittoTensor *shift,
+                             const DittoTensor *w, const DittoTensor *b, const DittoTensor *freqs, DittoTensor *a, DittoTensor *ra);
 } DittoOps;
 
 bool ditto_ops_has(const DittoOps *ops, DittoOp op);
@@ -300,9 +349,12 @@ int ditto_op_matmul(struct DittoBackend *be, const DittoMatmulParams *p, const D
  * whatever the size of dim 0 (batch consistency).
  */
 int ditto_op_linear(struct DittoBackend *be, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
+/* ditto_op_linear with options (DittoLinearParams); p NULL: the defaults. */
+int ditto_op_linear_ex(struct DittoBackend *be, const DittoLinearParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
 /*
  * Cross-correlation, 1-D/2-D/3-D by x.ndim - 2: x (N,C,*in), w (O, C/groups, *k), bias (O) or NULL, y (N,O,*out).
  * p->nhwc (2-D only): x (N,H,W,C), y (N,OH,OW,O), the same w. p->relu: y = max(0, conv + bias).
+ * p->accumulate: y = conv + bias + y_old (a residual already in y; relu, if any, after the sum).
  * ditto_conv_out_shape gives y's shape in the layout of p.
  */
 int ditto_op_conv(struct DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
@@ -316,10 +368,18 @@ int ditto_op_instance_norm(struct DittoBackend *be, float eps, const DittoTensor
  * v = (x - mean) / sqrt(var + eps) * (1 + gb[n, c]) + gb[n, C + c] element-wise,
  * y = act ? LeakyReLU(v, slope) : v. x, y (N, C, spatial...); gb (N, 2C,
  * spatial...): gamma then beta (one convolution makes both). y may be x, not gb.
+ * bias (2C) or NULL: the gamma / beta convolution's bias, added here
+ * (gamma = gb[n, c] + bias[c], beta = gb[n, C + c] + bias[C + c]) so the
+ * convolution need not write gb twice.
  * p->nhwc: channels last, x, y (N, spatial..., C), gb (N, spatial..., 2C)
  * with gamma in channels [0, C) and beta in [C, 2C).
+ * 2-D only: x (N, C, h, w) may be smaller than y and gb (N, C|2C, H, W) by
+ * integer factors H / h, W / w: x is read nearest-upsampled to (H, W) (its
+ * statistics are those of the upsampled x), so no upsampled copy is needed;
+ * y is then not x.
  */
-int ditto_op_spade_norm(struct DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, DittoTensor *y);
+int ditto_op_spade_norm(struct DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, const DittoTensor *bias,
+                        DittoTensor *y);
 /* Over the last dim, or over dim 1 when channels_first; w, b of that size, optional. */
 int ditto_op_layer_norm(struct DittoBackend *be, float eps, bool channels_first, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
 /* x (N, C, ...): C split into groups; w, b (C) optional. */
@@ -342,6 +402,9 @@ int ditto_op_concat(struct DittoBackend *be, int axis, int n, const DittoTensor 
  * elements must be distinct (no stride 0) and not overlap the inputs.
  */
 int ditto_op_attention(struct DittoBackend *be, float scale, const DittoTensor *q, const DittoTensor *k, const DittoTensor *v, const DittoTensor *mask, DittoTensor *y);
+/* ditto_op_attention with all options (DittoAttentionParams; NULL: scale 0, no tf32_out). */
+int ditto_op_attention_ex(struct DittoBackend *be, const DittoAttentionParams *p, const DittoTensor *q, const DittoTensor *k, const DittoTensor *v,
+                          const DittoTensor *mask, DittoTensor *y);
 /* Interleaved-pair rotary on x (B, L, C): theta = (pos_offset + l) * freqs[k], pairs (2k, 2k+1); freqs (C/2). y may be x. */
 int ditto_op_rotary(struct DittoBackend *be, int64_t pos_offset, const DittoTensor *x, const DittoTensor *freqs, DittoTensor *y);
 /* cv2.warpAffine(INTER_LINEAR, BORDER_CONSTANT): x (H,W,C) or (N,H,W,C), u8 or f32 -> y of the same dtype and channels. */
@@ -406,5 +469,25 @@ int ditto_op_film(struct DittoBackend *be, const DittoTensor *h, const DittoTens
  */
 int ditto_op_ddim_step(struct DittoBackend *be, const DittoDdimStepParams *p, const DittoTensor *cond, const DittoTensor *uncond, const DittoTensor *x,
                        const DittoTensor *z, DittoTensor *x0, DittoTensor *eps, DittoTensor *x_next);
+/*
+ * Pre-norm of a rotary (FiLM) transformer layer, one pass over the rows:
+ *   h  = h + (scale y + shift)    FiLM residual of the previous block, when y is
+ *                                 given: as ditto_op_film, in place on h
+ *   a  = layer_norm(h)            over the last dim, affine w, b (C) optional:
+ *                                 as ditto_op_layer_norm
+ *   ra = rotary(a)                positions along dim -2 (L), theta =
+ *                                 (pos_offset + l) freqs[k]: as ditto_op_rotary
+ *                                 on a seen as (rows / L, L, C)
+ * h (..., L, C) contiguous, rank >= 2, C even. y h's shape, any strides,
+ * not h; scale, shift h's rank, each dim 1 or h's, any strides (broadcast);
+ * y, scale and shift all given or all NULL. a, ra h's shape, contiguous,
+ * each optional but not both, and not overlapping each other or the inputs.
+ * freqs float32 (C/2), any strides, for ra (else may be NULL). tf32_out
+ * rounds a and ra last (ra is the rotary of the unrounded norm). The CPU
+ * oracle runs film, layer_norm and rotary in sequence (their bits); other
+ * backends fuse them within a documented tolerance (tests/ops/cases_fused.c).
+ */
+int ditto_op_layer_norm_rotary(struct DittoBackend *be, const DittoLnRotaryParams *p, DittoTensor *h, const DittoTensor *y, const DittoTensor *scale,
+                               const DittoTensor *shift, const DittoTensor *w, const DittoTensor *b, const DittoTensor *freqs, DittoTensor *a, DittoTensor *ra);
 
 #endif

@@ -152,6 +152,8 @@ static int load_lmdm(DittoModels *m, const char *dir, uint64_t seed)
     DittoCatalog *cat = NULL;
     DittoLmdmParams lp;
     ditto_lmdm_params_default(&lp);
+    /* fp16 models (the GPU default): the LMDM decoder's linears on TF32 tensor cores; fp32 keeps exact float32 */
+    lp.tf32 = m->be->act_dtype == DITTO_F16;
     int rc;
     const double t0 = ditto_now();
     if (m->synthetic) {
@@ -167,7 +169,8 @@ static int load_lmdm(DittoModels *m, const char *dir, uint64_t seed)
     if (rc >= 0)
         rc = ditto_lmdm_load(&m->lmdm, m->be_motion, cat, &lp);
     ditto_catalog_close(&cat);
-    ditto_log(&m->log, DITTO_LOG_INFO, "models: LMDM read %.2f s, loaded %.2f s", t1 - t0, ditto_now() - t1);
+    ditto_log(&m->log, DITTO_LOG_INFO, "models: LMDM read %.2f s, loaded %.2f s (%s decoder linears)", t1 - t0, ditto_now() - t1,
+              lp.tf32 ? "tf32" : "float32");
     if (rc >= 0) {
         const DittoLmdmDims *d = ditto_lmdm_dims(m->lmdm);
         if (d->nfeats != DITTO_MOTION_DIM || d->cond_dim != DITTO_COND_DIM || d->seq_len != DITTO_A2M_SEQ_FRAMES)

@@ -8,9 +8,15 @@
  * of rank 2 and 4 with broadcast dims and -inf entries, Lq != Lk, Dv != D,
  * more query rows than one work block, and the LMDM shapes (B 2, 8 heads of
  * 64, L 80, cross-attention Lk 82) as lmdm.c passes them. The CUDA backend
- * has a short-key kernel (K and V of a head in shared memory: the LMDM
- * shapes, head dims up to 128) and a general one (long key rows, head dims
- * above 128): cases cover both.
+ * has a tiled kernel (float32, head dim 64, up to 128 keys, no mask, rows of
+ * q/k/v 16-byte aligned with unit stride: the LMDM shapes; tiles of 16 query
+ * rows, or 8 when the grid is small against the SM count), a short-key
+ * kernel (K and V of a head in shared memory: other shapes with head dims up
+ * to 128) and a general one (long key rows, head dims above 128): cases
+ * cover all three, the tiled one with both tile sizes (8 rows: the small
+ * "tile_" cases of 2 to 6 sequence-heads; 16 rows: the LMDM cases and
+ * tile_big_grid), partial query tiles, 1, 33, 128 and 129 keys and a
+ * transposed y.
  * Tolerance 1e-5 (rel_l2 and max_abs/max_ref): two float GEMMs with K = D and
  * K = Lk and a float softmax; errors grow like sqrt(K) ulp, ~1e-7 measured.
  *
@@ -18,6 +24,7 @@
  * cos/sin in double; y within a few ulp: 1e-6.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,7 +54,8 @@ static double mask_at(const DittoTensor *m, int64_t b, int64_t h, int64_t i, int
 /* y layouts: contiguous (B,H,Lq,Dv); a permuted (B,Lq,H,Dv) buffer; a permuted (B,H,Dv,Lq) buffer (column stride Lq) */
 enum { Y_DENSE = 0, Y_HEADS_LAST, Y_TRANSPOSED };
 
-static void attention_run_y(TestCtx *c, const char *name, float scale, View q, View k, View v, const View *mask, int ylayout)
+/* tf32_out: y must be TF32 values (low 13 mantissa bits zero) within one TF32 ulp of the reference, rounded the same way. */
+static void attention_run_opts(TestCtx *c, const char *name, float scale, View q, View k, View v, const View *mask, int ylayout, bool tf32_out)
 {
     int64_t B = q.h.shape[0], H = q.h.shape[1], Lq = q.h.shape[2], D = q.h.shape[3];
     int64_t Lk = k.h.shape[2], Dv = v.h.shape[3];
@@ -89,11 +97,34 @@ static void attention_run_y(TestCtx *c, const char *name, float scale, View q, V
                     ref[b * st[0] + h * st[1] + i * st[2] + e * st[3]] = acc / sum;
                 }
             }
-    int rc = ditto_op_attention(c->be, scale, &q.d, &k.d, &v.d, mask ? &mask->d : NULL, &yv.d);
-    op_check(c, name, rc, y, ref, 1e-5, 1e-5);
+    const DittoAttentionParams ap = { .scale = scale, .tf32_out = tf32_out };
+    int rc = ditto_op_attention_ex(c->be, &ap, &q.d, &k.d, &v.d, mask ? &mask->d : NULL, &yv.d);
+    if (tf32_out) {
+        const int64_t n = B * H * Lq * Dv;
+        for (int64_t i = 0; i < n; i++)
+            ref[i] = ditto_tf32_round((float)ref[i]);
+        if (op_check(c, name, rc, y, ref, 2e-3, 2e-3) && !test_fp16(c)) {
+            int64_t bad = 0;
+            for (int64_t i = 0; i < n; i++) {
+                uint32_t u;
+                memcpy(&u, &tt_f32(y)[i], sizeof u);
+                bad += (u & 0x1fffu) != 0;
+            }
+            char n2[160];
+            snprintf(n2, sizeof n2, "%s: TF32 values", name);
+            test_report(c, n2, bad == 0, "%lld of %lld outputs with low mantissa bits", (long long)bad, (long long)n);
+        }
+    } else {
+        op_check(c, name, rc, y, ref, 1e-5, 1e-5);
+    }
     free(p);
     free(ref);
     tt_free(y);
+}
+
+static void attention_run_y(TestCtx *c, const char *name, float scale, View q, View k, View v, const View *mask, int ylayout)
+{
+    attention_run_opts(c, name, scale, q, k, v, mask, ylayout, false);
 }
 
 static void attention_run(TestCtx *c, const char *name, float scale, View q, View k, View v, const View *mask)
@@ -189,6 +220,49 @@ static void test_attention(TestCtx *c)
         tt_free(qc);
         tt_free(mk);
         tt_free(mv);
+    }
+    if (test_selected(c, "attention/lmdm_b1")) {
+        /* one window (B 1) as the bench runs it: N = 2 passes, q/k sliced from (2, 80, 1024), memory (2, 82, 512) */
+        TT *qk = new_normal(c, 3, (int64_t[]){ 2, 80, 1024 }), *vs = new_normal(c, 3, (int64_t[]){ 2, 80, 512 });
+        TT *mk = new_normal(c, 3, (int64_t[]){ 2, 82, 512 }), *mv = new_normal(c, 3, (int64_t[]){ 2, 82, 512 });
+        const int perm[4] = { 0, 2, 1, 3 };
+        View qk5 = view_reshape(view_of(qk), 5, (int64_t[]){ 2, 80, 2, 8, 64 });
+        View q = view_permute(view_select(qk5, 2, 0), perm), k = view_permute(view_select(qk5, 2, 1), perm);
+        View v = view_permute(view_reshape(view_of(vs), 4, (int64_t[]){ 2, 80, 8, 64 }), perm);
+        attention_run_y(c, "attention/lmdm_b1_self", 0, q, k, v, NULL, Y_HEADS_LAST);
+        View ck = view_permute(view_reshape(view_of(mk), 4, (int64_t[]){ 2, 82, 8, 64 }), perm);
+        View cv = view_permute(view_reshape(view_of(mv), 4, (int64_t[]){ 2, 82, 8, 64 }), perm);
+        attention_run_y(c, "attention/lmdm_b1_cross", 0, q, ck, cv, NULL, Y_HEADS_LAST);
+        attention_run_opts(c, "attention/lmdm_b1_self_tf32_out", 0, q, k, v, NULL, Y_HEADS_LAST, true);
+        attention_run_opts(c, "attention/lmdm_b1_cross_tf32_out", 0, q, ck, cv, NULL, Y_HEADS_LAST, true);
+        tt_free(qk);
+        tt_free(vs);
+        tt_free(mk);
+        tt_free(mv);
+    }
+    /* the tiled CUDA kernel's edges: key counts, partial query tiles, both tile sizes, transposed y; 129 keys leave it */
+    attention_case(c, "attention/tile_k1", 1, 2, 21, 1, 64, 64, 0, 0, NULL);
+    attention_case(c, "attention/tile_k33_q37", 1, 2, 37, 33, 64, 64, 0.2f, 0, NULL);
+    attention_case(c, "attention/tile_k128", 2, 3, 19, 128, 64, 64, 0, 0, NULL);
+    attention_case(c, "attention/tile_k129", 1, 2, 9, 129, 64, 64, 0, 0, NULL);
+    attention_case(c, "attention/tile_big_grid", 40, 8, 45, 82, 64, 64, 0, 0, NULL);
+    if (test_selected(c, "attention/tile_y_t")) {
+        TT *q = new_normal(c, 4, (int64_t[]){ 2, 3, 17, 64 }), *k = new_normal(c, 4, (int64_t[]){ 2, 3, 40, 64 });
+        TT *v = new_normal(c, 4, (int64_t[]){ 2, 3, 40, 64 });
+        attention_run_y(c, "attention/tile_y_t", 0, view_of(q), view_of(k), view_of(v), NULL, Y_TRANSPOSED);
+        /* tf32_out on the short-key and general kernels too (a mask leaves the tiled one; 300 keys the short-key one) */
+        TT *m = new_rand(c, 2, (int64_t[]){ 17, 40 }, -1, 1), *kl = new_normal(c, 4, (int64_t[]){ 2, 3, 300, 64 });
+        TT *vl = new_normal(c, 4, (int64_t[]){ 2, 3, 300, 64 });
+        View mv = view_of(m);
+        attention_run_opts(c, "attention/tile_y_t_tf32_out", 0, view_of(q), view_of(k), view_of(v), NULL, Y_TRANSPOSED, true);
+        attention_run_opts(c, "attention/small_mask_tf32_out", 0, view_of(q), view_of(k), view_of(v), &mv, Y_HEADS_LAST, true);
+        attention_run_opts(c, "attention/long_k_tf32_out", 0, view_of(q), view_of(kl), view_of(vl), NULL, Y_HEADS_LAST, true);
+        tt_free(m);
+        tt_free(kl);
+        tt_free(vl);
+        tt_free(q);
+        tt_free(k);
+        tt_free(v);
     }
     if (test_selected(c, "attention/y_strided")) {
         /* y heads-last and transposed, with masks, on both CUDA kernels (short and long key rows) */

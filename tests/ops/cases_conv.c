@@ -84,9 +84,10 @@ static void transpose_f32(const float *x, float *y, int64_t n, int64_t a, int64_
 /*
  * One case; relu: y = max(0, conv + bias); nhwc (2-D): x (N,H,W,C) and y
  * (N,OH,OW,O) channels-last, the reference computed in NCHW on the
- * transposed input and transposed back.
+ * transposed input and transposed back; acc (accumulate): y starts with
+ * random values (a residual) that the convolution adds onto, relu after.
  */
-static void conv_case_opt(TestCtx *c, const ConvCase *cc, bool bias, bool relu, bool nhwc, const char *suffix)
+static void conv_case_acc(TestCtx *c, const ConvCase *cc, bool bias, bool relu, bool nhwc, bool acc, const char *suffix)
 {
     char name[200], sx[DITTO_SHAPE_STR_MAX], sw[DITTO_SHAPE_STR_MAX];
     int nd = cc->ns + 2;
@@ -98,8 +99,9 @@ static void conv_case_opt(TestCtx *c, const ConvCase *cc, bool bias, bool relu, 
         osz[i] = out_size(cc->in[i], cc->k[i], cc->s[i], cc->pb[i], cc->pe[i], cc->d[i]);
         ysh[2 + i] = osz[i];
     }
-    snprintf(name, sizeof name, "conv%dd %s x%s w%s%s%s%s%s", cc->ns, cc->tag, ditto_shape_str(xsh, nd, sx, sizeof sx),
-             ditto_shape_str(wsh, nd, sw, sizeof sw), bias ? " bias" : "", relu ? " relu" : "", nhwc ? " nhwc" : "", suffix);
+    snprintf(name, sizeof name, "conv%dd %s x%s w%s%s%s%s%s%s", cc->ns, cc->tag, ditto_shape_str(xsh, nd, sx, sizeof sx),
+             ditto_shape_str(wsh, nd, sw, sizeof sw), bias ? " bias" : "", relu ? " relu" : "", nhwc ? " nhwc" : "",
+             acc ? " accumulate" : "", suffix);
     if (!test_selected(c, name))
         return;
     if (nhwc) {   /* (N,C,H,W) -> (N,H,W,C) */
@@ -111,9 +113,11 @@ static void conv_case_opt(TestCtx *c, const ConvCase *cc, bool bias, bool relu, 
     TT *b = bias ? tt_new(c, DITTO_F32, 1, &cc->O) : NULL;
     tt_fill_uniform(x, -1, 1);
     tt_fill_uniform(w, -1, 1);
+    if (acc)
+        tt_fill_uniform(y, -4, 4);   /* the residual, about the size of the convolution */
     tt_to_dev(x);
     tt_to_dev(w);
-    tt_to_dev(y);
+    tt_to_dev(y);                    /* fp16 mode: rounds the residual on the host too */
     if (b) {
         tt_fill_uniform(b, -1, 1);
         tt_to_dev(b);
@@ -135,10 +139,15 @@ static void conv_case_opt(TestCtx *c, const ConvCase *cc, bool bias, bool relu, 
     } else {
         ref_conv(cc, osz, tt_f32(x), tt_f32(w), b ? tt_f32(b) : NULL, ref);
     }
+    if (acc) {
+        const float *yh = tt_f32(y);
+        for (int64_t i = 0; i < ny; i++)
+            ref[i] += yh[i];
+    }
     if (relu)
         for (int64_t i = 0; i < ny; i++)
             ref[i] = ref[i] > 0 ? ref[i] : 0;
-    DittoConvParams p = { .groups = cc->groups, .nhwc = nhwc, .relu = relu };
+    DittoConvParams p = { .groups = cc->groups, .nhwc = nhwc, .relu = relu, .accumulate = acc };
     for (int i = 0; i < cc->ns; i++) {
         p.stride[i] = cc->s[i];
         p.pad_begin[i] = cc->pb[i];
@@ -152,6 +161,11 @@ static void conv_case_opt(TestCtx *c, const ConvCase *cc, bool bias, bool relu, 
     tt_free(w);
     tt_free(y);
     tt_free(b);
+}
+
+static void conv_case_opt(TestCtx *c, const ConvCase *cc, bool bias, bool relu, bool nhwc, const char *suffix)
+{
+    conv_case_acc(c, cc, bias, relu, nhwc, false, suffix);
 }
 
 static void conv_case(TestCtx *c, const ConvCase *cc, bool bias, const char *suffix)
@@ -244,6 +258,19 @@ static const ConvCase relu_cases[] = {
     { "k3 s2", 1, 3, 8, 12, { 99 }, { 3 }, { 2 }, { 0 }, { 0 }, { 0 }, 0 },
 };
 
+/*
+ * Accumulate (y = conv + bias + y) beyond relu_cases and nhwc_cases: the
+ * CPU's other strategies (one input channel per group, 1x1 as one GEMM).
+ */
+static const ConvCase acc_cases[] = {
+    { "dw7x7 p3", 2, 3, 8, 8, { 9, 11 }, { 7, 7 }, { 0 }, { 3, 3 }, { 3, 3 }, { 0 }, 8 },
+    { "1x1", 2, 3, 13, 7, { 5, 9 }, { 1, 1 }, { 0 }, { 0 }, { 0 }, { 0 }, 0 },
+    { "1x1 g2", 2, 3, 6, 4, { 7, 5 }, { 1, 1 }, { 0 }, { 0 }, { 0 }, { 0 }, 2 },
+    { "3x3x3 p1 C11 O18 B5", 3, 5, 11, 18, { 4, 6, 5 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
+    { "7x7 p3 O1 (occlusion)", 2, 3, 150, 1, { 20, 23 }, { 7, 7 }, { 0 }, { 3, 3 }, { 3, 3 }, { 0 }, 0 },
+    { "1x1x1 O4 (compress)", 3, 3, 32, 4, { 3, 9, 10 }, { 1, 1, 1 }, { 0 }, { 0 }, { 0 }, { 0 }, 0 },
+};
+
 /* Small cases run again with a tiny scratch limit: column chunks that end mid-row and split reductions. */
 static const ConvCase chunk_cases[] = {
     { "3x3 s2 d2 g2", 2, 3, 6, 4, { 13, 11 }, { 3, 3 }, { 2, 2 }, { 2, 1 }, { 1, 2 }, { 2, 2 }, 2 },
@@ -314,16 +341,27 @@ void test_ops_conv(TestCtx *c)
      * their reduction into 29-row blocks that cut across channels and taps.
      */
     ditto_cpu_conv_set_chunking(203, 7);
-    for (size_t i = 0; i < sizeof chunk_cases / sizeof *chunk_cases; i++)
-        for (int bias = 1; bias >= 0; bias--)
+    for (size_t i = 0; i < sizeof chunk_cases / sizeof *chunk_cases; i++) {
+        for (int bias = 1; bias >= 0; bias--) {
             conv_case(c, &chunk_cases[i], bias, " (small chunks)");
+            conv_case_acc(c, &chunk_cases[i], bias, false, false, true, " (small chunks)");
+        }
+    }
     ditto_cpu_conv_set_chunking(0, 0);
     for (size_t i = 0; i < sizeof nhwc_cases / sizeof *nhwc_cases; i++)
-        for (int k = 0; k < 4; k++)
-            conv_case_opt(c, &nhwc_cases[i], k & 1, k & 2, true, "");
-    for (size_t i = 0; i < sizeof relu_cases / sizeof *relu_cases; i++)
-        for (int bias = 1; bias >= 0; bias--)
+        for (int k = 0; k < 8; k++)
+            conv_case_acc(c, &nhwc_cases[i], k & 1, k & 2, true, k & 4, "");
+    /* every NCHW strategy with relu, and with accumulate (with and without bias and relu) */
+    for (size_t i = 0; i < sizeof relu_cases / sizeof *relu_cases; i++) {
+        for (int bias = 1; bias >= 0; bias--) {
             conv_case_opt(c, &relu_cases[i], bias, true, false, "");
+            conv_case_acc(c, &relu_cases[i], bias, false, false, true, "");
+            conv_case_acc(c, &relu_cases[i], bias, true, false, true, "");
+        }
+    }
+    for (size_t i = 0; i < sizeof acc_cases / sizeof *acc_cases; i++)
+        for (int k = 0; k < 4; k++)
+            conv_case_acc(c, &acc_cases[i], k & 1, k & 2, false, true, "");
     conv_case(c, &big_case, true, "");
     conv_negative(c);
 }

@@ -1,5 +1,6 @@
 /*
- * Fused model steps: film (FiLM residual) and ddim_step (guided DDIM update).
+ * Fused model steps: film (FiLM residual), ddim_step (guided DDIM update)
+ * and layer_norm_rotary (FiLM residual + layer norm + rotary).
  *
  * References are double loops over the definitions, read through host views
  * built like the device views (strided, broadcast, stride-0 noise).
@@ -13,8 +14,21 @@
  * test and compare bit for bit, with signed zeros among the inputs (the
  * affine's + 0 turns -0 into +0). Skipped in fp16 storage mode, where the
  * sequence rounds its intermediates to float16.
+ *
+ * layer_norm_rotary: the reference rounds the FiLM residual in float as the
+ * film op does, then forms the norm in double (two-pass statistics) and the
+ * rotary from the double norm with theta = (float)p * freq rounded to float,
+ * as the rotary test does. Tolerances are those of the parts: h 2e-6 (film),
+ * a and ra rel_l2 1e-6 and max_abs/max_ref 1e-5 (layer norm: a float
+ * rounding of values of order 1 plus float statistics on the GPU; rotary: a
+ * few ulp). "seq" runs film, layer_norm and rotary on the backend under test
+ * on a copy: the CPU oracle must give the same bits (it is defined as that
+ * sequence); other backends fuse with their own reduction order for the
+ * double statistics, which can move the float mean or rstd by an ulp, so they
+ * are held to rel_l2 and max_abs/max_ref 1e-6 against the sequence instead.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -290,8 +304,309 @@ static void test_ddim_step(TestCtx *c)
     }
 }
 
+/* ---------------- layer_norm_rotary ---------------- */
+
+#define LNR_EPS 1e-5f
+
+/* The LMDM's rotary frequencies 1 / 10000^(2k / C), float32 on the device by contract. */
+static TT *lnr_freqs(TestCtx *c, int64_t C)
+{
+    TT *f = tt_new_f32dev(c, 1, (int64_t[]){ C / 2 });
+    for (int64_t k = 0; k < C / 2; k++)
+        tt_f32(f)[k] = (float)(1.0 / pow(10000.0, 2.0 * (double)k / (double)C));
+    tt_to_dev(f);
+    return f;
+}
+
+typedef struct LnrCase {
+    View h;              /* (..., L, C) contiguous, of ht */
+    TT *ht;
+    View y, sc, sh;      /* FiLM operands (y.h.data NULL: none) */
+    TT *yt, *ft;
+    TT *w, *b;           /* affine (NULL: none) */
+    TT *freqs;
+    int64_t pos;
+} LnrCase;
+
+/* References: hf (the FiLM'd h, with the film op's float roundings), a and ra (double). */
+static void lnr_ref(const LnrCase *k, double *hf, double *a, double *ra)
+{
+    const DittoTensor *h = &k->h.h;
+    const int nd = h->ndim;
+    const int64_t L = h->shape[nd - 2], C = h->shape[nd - 1], n = ditto_tensor_numel(h), rows = n / C;
+    int64_t idx[DITTO_MAX_DIMS] = { 0 };
+    for (int64_t i = 0; i < n; i++) {
+        float v = (float)op_at_bcast(h, idx, nd);
+        if (k->y.h.data) {
+            float t = (float)op_at_bcast(&k->sc.h, idx, nd) * (float)op_at_bcast(&k->y.h, idx, nd);   /* MUL */
+            t = t + (float)op_at_bcast(&k->sh.h, idx, nd);                                              /* ADD shift */
+            v = v + t;                                                                                  /* ADD residual */
+        }
+        hf[i] = v;
+        op_next_idx(idx, h->shape, nd);
+    }
+    const float *w = k->w ? tt_f32(k->w) : NULL, *b = k->b ? tt_f32(k->b) : NULL, *f = tt_f32(k->freqs);
+    for (int64_t r = 0; r < rows; r++) {
+        const double *x = hf + r * C;
+        double m = 0, v = 0;
+        for (int64_t e = 0; e < C; e++)
+            m += x[e];
+        m /= (double)C;
+        for (int64_t e = 0; e < C; e++)
+            v += (x[e] - m) * (x[e] - m);
+        double rstd = 1.0 / sqrt(v / (double)C + (double)LNR_EPS);
+        double *o = a + r * C, *ro = ra + r * C;
+        for (int64_t e = 0; e < C; e++)
+            o[e] = (x[e] - m) * rstd * (w ? w[e] : 1.0) + (b ? b[e] : 0.0);
+        const float pos = (float)(k->pos + r % L);
+        for (int64_t q = 0; q < C / 2; q++) {
+            float th = pos * f[q];
+            ro[2 * q] = o[2 * q] * cos(th) - o[2 * q + 1] * sin(th);
+            ro[2 * q + 1] = o[2 * q + 1] * cos(th) + o[2 * q] * sin(th);
+        }
+    }
+}
+
+/* TF32 values only (low 13 mantissa bits zero) in t after download: reported as name. */
+static void lnr_tf32_values(TestCtx *c, const char *name, TT *t)
+{
+    if (test_fp16(c) || tt_to_host(t) < 0)
+        return;
+    int64_t n = ditto_tensor_numel(&t->host), bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &tt_f32(t)[i], sizeof u);
+        bad += (u & 0x1fffu) != 0;
+    }
+    test_report(c, name, bad == 0, "%lld of %lld outputs with low mantissa bits", (long long)bad, (long long)n);
+}
+
+/*
+ * Run the op on k with outputs a and/or ra; checks h (FiLM), a, ra against
+ * the references. tf32_out: the references rounded to TF32 too (one TF32 ulp
+ * apart at most where the float result sits at a rounding boundary: 2e-3),
+ * and the outputs must be TF32 values.
+ */
+static void lnr_run_opts(TestCtx *c, const char *name, LnrCase *k, bool want_a, bool want_ra, bool tf32_out)
+{
+    const DittoTensor *h = &k->h.h;
+    const int64_t n = ditto_tensor_numel(h);
+    double *hf = ref_alloc(n), *ra_ref = ref_alloc(n), *a_ref = ref_alloc(n);
+    lnr_ref(k, hf, a_ref, ra_ref);
+    if (tf32_out) {
+        for (int64_t i = 0; i < n; i++) {
+            a_ref[i] = ditto_tf32_round((float)a_ref[i]);
+            ra_ref[i] = ditto_tf32_round((float)ra_ref[i]);
+        }
+    }
+    const double tol = tf32_out ? 2e-3 : 1e-6, tol_max = tf32_out ? 2e-3 : 1e-5;
+    TT *a = want_a ? new_out(c, DITTO_F32, h->ndim, h->shape) : NULL, *ra = want_ra ? new_out(c, DITTO_F32, h->ndim, h->shape) : NULL;
+    const DittoLnRotaryParams p = { .eps = LNR_EPS, .pos_offset = k->pos, .tf32_out = tf32_out };
+    const bool film = k->y.h.data != NULL;
+    int rc = ditto_op_layer_norm_rotary(c->be, &p, &k->h.d, film ? &k->y.d : NULL, film ? &k->sc.d : NULL, film ? &k->sh.d : NULL,
+                                        k->w ? &k->w->dev : NULL, k->b ? &k->b->dev : NULL, &k->freqs->dev, a ? &a->dev : NULL,
+                                        ra ? &ra->dev : NULL);
+    char label[160];
+    if (film) {
+        snprintf(label, sizeof label, "%s.h", name);
+        op_check(c, label, rc, k->ht, hf, 2e-6, 2e-6);
+    }
+    if (a) {
+        snprintf(label, sizeof label, "%s.a", name);
+        if (op_check(c, label, rc, a, a_ref, tol, tol_max) && tf32_out) {
+            snprintf(label, sizeof label, "%s.a: TF32 values", name);
+            lnr_tf32_values(c, label, a);
+        }
+    }
+    if (ra) {
+        snprintf(label, sizeof label, "%s.ra", name);
+        if (op_check(c, label, rc, ra, ra_ref, tol, tol_max) && tf32_out) {
+            snprintf(label, sizeof label, "%s.ra: TF32 values", name);
+            lnr_tf32_values(c, label, ra);
+        }
+    }
+    free(hf);
+    free(a_ref);
+    free(ra_ref);
+    tt_free(a);
+    tt_free(ra);
+}
+
+static void lnr_run(TestCtx *c, const char *name, LnrCase *k, bool want_a, bool want_ra)
+{
+    lnr_run_opts(c, name, k, want_a, want_ra, false);
+}
+
+static void lnr_free(LnrCase *k)
+{
+    tt_free(k->ht);
+    tt_free(k->yt);
+    tt_free(k->ft);
+    tt_free(k->w);
+    tt_free(k->b);
+    tt_free(k->freqs);
+}
+
+/* h, y (..., L, C) normal; FiLM scale/shift broadcast over dim -2, sliced from a packed buffer as lmdm.c does. */
+static void lnr_make(TestCtx *c, LnrCase *k, int nd, const int64_t *shape, bool film, bool affine, int64_t pos)
+{
+    memset(k, 0, sizeof *k);
+    const int64_t C = shape[nd - 1];
+    k->ht = new_normal(c, nd, shape);
+    k->h = view_of(k->ht);
+    k->pos = pos;
+    if (film) {
+        k->yt = new_normal(c, nd, shape);
+        k->y = view_of(k->yt);
+        /* packed (..., 3 steps, 1, 2C) rows [1 + scale | shift]; step 1, size 1 over L: (..., 1, C) strided */
+        int64_t fs[DITTO_MAX_DIMS + 1];
+        for (int i = 0; i < nd - 2; i++)
+            fs[i] = shape[i];
+        fs[nd - 2] = 3;
+        fs[nd - 1] = 1;
+        fs[nd] = 2 * C;
+        k->ft = new_rand(c, nd + 1, fs, 0.5f, 1.5f);                         /* nd < DITTO_MAX_DIMS in these cases */
+        View st = view_select(view_of(k->ft), nd - 2, 1);                       /* (..., 1, 2C) */
+        k->sc = view_slice(st, nd - 1, 0, C, 1);
+        k->sh = view_slice(st, nd - 1, C, 2 * C, 1);
+    }
+    if (affine) {
+        k->w = new_rand(c, 1, &C, 0.5f, 1.5f);
+        k->b = new_rand(c, 1, &C, -0.5f, 0.5f);
+    }
+    k->freqs = lnr_freqs(c, C);
+}
+
+static void lnr_case(TestCtx *c, const char *name, int nd, const int64_t *shape, bool film, bool affine, int64_t pos, bool want_a, bool want_ra)
+{
+    if (!test_selected(c, name))
+        return;
+    LnrCase k;
+    lnr_make(c, &k, nd, shape, film, affine, pos);
+    lnr_run(c, name, &k, want_a, want_ra);
+    lnr_free(&k);
+}
+
+/* Same bits (after download); *err = max(rel_l2, max_abs/max_ref) of x against y. */
+static bool lnr_same(TT *x, TT *y, double *err)
+{
+    if (tt_to_host(x) < 0 || tt_to_host(y) < 0)
+        return false;
+    size_t n = (size_t)ditto_tensor_numel(&x->host);
+    double *ref = ref_alloc((int64_t)n);
+    for (size_t i = 0; i < n; i++)
+        ref[i] = tt_f32(y)[i];
+    TestErr e = test_compare(tt_f32(x), ref, n);
+    free(ref);
+    double rmax = e.max_ref > 0 ? e.max_abs / e.max_ref : e.max_abs;
+    *err = e.nonfinite ? INFINITY : e.rel_l2 > rmax ? e.rel_l2 : rmax;
+    return e.nonfinite == 0 && !memcmp(x->host.data, y->host.data, ditto_tensor_nbytes(&x->host));
+}
+
+/* The fused op against film, layer_norm, rotary on this backend (CPU: the same bits; others 1e-6). */
+static void lnr_seq(TestCtx *c, const char *name, int nd, const int64_t *shape, int64_t pos)
+{
+    if (!test_selected(c, name) || test_fp16(c))
+        return;
+    LnrCase k;
+    lnr_make(c, &k, nd, shape, true, true, pos);
+    add_zeros(k.yt);
+    TT *h2 = tt_new(c, DITTO_F32, nd, shape);
+    memcpy(tt_f32(h2), tt_f32(k.ht), ditto_tensor_nbytes(&h2->host));
+    tt_to_dev(h2);
+    TT *a = new_out(c, DITTO_F32, nd, shape), *ra = new_out(c, DITTO_F32, nd, shape);
+    TT *a2 = new_out(c, DITTO_F32, nd, shape), *ra2 = new_out(c, DITTO_F32, nd, shape);
+    const DittoLnRotaryParams p = { .eps = LNR_EPS, .pos_offset = pos };
+    DittoBackend *be = c->be;
+    int rc = ditto_op_layer_norm_rotary(be, &p, &k.h.d, &k.y.d, &k.sc.d, &k.sh.d, &k.w->dev, &k.b->dev, &k.freqs->dev, &a->dev, &ra->dev);
+    if (rc >= 0)
+        rc = ditto_op_film(be, &h2->dev, &k.y.d, &k.sc.d, &k.sh.d, &h2->dev);
+    if (rc >= 0)
+        rc = ditto_op_layer_norm(be, LNR_EPS, false, &h2->dev, &k.w->dev, &k.b->dev, &a2->dev);
+    const int64_t L = shape[nd - 2], C = shape[nd - 1], N = ditto_tensor_numel(&k.h.h) / (L * C);
+    View a3 = view_reshape(view_of(a2), 3, (int64_t[]){ N, L, C }), r3 = view_reshape(view_of(ra2), 3, (int64_t[]){ N, L, C });
+    if (rc >= 0)
+        rc = ditto_op_rotary(be, pos, &a3.d, &k.freqs->dev, &r3.d);
+    if (op_ok(c, name, rc)) {
+        double eh = 0, ea = 0, er = 0;
+        bool bh = lnr_same(k.ht, h2, &eh), ba = lnr_same(a, a2, &ea), br = lnr_same(ra, ra2, &er);
+        bool exact = be->device == DITTO_DEVICE_CPU;
+        bool ok = exact ? bh && ba && br : bh && ea <= 1e-6 && er <= 1e-6;
+        test_report(c, name, ok, "h %s, a %s (%.2g), ra %s (%.2g) vs film, layer_norm, rotary%s", bh ? "same" : "DIFFER", ba ? "same" : "differ",
+                    ea, br ? "same" : "differ", er, exact ? " (bits required)" : " (1e-6)");
+    }
+    lnr_free(&k);
+    tt_free(h2);
+    tt_free(a);
+    tt_free(ra);
+    tt_free(a2);
+    tt_free(ra2);
+}
+
+static void test_layer_norm_rotary(TestCtx *c)
+{
+    /* the LMDM decoder: h (B, 2 passes, 80, 512), FiLM (B, 2, 1, 512) of a packed row; a and ra, ra only, a only */
+    lnr_case(c, "layer_norm_rotary/lmdm_both", 4, (int64_t[]){ 2, 2, 80, 512 }, true, true, 0, true, true);
+    lnr_case(c, "layer_norm_rotary/lmdm_ra", 4, (int64_t[]){ 1, 2, 80, 512 }, true, true, 0, false, true);
+    lnr_case(c, "layer_norm_rotary/lmdm_a", 4, (int64_t[]){ 1, 2, 80, 512 }, true, true, 0, true, false);
+    /* the encoder: no FiLM, (B, L, D) */
+    lnr_case(c, "layer_norm_rotary/no_film", 3, (int64_t[]){ 2, 80, 512 }, false, true, 0, true, true);
+    /* odd sizes, positions offset, no affine, rank 2 and 5, row widths of every register tile and the wide fallback */
+    lnr_case(c, "layer_norm_rotary/c6_pos80", 3, (int64_t[]){ 3, 5, 6 }, true, false, 80, true, true);
+    lnr_case(c, "layer_norm_rotary/rank2", 2, (int64_t[]){ 7, 96 }, true, true, 3, true, true);
+    lnr_case(c, "layer_norm_rotary/rank5", 5, (int64_t[]){ 2, 1, 3, 4, 10 }, true, true, 0, true, true);
+    lnr_case(c, "layer_norm_rotary/c200", 3, (int64_t[]){ 2, 9, 200 }, true, true, 1, true, true);
+    lnr_case(c, "layer_norm_rotary/c1030", 3, (int64_t[]){ 1, 6, 1030 }, true, true, 0, true, true);
+    lnr_case(c, "layer_norm_rotary/c2050_wide", 3, (int64_t[]){ 1, 3, 2050 }, true, true, 0, true, true);
+    if (test_selected(c, "layer_norm_rotary/lmdm_tf32_out")) {
+        LnrCase k;
+        lnr_make(c, &k, 4, (int64_t[]){ 1, 2, 80, 512 }, true, true, 0);
+        lnr_run_opts(c, "layer_norm_rotary/lmdm_tf32_out", &k, true, true, true);
+        lnr_free(&k);
+    }
+    if (test_selected(c, "layer_norm_rotary/wide_tf32_out")) {
+        LnrCase k;
+        lnr_make(c, &k, 3, (int64_t[]){ 1, 3, 2050 }, false, true, 2);
+        lnr_run_opts(c, "layer_norm_rotary/wide_tf32_out", &k, true, true, true);
+        lnr_free(&k);
+    }
+    lnr_seq(c, "layer_norm_rotary/seq_lmdm", 4, (int64_t[]){ 2, 2, 80, 512 }, 0);
+    lnr_seq(c, "layer_norm_rotary/seq_odd", 3, (int64_t[]){ 3, 7, 34 }, 5);
+    if (test_selected(c, "layer_norm_rotary/err")) {
+        LnrCase k;
+        lnr_make(c, &k, 3, (int64_t[]){ 2, 4, 6 }, true, true, 0);
+        TT *o = new_out(c, DITTO_F32, 3, (int64_t[]){ 2, 4, 6 }), *o5 = new_out(c, DITTO_F32, 3, (int64_t[]){ 2, 4, 5 });
+        TT *h5 = new_normal(c, 3, (int64_t[]){ 2, 4, 5 }), *s2 = new_normal(c, 2, (int64_t[]){ 1, 6 });
+        DittoBackend *be = c->be;
+        const DittoLnRotaryParams p = { .eps = LNR_EPS };
+        DittoTensor *w = &k.w->dev, *b = &k.b->dev, *f = &k.freqs->dev;
+        expect_rc(c, "layer_norm_rotary/err_no_output", ditto_op_layer_norm_rotary(be, &p, &k.h.d, NULL, NULL, NULL, w, b, f, NULL, NULL),
+                  DITTO_ERR_INVAL);
+        expect_rc(c, "layer_norm_rotary/err_film_partial",
+                  ditto_op_layer_norm_rotary(be, &p, &k.h.d, &k.y.d, NULL, &k.sh.d, w, b, f, &o->dev, NULL), DITTO_ERR_INVAL);
+        expect_rc(c, "layer_norm_rotary/err_odd_c", ditto_op_layer_norm_rotary(be, &p, &h5->dev, NULL, NULL, NULL, NULL, NULL, NULL, &o5->dev, NULL),
+                  DITTO_ERR_SHAPE);
+        expect_rc(c, "layer_norm_rotary/err_scale_rank",
+                  ditto_op_layer_norm_rotary(be, &p, &k.h.d, &k.y.d, &s2->dev, &k.sh.d, w, b, f, &o->dev, NULL), DITTO_ERR_SHAPE);
+        expect_rc(c, "layer_norm_rotary/err_no_freqs", ditto_op_layer_norm_rotary(be, &p, &k.h.d, NULL, NULL, NULL, w, b, NULL, NULL, &o->dev),
+                  DITTO_ERR_SHAPE);
+        expect_rc(c, "layer_norm_rotary/err_y_is_h",
+                  ditto_op_layer_norm_rotary(be, &p, &k.h.d, &k.h.d, &k.sc.d, &k.sh.d, w, b, f, &o->dev, NULL), DITTO_ERR_INVAL);
+        expect_rc(c, "layer_norm_rotary/err_a_is_h", ditto_op_layer_norm_rotary(be, &p, &k.h.d, NULL, NULL, NULL, w, b, f, &k.h.d, NULL),
+                  DITTO_ERR_INVAL);
+        expect_rc(c, "layer_norm_rotary/err_a_shape", ditto_op_layer_norm_rotary(be, &p, &k.h.d, NULL, NULL, NULL, w, b, f, &o5->dev, NULL),
+                  DITTO_ERR_SHAPE);
+        lnr_free(&k);
+        tt_free(o);
+        tt_free(o5);
+        tt_free(h5);
+        tt_free(s2);
+    }
+}
+
 void test_ops_fused(TestCtx *c)
 {
     test_film(c);
     test_ddim_step(c);
+    test_layer_norm_rotary(c);
 }

@@ -141,67 +141,107 @@ static void norm_case(TestCtx *c, NormKind kind, int nd, const int64_t *sh, int 
     tt_free(var);
 }
 
+/* spade_case_opt bias: none, a (2C) bias in the test storage dtype, a float32 one (also in fp16 mode) */
+enum { SPADE_NO_BIAS, SPADE_BIAS, SPADE_BIAS_F32 };
+
 /*
- * spade_norm: instance statistics of x modulated by gb = (gamma, beta) planes,
- * optional LeakyReLU. nhwc: sh is (N, spatial..., C) and gb (N, spatial...,
- * 2C); the reference reads the same values channels-last.
+ * spade_norm: instance statistics of x modulated by gb = (gamma, beta) planes
+ * (plus the bias of gamma and beta when given), optional LeakyReLU. nhwc: sh
+ * is (N, spatial..., C) and gb (N, spatial..., 2C); the reference reads the
+ * same values channels-last. up > 1 (4-D only): y and gb are up x up times
+ * x's spatial size (fh = up, fw = up + 1 when wide, to tell the axes apart)
+ * and x is read nearest-upsampled; the reference's statistics are over the
+ * explicitly upsampled values.
  */
-static void spade_case_opt(TestCtx *c, int nd, const int64_t *sh, bool act, float offset, bool in_place, bool nhwc)
+static void spade_case_up(TestCtx *c, int nd, const int64_t *sh, bool act, float offset, bool in_place, bool nhwc, int bias, int up, bool wide)
 {
-    char name[200], s[DITTO_SHAPE_STR_MAX];
-    snprintf(name, sizeof name, "spade_norm %s%s%s%s%s", ditto_shape_str(sh, nd, s, sizeof s), act ? " lrelu 0.2" : "",
-             offset != 0 ? " offset 1000" : "", in_place ? " in place" : "", nhwc ? " nhwc" : "");
+    const int fh = up, fw = up > 1 && wide ? up + 1 : up;
+    char name[200], s[DITTO_SHAPE_STR_MAX], ups[32] = "";
+    if (up > 1)
+        snprintf(ups, sizeof ups, " up %dx%d", fh, fw);
+    snprintf(name, sizeof name, "spade_norm %s%s%s%s%s%s%s", ditto_shape_str(sh, nd, s, sizeof s), act ? " lrelu 0.2" : "",
+             offset != 0 ? " offset 1000" : "", in_place ? " in place" : "", nhwc ? " nhwc" : "",
+             bias == SPADE_BIAS ? " bias" : bias == SPADE_BIAS_F32 ? " bias f32" : "", ups);
     if (!test_selected(c, name))
         return;
-    const int cax = nhwc ? nd - 1 : 1;
-    int64_t gsh[6];
-    memcpy(gsh, sh, sizeof(int64_t) * (size_t)nd);
+    const int cax = nhwc ? nd - 1 : 1, hax = nhwc ? 1 : 2;
+    int64_t ysh[6], gsh[6];
+    memcpy(ysh, sh, sizeof(int64_t) * (size_t)nd);
+    if (up > 1) {
+        ysh[hax] *= fh;
+        ysh[hax + 1] *= fw;
+    }
+    memcpy(gsh, ysh, sizeof(int64_t) * (size_t)nd);
     gsh[cax] *= 2;
-    TT *x = tt_new(c, DITTO_F32, nd, sh), *y = in_place ? x : tt_new(c, DITTO_F32, nd, sh), *gb = tt_new(c, DITTO_F32, nd, gsh);
+    TT *x = tt_new(c, DITTO_F32, nd, sh), *y = in_place ? x : tt_new(c, DITTO_F32, nd, ysh), *gb = tt_new(c, DITTO_F32, nd, gsh);
     tt_fill_uniform(x, offset - 1, offset + 1);
     tt_fill_uniform(gb, -1.5f, 1.5f);
     tt_to_dev(x);
     tt_to_dev(gb);
     if (!in_place)
         tt_to_dev(y);
-    const int64_t N = sh[0], C = sh[cax], n_el = ditto_tensor_numel(&x->host);
-    int64_t R = 1;
-    for (int i = 1; i < nd; i++)
-        R *= i == cax ? 1 : sh[i];
-    /* element k of plane (n, c): x at n*C*R + c*xc + k*xk, gamma at n*2C*R + c*xc + k*gk, beta C*gc further */
-    const int64_t xc = nhwc ? 1 : R, xk = nhwc ? C : 1, gk = nhwc ? 2 * C : 1;
+    const int64_t N = sh[0], C = sh[cax], ny = ditto_tensor_numel(&y->host), C2 = 2 * C;
+    TT *bt = bias == SPADE_BIAS ? tt_new(c, DITTO_F32, 1, &C2) : bias == SPADE_BIAS_F32 ? tt_new_f32dev(c, 1, &C2) : NULL;
+    if (bt) {
+        tt_fill_uniform(bt, -0.75f, 0.75f);
+        tt_to_dev(bt);
+    }
+    const float *bh = bt ? tt_f32(bt) : NULL;
+    int64_t R = 1, Rx = 1;
+    for (int i = 1; i < nd; i++) {
+        R *= i == cax ? 1 : ysh[i];
+        Rx *= i == cax ? 1 : sh[i];
+    }
+    const int64_t W = up > 1 ? ysh[hax + 1] : 1, wx = up > 1 ? sh[hax + 1] : 1;
+    /*
+     * y position k of plane (n, c): y at n*C*R + c*yc + k*yk, gamma at
+     * n*2C*R + c*yc + k*gk, beta C*yc further; it reads x position kx (k, or
+     * its source under upsampling) at n*C*Rx + c*xc + kx*yk
+     */
+    const int64_t yc = nhwc ? 1 : R, xc = nhwc ? 1 : Rx, yk = nhwc ? C : 1, gk = nhwc ? 2 * C : 1;
     const double eps = 1e-5;
     const float *xh = tt_f32(x), *gh = tt_f32(gb);
-    double *ref = malloc(sizeof(double) * (size_t)(n_el ? n_el : 1));
+    double *ref = malloc(sizeof(double) * (size_t)(ny ? ny : 1));
     for (int64_t n = 0; n < N; n++)
         for (int64_t ch = 0; ch < C; ch++) {
-            const int64_t xo = n * C * R + ch * xc, go = n * 2 * C * R + ch * xc;
+            const int64_t xo = n * C * Rx + ch * xc, yo = n * C * R + ch * yc, go = n * 2 * C * R + ch * yc;
             double m = 0, v = 0;
-            for (int64_t k = 0; k < R; k++)
-                m += xh[xo + k * xk];
+            for (int64_t k = 0; k < R; k++) {
+                const int64_t kx = up > 1 ? k / W / fh * wx + k % W / fw : k;
+                m += xh[xo + kx * yk];
+            }
             m /= (double)R;
-            for (int64_t k = 0; k < R; k++)
-                v += (xh[xo + k * xk] - m) * (xh[xo + k * xk] - m);
+            for (int64_t k = 0; k < R; k++) {
+                const int64_t kx = up > 1 ? k / W / fh * wx + k % W / fw : k;
+                v += (xh[xo + kx * yk] - m) * (xh[xo + kx * yk] - m);
+            }
             v /= (double)R;
             for (int64_t k = 0; k < R; k++) {
-                double g = gh[go + k * gk], b = gh[go + k * gk + C * xc];
-                double o = (xh[xo + k * xk] - m) / sqrt(v + eps) * (1.0 + g) + b;
-                ref[xo + k * xk] = act && o < 0 ? 0.2 * o : o;
+                const int64_t kx = up > 1 ? k / W / fh * wx + k % W / fw : k;
+                double g = gh[go + k * gk] + (bh ? (double)bh[ch] : 0.0), b = gh[go + k * gk + C * yc] + (bh ? (double)bh[C + ch] : 0.0);
+                double o = (xh[xo + kx * yk] - m) / sqrt(v + eps) * (1.0 + g) + b;
+                ref[yo + k * yk] = act && o < 0 ? 0.2 * o : o;
             }
         }
     DittoSpadeParams p = { (float)eps, act, 0.2f, nhwc };
-    int rc = ditto_op_spade_norm(c->be, &p, &x->dev, &gb->dev, &y->dev);
+    int rc = ditto_op_spade_norm(c->be, &p, &x->dev, &gb->dev, bt ? &bt->dev : NULL, &y->dev);
     op_check(c, name, rc, y, ref, TOL_L2, TOL_MAX);
     free(ref);
     tt_free(x);
     if (!in_place)
         tt_free(y);
     tt_free(gb);
+    tt_free(bt);
+}
+
+static void spade_case_opt(TestCtx *c, int nd, const int64_t *sh, bool act, float offset, bool in_place, bool nhwc, int bias)
+{
+    spade_case_up(c, nd, sh, act, offset, in_place, nhwc, bias, 1, false);
 }
 
 static void spade_case(TestCtx *c, int nd, const int64_t *sh, bool act, float offset, bool in_place)
 {
-    spade_case_opt(c, nd, sh, act, offset, in_place, false);
+    spade_case_opt(c, nd, sh, act, offset, in_place, false, SPADE_NO_BIAS);
 }
 
 static void norm_negative(TestCtx *c)
@@ -219,17 +259,39 @@ static void norm_negative(TestCtx *c)
     {
         TT *gb = tt_new(c, DITTO_F32, 4, (int64_t[]){ 2, 12, 5, 7 }), *gbad = tt_new(c, DITTO_F32, 4, (int64_t[]){ 2, 6, 5, 7 });
         DittoSpadeParams sp = { 1e-5f, true, 0.2f, false }, spl = { 1e-5f, true, 0.2f, true };
-        expect_rc(c, "norm negative: spade_norm gb not 2C", ditto_op_spade_norm(c->be, &sp, &x->dev, &gbad->dev, &y->dev), DITTO_ERR_SHAPE);
-        expect_rc(c, "norm negative: spade_norm x/y differ", ditto_op_spade_norm(c->be, &sp, &x->dev, &gb->dev, &y2->dev), DITTO_ERR_SHAPE);
+        expect_rc(c, "norm negative: spade_norm gb not 2C", ditto_op_spade_norm(c->be, &sp, &x->dev, &gbad->dev, NULL, &y->dev), DITTO_ERR_SHAPE);
+        expect_rc(c, "norm negative: spade_norm x/y differ", ditto_op_spade_norm(c->be, &sp, &x->dev, &gb->dev, NULL, &y2->dev), DITTO_ERR_SHAPE);
         DittoTensor alias = gb->dev;   /* first half of gb as y */
         alias.shape[1] = 6;
         alias.stride[0] = 6 * 5 * 7;
-        expect_rc(c, "norm negative: spade_norm y aliases gb", ditto_op_spade_norm(c->be, &sp, &x->dev, &gb->dev, &alias), DITTO_ERR_INVAL);
+        expect_rc(c, "norm negative: spade_norm y aliases gb", ditto_op_spade_norm(c->be, &sp, &x->dev, &gb->dev, NULL, &alias), DITTO_ERR_INVAL);
+        /* the bias has 2C = 12 entries; C (6) or the channels-last 2C (14) do not fit */
+        TT *b14 = tt_new(c, DITTO_F32, 1, (int64_t[]){ 14 });
+        expect_rc(c, "norm negative: spade_norm bias of C", ditto_op_spade_norm(c->be, &sp, &x->dev, &gb->dev, &v6->dev, &y->dev), DITTO_ERR_SHAPE);
+        expect_rc(c, "norm negative: spade_norm bias of 2C+2", ditto_op_spade_norm(c->be, &sp, &x->dev, &gb->dev, &b14->dev, &y->dev), DITTO_ERR_SHAPE);
         /* channels-last: x (2,6,5,7) has C = 7, so gb needs (2,6,5,14); the NCHW gb does not fit */
         TT *gbl = tt_new(c, DITTO_F32, 4, (int64_t[]){ 2, 6, 5, 14 });
-        expect_rc(c, "norm negative: spade_norm nhwc gb in NCHW order", ditto_op_spade_norm(c->be, &spl, &x->dev, &gb->dev, &y->dev), DITTO_ERR_SHAPE);
-        expect_rc(c, "norm negative: spade_norm nhwc ok", ditto_op_spade_norm(c->be, &spl, &x->dev, &gbl->dev, &y->dev), 0);
+        expect_rc(c, "norm negative: spade_norm nhwc gb in NCHW order", ditto_op_spade_norm(c->be, &spl, &x->dev, &gb->dev, NULL, &y->dev), DITTO_ERR_SHAPE);
+        expect_rc(c, "norm negative: spade_norm nhwc ok", ditto_op_spade_norm(c->be, &spl, &x->dev, &gbl->dev, NULL, &y->dev), 0);
+        expect_rc(c, "norm negative: spade_norm nhwc bias ok", ditto_op_spade_norm(c->be, &spl, &x->dev, &gbl->dev, &b14->dev, &y->dev), 0);
+        /* upsampled x: integer factors of a 2-D x only; gb follows y */
+        TT *yu = tt_new(c, DITTO_F32, 4, (int64_t[]){ 2, 6, 10, 14 }), *gbu = tt_new(c, DITTO_F32, 4, (int64_t[]){ 2, 12, 10, 14 });
+        TT *yq = tt_new(c, DITTO_F32, 4, (int64_t[]){ 2, 6, 10, 15 }), *gbq = tt_new(c, DITTO_F32, 4, (int64_t[]){ 2, 12, 10, 15 });
+        TT *x3 = tt_new(c, DITTO_F32, 3, (int64_t[]){ 2, 6, 5 }), *y3 = tt_new(c, DITTO_F32, 3, (int64_t[]){ 2, 6, 10 });
+        TT *g3 = tt_new(c, DITTO_F32, 3, (int64_t[]){ 2, 12, 10 });
+        expect_rc(c, "norm negative: spade_norm upsampled ok", ditto_op_spade_norm(c->be, &sp, &x->dev, &gbu->dev, NULL, &yu->dev), 0);
+        expect_rc(c, "norm negative: spade_norm upsampled gb of x", ditto_op_spade_norm(c->be, &sp, &x->dev, &gb->dev, NULL, &yu->dev), DITTO_ERR_SHAPE);
+        expect_rc(c, "norm negative: spade_norm factor 15/7", ditto_op_spade_norm(c->be, &sp, &x->dev, &gbq->dev, NULL, &yq->dev), DITTO_ERR_SHAPE);
+        expect_rc(c, "norm negative: spade_norm upsampled 1-D", ditto_op_spade_norm(c->be, &sp, &x3->dev, &g3->dev, NULL, &y3->dev), DITTO_ERR_SHAPE);
+        tt_free(yu);
+        tt_free(gbu);
+        tt_free(yq);
+        tt_free(gbq);
+        tt_free(x3);
+        tt_free(y3);
+        tt_free(g3);
         tt_free(gbl);
+        tt_free(b14);
         tt_free(gb);
         tt_free(gbad);
     }
@@ -288,14 +350,44 @@ void test_ops_norm(TestCtx *c)
      * offset) and not (the generic kernel); 3-D and 5-D tensors.
      */
     for (int act = 0; act < 2; act++) {
-        spade_case_opt(c, 4, (const int64_t[]){ 2, 5, 7, 6 }, act, 0, false, true);
-        spade_case_opt(c, 4, (const int64_t[]){ 3, 4, 5, 16 }, act, 0, act, true);
-        spade_case_opt(c, 4, (const int64_t[]){ 2, 24, 40, 72 }, act, 0, false, true);
-        spade_case_opt(c, 3, (const int64_t[]){ 3, 11, 8 }, act, 0, false, true);
-        spade_case_opt(c, 5, (const int64_t[]){ 2, 3, 4, 5, 8 }, act, 0, false, true);
+        spade_case_opt(c, 4, (const int64_t[]){ 2, 5, 7, 6 }, act, 0, false, true, SPADE_NO_BIAS);
+        spade_case_opt(c, 4, (const int64_t[]){ 3, 4, 5, 16 }, act, 0, act, true, SPADE_NO_BIAS);
+        spade_case_opt(c, 4, (const int64_t[]){ 2, 24, 40, 72 }, act, 0, false, true, SPADE_NO_BIAS);
+        spade_case_opt(c, 3, (const int64_t[]){ 3, 11, 8 }, act, 0, false, true, SPADE_NO_BIAS);
+        spade_case_opt(c, 5, (const int64_t[]){ 2, 3, 4, 5, 8 }, act, 0, false, true, SPADE_NO_BIAS);
     }
-    spade_case_opt(c, 4, (const int64_t[]){ 2, 16, 33, 24 }, true, 1000, false, true);
-    spade_case_opt(c, 4, (const int64_t[]){ 2, 5, 7, 6 }, true, 1000, true, true);
+    spade_case_opt(c, 4, (const int64_t[]){ 2, 16, 33, 24 }, true, 1000, false, true, SPADE_NO_BIAS);
+    spade_case_opt(c, 4, (const int64_t[]){ 2, 5, 7, 6 }, true, 1000, true, true, SPADE_NO_BIAS);
+    /*
+     * with the gamma / beta bias: every kernel of both layouts (NCHW planes a
+     * multiple of 8 or not, channels-last C a multiple of 8 or not), in
+     * place, offset, and a float32 bias with fp16 activations
+     */
+    for (int act = 0; act < 2; act++) {
+        for (int nhwc = 0; nhwc < 2; nhwc++) {
+            spade_case_opt(c, 4, (const int64_t[]){ 2, 5, 7, 6 }, act, 0, false, nhwc, SPADE_BIAS);
+            spade_case_opt(c, 4, (const int64_t[]){ 2, 3, 8, 16 }, act, 0, act, nhwc, SPADE_BIAS);
+            spade_case_opt(c, 4, (const int64_t[]){ 2, 24, 40, 72 }, act, 0, false, nhwc, SPADE_BIAS);
+            spade_case_opt(c, 3, (const int64_t[]){ 3, 11, 8 }, act, 0, false, nhwc, SPADE_BIAS);
+        }
+    }
+    spade_case_opt(c, 4, (const int64_t[]){ 2, 16, 33, 24 }, true, 1000, false, true, SPADE_BIAS);
+    spade_case_opt(c, 4, (const int64_t[]){ 2, 3, 8, 16 }, true, 1000, false, false, SPADE_BIAS);
+    spade_case_opt(c, 4, (const int64_t[]){ 2, 3, 8, 16 }, true, 0, false, false, SPADE_BIAS_F32);
+    spade_case_opt(c, 4, (const int64_t[]){ 2, 24, 40, 72 }, true, 0, false, true, SPADE_BIAS_F32);
+    /*
+     * x read nearest-upsampled (2-D): both layouts, the channels-last f16
+     * kernels (C a multiple of 8, statistics over more than one 512-position
+     * range) and the generic ones, square and unequal factors
+     */
+    for (int nhwc = 0; nhwc < 2; nhwc++) {
+        for (int wide = 0; wide < 2; wide++) {
+            spade_case_up(c, 4, (const int64_t[]){ 2, 5, 7, 6 }, true, 0, false, nhwc, SPADE_BIAS, 2, wide);
+            spade_case_up(c, 4, (const int64_t[]){ 2, 24, 40, 16 }, wide, 0, false, nhwc, SPADE_BIAS, 2, wide);
+            spade_case_up(c, 4, (const int64_t[]){ 3, 4, 5, 8 }, true, 0, false, nhwc, SPADE_NO_BIAS, 3, wide);
+        }
+        spade_case_up(c, 4, (const int64_t[]){ 2, 16, 12, 24 }, true, 1000, false, nhwc, SPADE_BIAS, 2, false);
+    }
     /* large common offset: catches single-pass float variance */
     norm_case(c, NK_BATCH, 4, s4b, 0, 2, 1000, 1e-5f);
     norm_case(c, NK_INSTANCE, 4, s4b, 0, 2, 1000, 1e-5f);

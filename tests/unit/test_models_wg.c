@@ -259,6 +259,50 @@ done:
     ditto_catalog_close(&io);
 }
 
+/*
+ * BatchNorm folding (the default load) against the unfolded network (conv,
+ * batch_norm and relu ops) on the warp_b3 inputs: the same function up to
+ * float rounding of the folded weights (1e-5, about 100x the float32
+ * rounding seen; a fold error would be of the order of the norm's effect).
+ */
+static void test_warp_folding(TestCtx *c, DittoArena *ws, DittoWarp *folded, DittoCatalog *cat)
+{
+    const char *label = "warp_b3.bn_folding";
+    if (!test_selected(c, label))
+        return;
+    DittoWarp *plain = NULL;
+    DittoCatalog *io = fixture_try_open(&g_fx, "warp_b3.io.pth");
+    TT *f_s = io ? io_input(c, io, "feature_3d") : NULL;
+    TT *kp_s = io ? io_input(c, io, "kp_source") : NULL, *kp_d = io ? io_input(c, io, "kp_driving") : NULL;
+    int64_t shape[4];
+    if (!f_s || !kp_s || !kp_d || ditto_warp_load_ex(&plain, c->be, cat, false) < 0 || ditto_warp_out_shape(plain, &f_s->dev, shape) < 0) {
+        test_report(c, label, false, "cannot load the unfolded network or read warp_b3.io.pth");
+    } else {
+        TT *a = tt_new(c, DITTO_F32, 4, shape), *b = tt_new(c, DITTO_F32, 4, shape);
+        int rc = ditto_warp_forward(folded, ws, &f_s->dev, &kp_s->dev, &kp_d->dev, &a->dev, NULL);
+        if (rc >= 0)
+            rc = ditto_warp_forward(plain, ws, &f_s->dev, &kp_s->dev, &kp_d->dev, &b->dev, NULL);
+        if (rc < 0 || tt_to_host(a) < 0 || tt_to_host(b) < 0) {
+            test_report(c, label, false, "forward failed");
+        } else {
+            const size_t n = (size_t)ditto_tensor_numel(&a->host);
+            double *ref = malloc(n * sizeof *ref);
+            const float *bh = tt_f32(b);
+            for (size_t i = 0; i < n; i++)
+                ref[i] = bh[i];
+            check_values(c, label, tt_f32(a), ref, n, 1e-5, 1e-5);
+            free(ref);
+        }
+        tt_free(a);
+        tt_free(b);
+    }
+    ditto_warp_free(&plain);
+    tt_free(f_s);
+    tt_free(kp_s);
+    tt_free(kp_d);
+    ditto_catalog_close(&io);
+}
+
 static void test_decoder_case(TestCtx *c, DittoArena *ws, DittoDecoder *g, const char *cname)
 {
     if (!test_selected(c, cname))
@@ -793,6 +837,7 @@ int main(int argc, char **argv)
         } else {
             test_warp_case(&c, &ws, w, "warp_b1");
             test_warp_case(&c, &ws, w, "warp_b3");
+            test_warp_folding(&c, &ws, w, cat);
         }
         ditto_warp_free(&w);
         ditto_catalog_close(&cat);

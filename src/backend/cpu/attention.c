@@ -17,7 +17,7 @@
  * GEMM single-threaded while M*N*K <= 65536 * GEMM_MULTITHREAD_THRESHOLD
  * (4 by default), so the query block is sized to stay under that; when even
  * one query row is above it, the units run on the calling thread and
- * OpenBLAS threads each GEMM itself.
+ * OpenBLAS threads each GEMM itself. tf32_out rounds y last.
  */
 #include <cblas.h>
 #include <limits.h>
@@ -216,6 +216,18 @@ static int cpu_attention(DittoBackend *be, const DittoAttentionParams *p, const 
                           (long long)ntasks, j.scratch_per_task);
     ditto_pool_run(be->pool, (int)ntasks, attn_task, &j);
     ditto_free(j.scratch);
+    if (p->tf32_out) {
+        /* every element of the strided (B,H,Lq,Dv) y to its nearest TF32 value */
+        float *Y = y->data;
+        const int64_t *s = y->stride;
+        for (int64_t b = 0; b < j.B; b++)
+            for (int64_t h = 0; h < j.H; h++)
+                for (int64_t i = 0; i < j.Lq; i++)
+                    for (int64_t e = 0; e < j.Dv; e++) {
+                        float *yv = Y + b * s[0] + h * s[1] + i * s[2] + e * s[3];
+                        *yv = ditto_tf32_round(*yv);
+                    }
+    }
     return 0;
 }
 

@@ -8,8 +8,9 @@
  *    pc output positions and kc rows of the K = Cg * kvol reduction, so the
  *    scratch never exceeds col_limit floats (32 MB) whatever the layer size;
  *    reduction chunks accumulate into y (beta = 1).
- * The bias is written into y first and every GEMM accumulates onto it; the
- * relu (DittoConvParams.relu) is one more pass. Channels-last tensors
+ * The bias is written into y first (added to it with .accumulate, y then
+ * holding a residual) and every GEMM accumulates onto it; the relu
+ * (DittoConvParams.relu) is one more pass. Channels-last tensors
  * (.nhwc) are transposed into NCHW scratch around all of this.
  * OpenBLAS threads the GEMMs; our pool threads the fills and direct loops.
  * Our workers sleep while OpenBLAS runs; OpenBLAS's workers spin-yield for a
@@ -113,6 +114,7 @@ typedef struct BiasTask {
     float *y;
     int64_t planes;
     int ntasks;
+    bool add;            /* y += bias (accumulate) instead of y = bias */
 } BiasTask;
 
 static void bias_task(void *ctx, int t)
@@ -121,14 +123,19 @@ static void bias_task(void *ctx, int t)
     int64_t p0 = b->planes * t / b->ntasks, p1 = b->planes * (t + 1) / b->ntasks;
     for (int64_t pl = p0; pl < p1; pl++) {
         float v = b->bias[pl % b->g->O], *dst = b->y + pl * b->g->out_vol;
-        for (int64_t i = 0; i < b->g->out_vol; i++)
-            dst[i] = v;
+        if (b->add) {
+            for (int64_t i = 0; i < b->g->out_vol; i++)
+                dst[i] += v;
+        } else {
+            for (int64_t i = 0; i < b->g->out_vol; i++)
+                dst[i] = v;
+        }
     }
 }
 
-static void bias_fill(DittoBackend *be, const ConvGeom *g, const float *bias, float *y)
+static void bias_fill(DittoBackend *be, const ConvGeom *g, const float *bias, bool add, float *y)
 {
-    BiasTask b = { g, bias, y, g->N * g->O, 0 };
+    BiasTask b = { g, bias, y, g->N * g->O, 0, add };
     b.ntasks = ntasks_for(be, b.planes);
     ditto_pool_run(be->pool, b.ntasks, bias_task, &b);
 }
@@ -141,9 +148,10 @@ typedef struct DirectTask {
     float *y;
     int64_t planes;
     int ntasks;
+    bool acc;            /* accumulate onto y */
 } DirectTask;
 
-static void direct_plane(const ConvGeom *g, const float *xp, const float *wp, float bv, float *yp)
+static void direct_plane(const ConvGeom *g, const float *xp, const float *wp, float bv, bool acc, float *yp)
 {
     const int64_t H = g->in[1], W = g->in[2], OH = g->out[1], OW = g->out[2];
     const int64_t KH = g->k[1], KW = g->k[2];
@@ -151,7 +159,7 @@ static void direct_plane(const ConvGeom *g, const float *xp, const float *wp, fl
         for (int64_t oh = 0; oh < OH; oh++) {
             float *yrow = yp + (od * OH + oh) * OW;
             for (int64_t ow = 0; ow < OW; ow++)
-                yrow[ow] = bv;
+                yrow[ow] = acc ? yrow[ow] + bv : bv;
             for (int64_t kd = 0; kd < g->k[0]; kd++) {
                 int64_t id = od * g->s[0] - g->pb[0] + kd * g->d[0];
                 if (id < 0 || id >= g->in[0])
@@ -189,7 +197,7 @@ static void direct_task(void *ctx, int t)
     int64_t p0 = d->planes * t / d->ntasks, p1 = d->planes * (t + 1) / d->ntasks;
     for (int64_t pl = p0; pl < p1; pl++) {
         int64_t n = pl / g->O, o = pl % g->O, c = o / g->Og;  /* Cg == 1: group index = input channel */
-        direct_plane(g, d->x + (n * g->C + c) * g->in_vol, d->w + o * g->k_vol, d->bias ? d->bias[o] : 0.0f,
+        direct_plane(g, d->x + (n * g->C + c) * g->in_vol, d->w + o * g->k_vol, d->bias ? d->bias[o] : 0.0f, d->acc,
                      d->y + pl * g->out_vol);
     }
 }
@@ -252,7 +260,8 @@ static void col_task(void *ctx, int t)
         col_row(ct->g, ct->x, ct->k0 + r, ct->p0, ct->pc, ct->col + r * ct->pc);
 }
 
-static int conv_im2col(DittoBackend *be, const ConvGeom *g, const float *x, const float *w, bool has_bias, float *y)
+/* prefilled: y already holds the bias (and a residual): every GEMM accumulates. */
+static int conv_im2col(DittoBackend *be, const ConvGeom *g, const float *x, const float *w, bool prefilled, float *y)
 {
     const int64_t K = g->Cg * g->k_vol, P = g->out_vol;
     int64_t pc, kc;
@@ -285,7 +294,7 @@ static int conv_im2col(DittoBackend *be, const ConvGeom *g, const float *x, cons
                     ditto_pool_run(be->pool, ct.ntasks, col_task, &ct);
                     /* y_g[:, p0:p0+pcur] (+)= w_g[:, k0:k0+kc] col */
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->Og, (int)pcur, (int)ct.kc, 1.0f,
-                                wg + k0, (int)K, col, (int)pcur, has_bias || k0 > 0 ? 1.0f : 0.0f, yg + p0, (int)P);
+                                wg + k0, (int)K, col, (int)pcur, prefilled || k0 > 0 ? 1.0f : 0.0f, yg + p0, (int)P);
                 }
             }
         }
@@ -302,7 +311,7 @@ static bool is_pointwise(const ConvGeom *g)
     return true;
 }
 
-/* NCHW convolution without the relu. */
+/* NCHW convolution without the relu; p->accumulate: onto y's values. */
 static int conv_nchw(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w,
                      const DittoTensor *bias, DittoTensor *y)
 {
@@ -311,19 +320,21 @@ static int conv_nchw(DittoBackend *be, const DittoConvParams *p, const DittoTens
     if (g.N * g.O * g.out_vol == 0)
         return 0;
     const float *bv = bias ? bias->data : NULL;
+    const bool acc = p->accumulate;
     if (g.Cg == 1) {
-        DirectTask d = { &g, x->data, w->data, bv, y->data, g.N * g.O, 0 };
+        DirectTask d = { &g, x->data, w->data, bv, y->data, g.N * g.O, 0, acc };
         d.ntasks = ntasks_for(be, d.planes);
         ditto_pool_run(be->pool, d.ntasks, direct_task, &d);
         return 0;
     }
-    bool empty = g.Cg * g.k_vol == 0;  /* nothing to reduce: y = bias or 0 */
+    bool empty = g.Cg * g.k_vol == 0;  /* nothing to reduce: y = bias or 0 (+ y with acc) */
     if (bv)
-        bias_fill(be, &g, bv, y->data);
-    else if (empty)
+        bias_fill(be, &g, bv, acc, y->data);
+    else if (empty && !acc)
         memset(y->data, 0, sizeof(float) * (size_t)(g.N * g.O * g.out_vol));
     if (empty)
         return 0;
+    const bool prefilled = bv || acc;
     if (is_pointwise(&g)) {
         const int64_t P = g.out_vol;
         if (P > INT_MAX || g.Og > INT_MAX || g.Cg > INT_MAX)
@@ -334,10 +345,10 @@ static int conv_nchw(DittoBackend *be, const DittoConvParams *p, const DittoTens
             for (int64_t gi = 0; gi < g.G; gi++)
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.Og, (int)P, (int)g.Cg, 1.0f,
                             W + gi * g.Og * g.Cg, (int)g.Cg, X + (n * g.C + gi * g.Cg) * P, (int)P,
-                            bv ? 1.0f : 0.0f, Y + (n * g.O + gi * g.Og) * P, (int)P);
+                            prefilled ? 1.0f : 0.0f, Y + (n * g.O + gi * g.Og) * P, (int)P);
         return 0;
     }
-    return conv_im2col(be, &g, x->data, w->data, bv != NULL, y->data);
+    return conv_im2col(be, &g, x->data, w->data, prefilled, y->data);
 }
 
 /* ---- layout helpers and the relu epilogue ---- */
@@ -399,9 +410,9 @@ static void relu_inplace(DittoBackend *be, float *y, int64_t n)
 }
 
 /*
- * Channels-last (p->nhwc): x transposed into NCHW scratch, the NCHW code,
- * the result transposed back, so every value is the NCHW path's. relu after
- * the bias.
+ * Channels-last (p->nhwc): x (and with p->accumulate y) transposed into NCHW
+ * scratch, the NCHW code, the result transposed back, so every value is the
+ * NCHW path's. relu after the bias (and the residual).
  */
 static int cpu_conv(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w,
                     const DittoTensor *bias, DittoTensor *y)
@@ -424,6 +435,8 @@ static int cpu_conv(DittoBackend *be, const DittoConvParams *p, const DittoTenso
     DittoTensor xt = ditto_tensor_f32(xs, 4, (int64_t[]){ N, C, H, W });
     DittoTensor yt = ditto_tensor_f32(ys, 4, (int64_t[]){ N, O, OH, OW });
     ditto_cpu_transpose(be, x->data, xs, N, H * W, C);     /* (N, HW, C) -> (N, C, HW) */
+    if (p->accumulate)
+        ditto_cpu_transpose(be, y->data, ys, N, OH * OW, O);   /* the residual: (N, OHW, O) -> (N, O, OHW) */
     int rc = conv_nchw(be, &q, &xt, w, bias, &yt);
     if (rc >= 0) {
         if (p->relu)

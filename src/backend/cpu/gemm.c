@@ -1,6 +1,11 @@
 /*
  * CPU matmul and linear on OpenBLAS (row-major cblas_sgemm). OpenBLAS threads
  * each GEMM itself, so these loops stay on the calling thread.
+ *
+ * Linear with tf32 (DittoLinearParams): x and w are rounded to TF32 (10
+ * explicit mantissa bits, nearest even) into scratch copies, then the same
+ * float32 GEMM runs on them: the product a TF32 tensor core forms, summed in
+ * float32. gelu runs the unary op's GELU on y, tf32_out rounds y last.
  */
 #include <cblas.h>
 #include <limits.h>
@@ -8,6 +13,7 @@
 
 #include "backend/cpu/cpu.h"
 #include "core/log.h"
+#include "core/mem.h"
 
 static bool fits_int(int64_t v)
 {
@@ -76,12 +82,32 @@ static int cpu_matmul(DittoBackend *be, const DittoMatmulParams *p, const DittoT
     return 0;
 }
 
-static int cpu_linear(DittoBackend *be, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y)
+/* dst[i] = the nearest TF32 value of src[i], for n values (dst may be src). */
+static void tf32_copy(float *dst, const float *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = ditto_tf32_round(src[i]);
+}
+
+static int cpu_linear(DittoBackend *be, const DittoLinearParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias,
+                      DittoTensor *y)
 {
     int64_t out = w->shape[0], in = w->shape[1];
     int64_t rows = out ? ditto_tensor_numel(y) / out : 0;
     if (!fits_int(rows) || !fits_int(out) || !fits_int(in))
         return ditto_fail(&be->log, DITTO_ERR_RANGE, "op linear: a dimension exceeds the BLAS int range");
+    const float *X = x->data, *W = w->data;
+    float *rounded = NULL;
+    if (p->tf32 && rows > 0 && out > 0 && in > 0) {
+        size_t nx = (size_t)(rows * in), nw = (size_t)(out * in);
+        rounded = ditto_malloc(sizeof(float) * (nx + nw));
+        if (!rounded)
+            return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op linear: no memory for the TF32 operands (%zu floats)", nx + nw);
+        tf32_copy(rounded, X, (int64_t)nx);
+        tf32_copy(rounded + nx, W, (int64_t)nw);
+        X = rounded;
+        W = rounded + nx;
+    }
     float *Y = y->data;
     if (bias) {
         /* y starts as the bias rows and the GEMM accumulates onto it */
@@ -95,9 +121,16 @@ static int cpu_linear(DittoBackend *be, const DittoTensor *x, const DittoTensor 
      * network must give an item the same result alone as in a batch.
      */
     int64_t items = x->ndim >= 2 ? x->shape[0] : 1, per = items ? rows / items : 0;
-    const float *X = x->data;
     for (int64_t i = 0; i < items; i++)
-        sgemm(false, true, per, out, in, 1.0f, X + i * per * in, in, w->data, in, bias != NULL, Y + i * per * out, out);
+        sgemm(false, true, per, out, in, 1.0f, X + i * per * in, in, W, in, bias != NULL, Y + i * per * out, out);
+    ditto_free(rounded);
+    if (p->gelu) {
+        /* the unary op's GELU: the same bits as linear, then the act op */
+        const DittoUnaryParams gp = { DITTO_UNARY_GELU, 0.0f, 0.0f };
+        DITTO_TRY(be->ops.unary(be, &gp, y, y));
+    }
+    if (p->tf32_out)
+        tf32_copy(Y, Y, rows * out);
     return 0;
 }
 

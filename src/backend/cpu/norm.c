@@ -129,12 +129,13 @@ static int cpu_instance_norm(DittoBackend *be, const DittoNormParams *p, const D
     return run_groups(be, p->eps, x->shape[1], x, w, b, y);
 }
 
-/* ---- SPADE: instance norm modulated per element by gb = (gamma, beta), optional LeakyReLU ---- */
+/* ---- SPADE: instance norm modulated per element by gb = (gamma, beta) (+ their bias), optional LeakyReLU ---- */
 
 typedef struct SpadeTask {
-    const float *x, *gb;
+    const float *x, *gb, *bias;     /* bias (2C) of gb or NULL */
     float *y;
-    int64_t C, R, items;
+    int64_t C, R, items;            /* y planes of R values */
+    int64_t Rx, W, wx, fh, fw;      /* x planes of Rx values; with upsampling y (H, W) reads x (H / fh, wx = W / fw) */
     double eps, slope;
     bool act;
     int ntasks;
@@ -143,17 +144,20 @@ typedef struct SpadeTask {
 static void spade_task(void *ctx, int t)
 {
     const SpadeTask *k = ctx;
+    const bool up = k->Rx != k->R;
     int64_t lo, hi;
     task_range(k->items, t, k->ntasks, &lo, &hi);
     for (int64_t pl = lo; pl < hi; pl++) {   /* plane pl = n * C + c */
         int64_t n = pl / k->C, c = pl % k->C;
-        const float *x = k->x + pl * k->R;
+        const float *x = k->x + pl * k->Rx;
         const float *g = k->gb + (n * 2 * k->C + c) * k->R, *b = g + k->C * k->R;
         float *y = k->y + pl * k->R;
+        const double bg = k->bias ? k->bias[c] : 0.0, bb = k->bias ? k->bias[k->C + c] : 0.0;
         double m, r;
-        plane_stats(x, k->R, k->eps, &m, &r);
+        plane_stats(x, k->Rx, k->eps, &m, &r);   /* a nearest upsample repeats every value fh fw times: the same statistics */
         for (int64_t i = 0; i < k->R; i++) {
-            double v = (x[i] - m) * r * (1.0 + (double)g[i]) + (double)b[i];
+            const float xv = up ? x[i / k->W / k->fh * k->wx + i % k->W / k->fw] : x[i];
+            double v = (xv - m) * r * (1.0 + ((double)g[i] + bg)) + ((double)b[i] + bb);
             y[i] = (float)(k->act && v < 0 ? v * k->slope : v);
         }
     }
@@ -162,26 +166,35 @@ static void spade_task(void *ctx, int t)
 /*
  * Channels-last (p->nhwc): x and gb transposed into NCHW scratch, the NCHW
  * task, y transposed back: the same statistics in the same order, so every
- * value is the NCHW path's on the transposed data.
+ * value is the NCHW path's on the transposed data. A smaller x (2-D) is read
+ * through the nearest-upsampling index map.
  */
-static int cpu_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, DittoTensor *y)
+static int cpu_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, const DittoTensor *bias,
+                          DittoTensor *y)
 {
-    const int cax = p->nhwc ? x->ndim - 1 : 1;
-    const int64_t N = x->shape[0], C = x->shape[cax], NC = N * C, R = NC > 0 ? ditto_tensor_numel(x) / NC : 0;
-    SpadeTask k = { x->data, gb->data, y->data, C, R, N * C, p->eps, p->slope, p->act, 1 };
+    const int cax = p->nhwc ? x->ndim - 1 : 1, hax = p->nhwc ? 1 : 2;
+    const int64_t N = x->shape[0], C = x->shape[cax], NC = N * C;
+    const int64_t R = NC > 0 ? ditto_tensor_numel(y) / NC : 0, Rx = NC > 0 ? ditto_tensor_numel(x) / NC : 0;
+    SpadeTask k = { x->data, gb->data, bias ? bias->data : NULL, y->data, C, R, N * C, Rx, 1, 1, 1, 1, p->eps, p->slope, p->act, 1 };
     if (k.items == 0 || k.R == 0)
         return 0;
+    if (Rx != R) {   /* 4-D (the front end's rule) */
+        k.W = y->shape[hax + 1];
+        k.wx = x->shape[hax + 1];
+        k.fh = y->shape[hax] / x->shape[hax];
+        k.fw = k.W / k.wx;
+    }
     k.ntasks = ntasks_for(be, k.items);
     if (!p->nhwc) {
         ditto_pool_run(be->pool, k.ntasks, spade_task, &k);
         return 0;
     }
-    const int64_t nx = N * C * R;
-    float *xs = ditto_malloc_aligned(sizeof(float) * (size_t)(4 * nx));   /* x, gb (2), y */
+    const int64_t nx = N * C * Rx, ny = N * C * R;
+    float *xs = ditto_malloc_aligned(sizeof(float) * (size_t)(nx + 3 * ny));   /* x, gb (2), y */
     if (!xs)
-        return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op spade_norm: cannot allocate %lld floats of layout scratch", (long long)(4 * nx));
-    float *gs = xs + nx, *ys = gs + 2 * nx;
-    ditto_cpu_transpose(be, x->data, xs, N, R, C);        /* (N, R, C) -> (N, C, R) */
+        return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op spade_norm: cannot allocate %lld floats of layout scratch", (long long)(nx + 3 * ny));
+    float *gs = xs + nx, *ys = gs + 2 * ny;
+    ditto_cpu_transpose(be, x->data, xs, N, Rx, C);       /* (N, Rx, C) -> (N, C, Rx) */
     ditto_cpu_transpose(be, gb->data, gs, N, R, 2 * C);   /* (N, R, 2C) -> (N, 2C, R): gamma planes, then beta */
     k.x = xs;
     k.gb = gs;
@@ -280,6 +293,45 @@ static int cpu_layer_norm(DittoBackend *be, const DittoNormParams *p, const Ditt
     return 0;
 }
 
+/*
+ * Pre-norm of a rotary FiLM layer: by definition the film, layer_norm and
+ * rotary ops of this backend in sequence (the fused op's oracle bits). With
+ * no a, the norm goes into ra and the rotary runs there in place. tf32_out
+ * rounds a and ra after.
+ */
+static int cpu_layer_norm_rotary(DittoBackend *be, const DittoLnRotaryParams *p, DittoTensor *h, const DittoTensor *y, const DittoTensor *scale,
+                                 const DittoTensor *shift, const DittoTensor *w, const DittoTensor *b, const DittoTensor *freqs, DittoTensor *a,
+                                 DittoTensor *ra)
+{
+    if (y)
+        DITTO_TRY(be->ops.film(be, h, y, scale, shift, h));
+    DittoTensor *n = a ? a : ra;
+    const DittoNormParams np = { .eps = p->eps };
+    DITTO_TRY(cpu_layer_norm(be, &np, h, w, b, n));
+    if (ra) {
+        /* rotary on (rows / L, L, C) views */
+        const int nd = h->ndim;
+        const int64_t L = h->shape[nd - 2], C = h->shape[nd - 1], N = L > 0 && C > 0 ? ditto_tensor_numel(h) / (L * C) : 0;
+        DittoTensor n3, r3;
+        DITTO_TRY(ditto_tensor_reshape(n, 3, (const int64_t[]){ N, L, C }, &n3));
+        DITTO_TRY(ditto_tensor_reshape(ra, 3, (const int64_t[]){ N, L, C }, &r3));
+        const DittoRotaryParams rp = { p->pos_offset };
+        DITTO_TRY(be->ops.rotary(be, &rp, &n3, freqs, &r3));
+    }
+    if (p->tf32_out) {
+        /* last, so ra is the rotary of the unrounded norm */
+        DittoTensor *outs[2] = { a, ra };
+        for (int o = 0; o < 2; o++) {
+            if (!outs[o])
+                continue;
+            float *v = outs[o]->data;
+            for (int64_t i = 0, cnt = ditto_tensor_numel(outs[o]); i < cnt; i++)
+                v[i] = ditto_tf32_round(v[i]);
+        }
+    }
+    return 0;
+}
+
 void ditto_cpu_init_norm(DittoOps *ops)
 {
     ops->batch_norm = cpu_batch_norm;
@@ -287,4 +339,5 @@ void ditto_cpu_init_norm(DittoOps *ops)
     ops->spade_norm = cpu_spade_norm;
     ops->layer_norm = cpu_layer_norm;
     ops->group_norm = cpu_group_norm;
+    ops->layer_norm_rotary = cpu_layer_norm_rotary;
 }

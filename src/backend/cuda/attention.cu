@@ -1,15 +1,30 @@
 /*
- * CUDA attention and rotary embedding (float32 or float16 storage, fp32 math).
+ * CUDA attention, rotary embedding and the fused pre-norm of rotary layers
+ * (float32 or float16 storage, fp32 math).
  *
- * Attention, short key rows (K and V of a head fit in shared memory, e.g. the
- * LMDM's 80/82 keys of 64 dims): one block per (batch, head, tile of query
- * rows) stages the head's K and V in shared memory once (K rows padded by one
- * float: no bank conflicts when lanes walk different keys; many loads in
- * flight per thread, as staging is latency-bound), then each warp takes one
- * query row at a time: lanes split the keys for the scores (fp32 dot
- * products in four partial sums), softmax over the row with warp max/sum
- * (max subtracted, p = e * (1/sum) as the CPU does), lanes split the output
- * columns for y = sum_j p_j v_j (two partial sums).
+ * Attention, the LMDM shapes (float32, head dim 64, up to 128 keys, no mask,
+ * rows of q/k/v with unit stride and 16-byte alignment): one block per
+ * (batch, head, tile of QT query rows), QT/4 warps. The tile's Q, the head's
+ * K and V go to shared memory with cp.async (K first, in its own group, so
+ * the scores start while V is in flight). Each warp owns 4 query rows and its
+ * lanes the keys lane, lane+32, ...: the 4 x 4 scores of a thread come from
+ * float4 shared loads (q broadcast, K rows padded to 68 floats: no bank
+ * conflicts), fp32 products summed in order over the 64 dims. Softmax per row
+ * stays in registers (warp max and sum; p = e * (1/sum) as the CPU does); the
+ * probabilities go to shared memory transposed (4 rows of a key in one
+ * float4), then each lane accumulates 2 output columns of the 4 rows over the
+ * keys in order. QT is 16, or 8 when 16-row tiles would leave more than
+ * half the SMs idle.
+ *
+ * Attention, short key rows otherwise (K and V of a head fit in shared
+ * memory): one block per (batch, head, tile of query rows) stages the head's
+ * K and V in shared memory once (K rows padded by one float: no bank
+ * conflicts when lanes walk different keys; many loads in flight per thread,
+ * as staging is latency-bound), then each warp takes one query row at a time:
+ * lanes split the keys for the scores (fp32 dot products in four partial
+ * sums), softmax over the row with warp max/sum (max subtracted, p = e *
+ * (1/sum) as the CPU does), lanes split the output columns for
+ * y = sum_j p_j v_j (two partial sums).
  *
  * Attention, other shapes: one block per (batch, head, query row), grid-stride over rows.
  *   q row -> shared memory; scores s_j = scale (q . k_j) + mask, one warp per
@@ -23,8 +38,21 @@
  *
  * Rotary: one thread per (row, pair), theta = (float)(pos_offset + l) * freq
  * in fp32, cosf/sinf, products rounded separately as on the CPU.
+ *
+ * layer_norm_rotary (lives here with the rotary; norm.cu has the plain
+ * norms): one warp per row, the row in registers (pairs (2k, 2k+1) per lane):
+ * FiLM residual h + (scale y + shift) rounded as the film op, statistics
+ * two-pass in double, mean split hi + lo and fmaf((x - hi) - lo, rstd w, b)
+ * as norm.cu's layer norm, then the rotary as above on the normalised value
+ * as stored. Rows wider than 2048 run the three ops in sequence.
+ *
+ * tf32_out (attention, layer_norm_rotary): float32 outputs rounded to the
+ * nearest TF32 value (ties to even, integer arithmetic on the bits) as they
+ * are stored, so the tf32 linears that read them see exact TF32 operands.
  */
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
@@ -65,9 +93,21 @@ typedef struct AttnArgs {
     int64_t qs[4], ks[4], vs[4], ms[4];  /* element strides; mask strides 0 where broadcast */
     int64_t ys[4];                       /* y element strides */
     bool kv4;                            /* short-key kernel: K and V float32, rows of float4 (unit column stride, 16-byte aligned) */
+    bool r32;                            /* float32 y rounded to the nearest TF32 value (tf32_out) */
     float scale;
     float *scratch;                      /* global score rows (Lk per block) or NULL: shared memory */
 } AttnArgs;
+
+/* The nearest TF32 value of v (ties to even; Inf and NaN unchanged): ditto_tf32_round on the device. */
+static __device__ __forceinline__ float tf32_rne(float v)
+{
+    uint32_t u = __float_as_uint(v);
+    if ((u & 0x7f800000u) != 0x7f800000u) {
+        u += 0xfffu + ((u >> 13) & 1u);
+        u &= ~0x1fffu;
+    }
+    return __uint_as_float(u);
+}
 
 static __device__ __forceinline__ float warp_sum(float v)
 {
@@ -173,7 +213,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const __g
                 float t = 0.0f;
                 for (int k = 0; k < ATT_WARPS; k++)
                     t += part[k * 32 + lane];
-                ditto_st(a.y, b * a.ys[0] + h * a.ys[1] + i * a.ys[2] + dc * a.ys[3], t, a.yh);
+                ditto_st(a.y, b * a.ys[0] + h * a.ys[1] + i * a.ys[2] + dc * a.ys[3], a.r32 ? tf32_rne(t) : t, a.yh);
             }
             __syncthreads();
         }
@@ -328,10 +368,244 @@ static __global__ void __launch_bounds__(ATT_SMALL_THREADS) attention_small_kern
             }
             if (j < Lk)
                 y0 += p[j] * vs[j * Dv + d];
-            ditto_st(a.y, yb + d * a.ys[3], y0 + y1, a.yh);
+            const float yv = y0 + y1;
+            ditto_st(a.y, yb + d * a.ys[3], a.r32 ? tf32_rne(yv) : yv, a.yh);
         }
         __syncwarp();   /* qrow and p are reused by the warp's next row */
     }
+}
+
+/*
+ * Tiled kernel for the LMDM shapes (see the top). Dynamic shared memory:
+ * Q (QT x 64) | K (Lk x 68) | V (Lk x 64) | P^T (Lk x (QT + 4)).
+ */
+#define ATT_T_D 64                       /* head dim (q, k and v) */
+#define ATT_T_KP (ATT_T_D + 4)           /* K row pitch: float4 reads of different rows hit different banks */
+#define ATT_T_MAXK 128                   /* keys: 4 per lane */
+
+static size_t att_tile_smem(int qt, int64_t lk)
+{
+    return sizeof(float) * (size_t)(qt * ATT_T_D + lk * ATT_T_KP + lk * ATT_T_D + lk * (qt + 4));
+}
+
+/* 16 bytes global -> shared, asynchronously where the GPU can (sm_80+). */
+static __device__ __forceinline__ void cp16(float *dst, const float *src)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+#else
+    *(float4 *)dst = *(const float4 *)src;
+#endif
+}
+
+static __device__ __forceinline__ void cp_commit()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+template <int N>
+static __device__ __forceinline__ void cp_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+template <int QT>
+static __global__ void __launch_bounds__(QT * 8) attention_tile_kernel(const __grid_constant__ AttnArgs a)
+{
+    constexpr int NT = QT * 8, PP = QT + 4, D4 = ATT_T_D / 4;
+    extern __shared__ __align__(16) float sm[];
+    const int Lk = (int)a.Lk, nkc = (Lk + 31) / 32;
+    float *qs = sm, *ks = qs + QT * ATT_T_D, *vs = ks + Lk * ATT_T_KP, *pt = vs + Lk * ATT_T_D;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int64_t bh = blockIdx.x, h = bh % a.H, b = bh / a.H, i0 = (int64_t)blockIdx.y * QT;
+    const float *qg = (const float *)a.q + b * a.qs[0] + h * a.qs[1];
+    const float *kg = (const float *)a.k + b * a.ks[0] + h * a.ks[1];
+    const float *vg = (const float *)a.v + b * a.vs[0] + h * a.vs[1];
+    /* group 0: the Q tile (rows past Lq zero) and K; group 1: V */
+    for (int e = threadIdx.x; e < QT * D4; e += NT) {
+        int r = e / D4, c = e - r * D4;
+        if (i0 + r < a.Lq)
+            cp16(qs + r * ATT_T_D + 4 * c, qg + (i0 + r) * a.qs[2] + 4 * c);
+        else
+            *(float4 *)(qs + r * ATT_T_D + 4 * c) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    for (int e = threadIdx.x; e < Lk * D4; e += NT) {
+        int j = e / D4, c = e - j * D4;
+        cp16(ks + j * ATT_T_KP + 4 * c, kg + j * a.ks[2] + 4 * c);
+    }
+    cp_commit();
+    for (int e = threadIdx.x; e < Lk * D4; e += NT) {
+        int j = e / D4, c = e - j * D4;
+        cp16(vs + j * ATT_T_D + 4 * c, vg + j * a.vs[2] + 4 * c);
+    }
+    cp_commit();
+    cp_wait<1>();
+    __syncthreads();
+
+    /* scores of rows 4w..4w+3 against keys lane + 32 c: s[r][c] = sum_d q[r][d] k[j][d], d in order */
+    float s[4][4];
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+            s[r][c] = 0.0f;
+    const float *q0 = qs + (4 * w) * ATT_T_D;
+    const float *kr[4];
+#pragma unroll
+    for (int c = 0; c < 4; c++)
+        kr[c] = ks + min(lane + 32 * c, Lk - 1) * ATT_T_KP;   /* keys past Lk read the last one, masked below */
+#pragma unroll 4
+    for (int d = 0; d < ATT_T_D; d += 4) {
+        float4 qv[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            qv[r] = *(const float4 *)(q0 + r * ATT_T_D + d);
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            if (c < nkc) {
+                const float4 kv = *(const float4 *)(kr[c] + d);
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    s[r][c] = fmaf(qv[r].x, kv.x, s[r][c]);
+                    s[r][c] = fmaf(qv[r].y, kv.y, s[r][c]);
+                    s[r][c] = fmaf(qv[r].z, kv.z, s[r][c]);
+                    s[r][c] = fmaf(qv[r].w, kv.w, s[r][c]);
+                }
+            }
+        }
+    }
+    /* softmax per row over the warp: max subtracted, float sum, p = e * (1/sum) */
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            bool valid = c < nkc && lane + 32 * c < Lk;
+            s[r][c] = valid ? s[r][c] * a.scale : -INFINITY;
+            mx = s[r][c] > mx ? s[r][c] : mx;
+        }
+        mx = warp_max(mx);
+        float sum = 0.0f;
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            float e = c < nkc && lane + 32 * c < Lk ? expf(s[r][c] - mx) : 0.0f;
+            s[r][c] = e;
+            sum += e;
+        }
+        float inv = 1.0f / warp_sum(sum);
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+            s[r][c] *= inv;
+    }
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        int j = lane + 32 * c;
+        if (c < nkc && j < Lk)
+            *(float4 *)(pt + j * PP + 4 * w) = make_float4(s[0][c], s[1][c], s[2][c], s[3][c]);
+    }
+    cp_wait<0>();
+    __syncthreads();   /* V in shared memory (P^T rows are the warp's own: ordered by the same barrier) */
+
+    /* y[r][2 lane + t] = sum_j p[r][j] v[j][2 lane + t], j in order */
+    float y[4][2];
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+        y[r][0] = y[r][1] = 0.0f;
+    const float *pw = pt + 4 * w;
+    const float *vc = vs + 2 * lane;
+#pragma unroll 4
+    for (int j = 0; j < Lk; j++) {
+        const float4 p = *(const float4 *)(pw + j * PP);
+        const float2 v = *(const float2 *)(vc + j * ATT_T_D);
+        y[0][0] = fmaf(p.x, v.x, y[0][0]);
+        y[0][1] = fmaf(p.x, v.y, y[0][1]);
+        y[1][0] = fmaf(p.y, v.x, y[1][0]);
+        y[1][1] = fmaf(p.y, v.y, y[1][1]);
+        y[2][0] = fmaf(p.z, v.x, y[2][0]);
+        y[2][1] = fmaf(p.z, v.y, y[2][1]);
+        y[3][0] = fmaf(p.w, v.x, y[3][0]);
+        y[3][1] = fmaf(p.w, v.y, y[3][1]);
+    }
+    float *yg = (float *)a.y + b * a.ys[0] + h * a.ys[1];
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        const int64_t i = i0 + 4 * w + r;
+        if (i < a.Lq) {
+            float *yr = yg + i * a.ys[2] + (int64_t)(2 * lane) * a.ys[3];
+            yr[0] = a.r32 ? tf32_rne(y[r][0]) : y[r][0];
+            yr[a.ys[3]] = a.r32 ? tf32_rne(y[r][1]) : y[r][1];
+        }
+    }
+}
+
+/* The SMs of the current device (cached per device). */
+static int sm_count(DittoBackend *be)
+{
+    static int counts[64];
+    int dev = ditto_cuda(be)->device;
+    if (dev < 0 || dev >= 64)
+        return 1;
+    if (!counts[dev]) {
+        int n = 0;
+        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1) {
+            cudaGetLastError();
+            n = 1;
+        }
+        counts[dev] = n;
+    }
+    return counts[dev];
+}
+
+/* Launch the tiled kernel when the shapes and layouts are its own; returns 1 if launched, 0 if not, or an error. */
+static int attention_tile(DittoBackend *be, const AttnArgs &a, int64_t B, cudaStream_t st)
+{
+    static int off = -1;   /* DITTO_CUDA_ATTN=small: the short-key kernel instead (measurement) */
+    if (off < 0) {
+        const char *e = getenv("DITTO_CUDA_ATTN");
+        off = e && !strcmp(e, "small");
+    }
+    if (off || a.mask || a.qh || a.kh || a.vh || a.yh || a.D != ATT_T_D || a.Dv != ATT_T_D || a.Lk < 1 || a.Lk > ATT_T_MAXK)
+        return 0;
+    if (a.qs[3] != 1 || a.ks[3] != 1 || a.vs[3] != 1 || (uintptr_t)a.q % 16 || (uintptr_t)a.k % 16 || (uintptr_t)a.v % 16)
+        return 0;
+    for (int i = 0; i < 3; i++)
+        if (a.qs[i] % 4 || a.ks[i] % 4 || a.vs[i] % 4)
+            return 0;
+    /*
+     * 16-row tiles: 4 warps, one per SM sub-partition, each with 4 rows; the
+     * staging of K and V is shared by twice the rows of 8-row tiles. 8-row
+     * tiles only when 16-row ones would leave more than half the SMs idle.
+     */
+    const int64_t bhs = B * a.H, t16 = (a.Lq + 15) / 16;
+    const bool big = 2 * bhs * t16 >= sm_count(be);
+    const int qt = big ? 16 : 8;
+    const int64_t tiles = (a.Lq + qt - 1) / qt;
+    if (bhs > INT32_MAX || tiles > 65535)
+        return 0;
+    const size_t smem = att_tile_smem(qt, a.Lk);
+    static bool attr[2];
+    if (!attr[big]) {
+        /* above the 48 KiB default: opt in once, for the largest tile */
+        cudaError_t e = big ? cudaFuncSetAttribute(attention_tile_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)att_tile_smem(16, ATT_T_MAXK))
+                            : cudaFuncSetAttribute(attention_tile_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)att_tile_smem(8, ATT_T_MAXK));
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            return 0;
+        }
+        attr[big] = true;
+    }
+    dim3 grid((unsigned)bhs, (unsigned)tiles);
+    if (big)
+        attention_tile_kernel<16><<<grid, 16 * 8, smem, st>>>(a);
+    else
+        attention_tile_kernel<8><<<grid, 8 * 8, smem, st>>>(a);
+    DITTO_CUDA_LAUNCHED(be);
+    return 1;
 }
 
 static int cuda_attention(DittoBackend *be, const DittoAttentionParams *p, const DittoTensor *q, const DittoTensor *k,
@@ -352,6 +626,7 @@ static int cuda_attention(DittoBackend *be, const DittoAttentionParams *p, const
     a.Lk = k->shape[2];
     a.Dv = v->shape[3];
     a.scale = p->scale != 0.0f ? p->scale : (float)(1.0 / sqrt((double)(a.D > 0 ? a.D : 1)));
+    a.r32 = p->tf32_out && !a.yh;
     cudaStream_t st = ditto_cuda(be)->stream;
     if (B * a.H * a.Lq * a.Dv == 0)
         return 0;
@@ -381,6 +656,9 @@ static int cuda_attention(DittoBackend *be, const DittoAttentionParams *p, const
         }
     }
     a.rows = B * a.H * a.Lq;
+    int trc = attention_tile(be, a, B, st);
+    if (trc != 0)
+        return trc < 0 ? trc : 0;
     /* short key rows: the head's K and V staged in shared memory */
     size_t small = sizeof(float) * (size_t)(a.Lk * (a.D + 1 + a.Dv) + ATT_SMALL_WARPS * (a.D + a.Lk));
     if (a.D <= ATT_SMALL_MAX_D && a.Dv <= ATT_SMALL_MAX_D && small <= ATT_SMALL_SMEM && B * a.H <= INT32_MAX) {
@@ -485,8 +763,256 @@ static int cuda_rotary(DittoBackend *be, const DittoRotaryParams *p, const Ditto
     return 0;
 }
 
+/* ---- layer_norm_rotary ---- */
+
+#define LNR_THREADS 128
+#define LNR_MAX_PAIRS 1024               /* C up to 2048 in registers (NP pairs a lane, NP <= 32) */
+
+typedef struct LnRotArgs {
+    void *h;                             /* FiLM: updated in place */
+    const void *y, *sc, *sh, *w, *b;
+    const float *freqs;
+    void *a, *ra;
+    bool hh, yh, sch, shh, wh, bh, ah, rah;
+    bool r32;                            /* float32 a and ra rounded to TF32 (tf32_out) */
+    int nd;                              /* rank of h: rows over dims [0, nd-1), positions along nd-2 */
+    int64_t rows, L, C;
+    int64_t shape[DITTO_MAX_DIMS];
+    int64_t ys[DITTO_MAX_DIMS], scs[DITTO_MAX_DIMS], shs[DITTO_MAX_DIMS];   /* element strides; 0 where scale/shift broadcast */
+    double eps;
+    int64_t pos_offset;
+    FreqDims fd;
+} LnRotArgs;
+
+static __device__ __forceinline__ double warp_sum_d(double v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Rounded to the storage dtype and back (what the next op would read from it). */
+static __device__ __forceinline__ float as_stored(float v, bool f16)
+{
+    return f16 ? __half2float(__float2half_rn(v)) : v;
+}
+
+/* One warp per row; lane holds pairs k = lane + 32 j (elements 2k, 2k+1), j < NP. */
+template <int NP>
+static __global__ void __launch_bounds__(LNR_THREADS) k_layer_norm_rotary(const __grid_constant__ LnRotArgs a)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t row = ((int64_t)blockIdx.x * LNR_THREADS + threadIdx.x) >> 5;
+    if (row >= a.rows)
+        return;
+    const int64_t half = a.C / 2, l = row % a.L;
+    void *hrow = (char *)a.h + (size_t)(row * a.C) * (a.hh ? 2 : 4);
+    /* the row's offsets in y, scale and shift (the FiLM operands) */
+    int64_t yo = 0, sco = 0, sho = 0;
+    if (a.y) {
+        int64_t r = row;
+        for (int d = a.nd - 2; d >= 0; d--) {
+            const int64_t i = r % a.shape[d];
+            r /= a.shape[d];
+            yo += i * a.ys[d];
+            sco += i * a.scs[d];
+            sho += i * a.shs[d];
+        }
+    }
+    const int64_t yc = a.ys[a.nd - 1], scc = a.scs[a.nd - 1], shc = a.shs[a.nd - 1];
+    float v[NP][2];
+    double acc = 0.0;
+#pragma unroll
+    for (int j = 0; j < NP; j++) {
+        const int64_t k = lane + 32 * j;
+        v[j][0] = v[j][1] = 0.0f;
+        if (k < half) {
+#pragma unroll
+            for (int t = 0; t < 2; t++) {
+                const int64_t c = 2 * k + t;
+                float x = ditto_ld(hrow, c, a.hh);
+                if (a.y) {
+                    /* FiLM as the film op: MUL, ADD shift, ADD residual, each rounded */
+                    float yv = ditto_ld(a.y, yo + c * yc, a.yh);
+                    float sc = ditto_ld(a.sc, sco + c * scc, a.sch);
+                    float sh = ditto_ld(a.sh, sho + c * shc, a.shh);
+                    x = __fadd_rn(x, __fadd_rn(__fmul_rn(sc, yv), sh));
+                    ditto_st(hrow, c, x, a.hh);
+                    x = as_stored(x, a.hh);
+                }
+                v[j][t] = x;
+                acc += (double)x;
+            }
+        }
+    }
+    const double mean = warp_sum_d(acc) / (double)a.C;
+    acc = 0.0;
+#pragma unroll
+    for (int j = 0; j < NP; j++) {
+        if (lane + 32 * j < half) {
+            double d0 = (double)v[j][0] - mean, d1 = (double)v[j][1] - mean;
+            acc += d0 * d0;
+            acc += d1 * d1;
+        }
+    }
+    const double var = warp_sum_d(acc) / (double)a.C;
+    /* as norm.cu: mean split into two floats, fmaf((x - hi) - lo, rstd w, b) */
+    const float m_hi = (float)mean, m_lo = (float)(mean - (double)m_hi), rstd = (float)(1.0 / sqrt(var + a.eps));
+    const bool nh = a.a ? a.ah : a.rah;   /* dtype the rotary reads the norm from */
+    const float pos = (float)(a.pos_offset + l);
+#pragma unroll
+    for (int j = 0; j < NP; j++) {
+        const int64_t k = lane + 32 * j;
+        if (k < half) {
+            float o[2];
+#pragma unroll
+            for (int t = 0; t < 2; t++) {
+                const int64_t c = 2 * k + t;
+                float sc = a.w ? rstd * ditto_ld(a.w, c, a.wh) : rstd;
+                float bv = a.b ? ditto_ld(a.b, c, a.bh) : 0.0f;
+                o[t] = fmaf((v[j][t] - m_hi) - m_lo, sc, bv);
+                if (a.a)
+                    ditto_st(a.a, row * a.C + c, a.r32 && !a.ah ? tf32_rne(o[t]) : o[t], a.ah);
+                o[t] = as_stored(o[t], nh);
+            }
+            if (a.ra) {
+                float th = pos * a.freqs[freq_offset(&a.fd, k)];
+                float cs = cosf(th), sn = sinf(th);
+                float r0 = __fsub_rn(__fmul_rn(o[0], cs), __fmul_rn(o[1], sn)), r1 = __fadd_rn(__fmul_rn(o[1], cs), __fmul_rn(o[0], sn));
+                if (a.r32 && !a.rah) {
+                    r0 = tf32_rne(r0);
+                    r1 = tf32_rne(r1);
+                }
+                ditto_st(a.ra, row * a.C + 2 * k, r0, a.rah);
+                ditto_st(a.ra, row * a.C + 2 * k + 1, r1, a.rah);
+            }
+        }
+    }
+}
+
+/* x[i] = the nearest TF32 value of x[i]. */
+static __global__ void k_round_tf32(float *x, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = tf32_rne(x[i]);
+}
+
+template <int NP>
+static void launch_lnr(const LnRotArgs &a, cudaStream_t st)
+{
+    int64_t blocks = (a.rows * 32 + LNR_THREADS - 1) / LNR_THREADS;
+    k_layer_norm_rotary<NP><<<(unsigned)blocks, LNR_THREADS, 0, st>>>(a);
+}
+
+/* Element strides of t broadcast to h's shape (same rank): 0 on its size-1 dims. */
+static void bcast_strides(const DittoTensor *t, int64_t *s)
+{
+    for (int i = 0; i < t->ndim; i++)
+        s[i] = t->shape[i] == 1 ? 0 : t->stride[i];
+}
+
+static int cuda_layer_norm_rotary(DittoBackend *be, const DittoLnRotaryParams *p, DittoTensor *h, const DittoTensor *y, const DittoTensor *scale,
+                                  const DittoTensor *shift, const DittoTensor *w, const DittoTensor *b, const DittoTensor *freqs, DittoTensor *a,
+                                  DittoTensor *ra)
+{
+    const char *op = "layer_norm_rotary";
+    LnRotArgs k;
+    memset(&k, 0, sizeof k);
+    DITTO_TRY(float_dtype(be, op, "h", h, &k.hh));
+    if (y) {
+        DITTO_TRY(float_dtype(be, op, "y", y, &k.yh));
+        DITTO_TRY(float_dtype(be, op, "scale", scale, &k.sch));
+        DITTO_TRY(float_dtype(be, op, "shift", shift, &k.shh));
+    }
+    if (w)
+        DITTO_TRY(float_dtype(be, op, "weight", w, &k.wh));
+    if (b)
+        DITTO_TRY(float_dtype(be, op, "bias", b, &k.bh));
+    if (a)
+        DITTO_TRY(float_dtype(be, op, "a", a, &k.ah));
+    if (ra)
+        DITTO_TRY(float_dtype(be, op, "ra", ra, &k.rah));
+    k.nd = h->ndim;
+    k.L = h->shape[k.nd - 2];
+    k.C = h->shape[k.nd - 1];
+    for (int i = 0; i < k.nd; i++)
+        k.shape[i] = h->shape[i];
+    k.rows = k.C ? ditto_tensor_numel(h) / k.C : 0;
+    if (k.rows == 0 || k.C == 0)
+        return 0;
+    const int64_t half = k.C / 2;
+    if (half > LNR_MAX_PAIRS) {
+        /* wide rows: the three ops (the same roundings) */
+        if (y)
+            DITTO_TRY(be->ops.film(be, h, y, scale, shift, h));
+        DittoTensor *nt = a ? a : ra;
+        const DittoNormParams np = { .eps = p->eps };
+        DITTO_TRY(be->ops.layer_norm(be, &np, h, w, b, nt));
+        if (ra) {
+            DittoTensor n3, r3;
+            const int64_t sh3[3] = { k.rows / k.L, k.L, k.C };
+            DITTO_TRY(ditto_tensor_reshape(nt, 3, sh3, &n3));
+            DITTO_TRY(ditto_tensor_reshape(ra, 3, sh3, &r3));
+            const DittoRotaryParams rp = { p->pos_offset };
+            DITTO_TRY(be->ops.rotary(be, &rp, &n3, freqs, &r3));
+        }
+        DittoTensor *outs[2] = { a, ra };
+        for (int o = 0; o < 2 && p->tf32_out; o++) {
+            if (outs[o] && outs[o]->dtype == DITTO_F32) {
+                const int64_t n = ditto_tensor_numel(outs[o]);
+                k_round_tf32<<<ditto_cuda_blocks(n, 256), 256, 0, ditto_cuda(be)->stream>>>((float *)outs[o]->data, n);
+                DITTO_CUDA_LAUNCHED(be);
+            }
+        }
+        return 0;
+    }
+    k.h = h->data;
+    if (y) {
+        k.y = y->data;
+        k.sc = scale->data;
+        k.sh = shift->data;
+        for (int i = 0; i < k.nd; i++)
+            k.ys[i] = y->stride[i];
+        bcast_strides(scale, k.scs);
+        bcast_strides(shift, k.shs);
+    }
+    k.w = w ? w->data : NULL;
+    k.b = b ? b->data : NULL;
+    k.a = a ? a->data : NULL;
+    k.ra = ra ? ra->data : NULL;
+    k.eps = (double)p->eps;
+    k.pos_offset = p->pos_offset;
+    k.r32 = p->tf32_out;
+    if (ra) {
+        if (freqs->device != DITTO_DEVICE_CUDA)
+            return ditto_fail(&be->log, DITTO_ERR_INVAL, "op %s: freqs is not on the cuda device", op);
+        k.freqs = (const float *)freqs->data;
+        k.fd.ndim = freqs->ndim;
+        for (int d = 0; d < freqs->ndim; d++) {
+            k.fd.shape[d] = freqs->shape[d];
+            k.fd.stride[d] = freqs->stride[d];
+        }
+    }
+    cudaStream_t st = ditto_cuda(be)->stream;
+    if (half <= 32)
+        launch_lnr<1>(k, st);
+    else if (half <= 64)
+        launch_lnr<2>(k, st);
+    else if (half <= 128)
+        launch_lnr<4>(k, st);
+    else if (half <= 256)
+        launch_lnr<8>(k, st);
+    else if (half <= 512)
+        launch_lnr<16>(k, st);
+    else
+        launch_lnr<32>(k, st);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
 void ditto_cuda_init_attention(DittoOps *ops)
 {
     ops->attention = cuda_attention;
     ops->rotary = cuda_rotary;
+    ops->layer_norm_rotary = cuda_layer_norm_rotary;
 }

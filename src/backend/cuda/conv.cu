@@ -36,6 +36,13 @@
  * (conv_nhwc_generic). relu: fused into k_from_nhwc or the bias pass, else
  * one more pass over y.
  *
+ * DittoConvParams.accumulate (y = conv + bias + y): every epilogue that
+ * writes y (k_from_nhwc, the small-O and depth-split kernels) reads the
+ * residual there; the cuDNN NCHW path adds the bias to y and convolves with
+ * beta = 1; the direct channels-last path convolves each chunk into scratch
+ * (cuDNN with beta = 0, the checked plans unchanged) and its bias pass reads
+ * that scratch and the residual and writes y once.
+ *
  * DITTO_CUDA_CONV (nchw, nhwc, nhwc-batch, no-split) overrides the f16
  * strategy for measurements (nchw also sends channels-last tensors through
  * the transposes).
@@ -377,8 +384,9 @@ static __global__ void k_to_nhwc(const __half *x, __half *xt, int64_t C, int64_t
     }
 }
 
-/* y (n, O, vol) = yt (n, vol, Op)[..O] + bias, then max(0, .) when relu; grid (vol/TT, O/TT, n), block (TT, 8). */
-static __global__ void k_from_nhwc(const __half *yt, __half *y, const void *bias, bool bf16, bool relu, int64_t O, int64_t Op, int64_t vol)
+/* y (n, O, vol) = yt (n, vol, Op)[..O] + bias (+ y when acc), then max(0, .) when relu; grid (vol/TT, O/TT, n), block (TT, 8). */
+static __global__ void k_from_nhwc(const __half *yt, __half *y, const void *bias, bool bf16, bool relu, bool acc, int64_t O, int64_t Op,
+                                   int64_t vol)
 {
     __shared__ float tile[TT][TT + 1];
     const int64_t n = blockIdx.z, v0 = (int64_t)blockIdx.x * TT, o0 = (int64_t)blockIdx.y * TT;
@@ -393,6 +401,8 @@ static __global__ void k_from_nhwc(const __half *yt, __half *y, const void *bias
         int64_t o = o0 + j, v = v0 + threadIdx.x;
         if (o < O && v < vol) {
             float r = tile[threadIdx.x][j] + (bias ? ditto_ld(bias, o, bf16) : 0.0f);
+            if (acc)
+                r += __half2float(yo[o * vol + v]);
             yo[o * vol + v] = __float2half_rn(relu && !(r > 0.0f) ? 0.0f : r);
         }
     }
@@ -546,8 +556,8 @@ static int batch_check(DittoBackend *be, const ConvGeom *g, ConvPlan *pl, const 
 
 /* KS: square kernel size known at compile time (1, 3, 7), or 0 (kh, kw at run time). */
 template <int OM, int KS>
-static __global__ void k_conv_small_o(const __half *x, const __half *w, const void *bias, bool bh, __half *y, float *part, int C, int O,
-                                      int Hin, int Win, int H, int W, int kh_rt, int kw_rt, int ph, int pw, int N)
+static __global__ void k_conv_small_o(const __half *x, const __half *w, const void *bias, bool bh, bool accum, __half *y, float *part, int C,
+                                      int O, int Hin, int Win, int H, int W, int kh_rt, int kw_rt, int ph, int pw, int N)
 {
     __shared__ float xs[SO_CC][SO_WIN][SO_WIN];
     __shared__ float wsm[SO_CC][OM][SO_KMAX * SO_KMAX];
@@ -605,18 +615,23 @@ static __global__ void k_conv_small_o(const __half *x, const __half *w, const vo
             part[(((int64_t)split * N + n) * O + o) * H * W + (int64_t)oy * W + ox] = acc[o];
         return;
     }
-    for (int o = 0; o < O; o++)
-        y[(((int64_t)n * O + o) * H + oy) * W + ox] = __float2half_rn(acc[o] + (bias ? ditto_ld(bias, o, bh) : 0.0f));
+    for (int o = 0; o < O; o++) {
+        const int64_t i = (((int64_t)n * O + o) * H + oy) * W + ox;
+        float r = acc[o] + (bias ? ditto_ld(bias, o, bh) : 0.0f);
+        y[i] = __float2half_rn(accum ? r + __half2float(y[i]) : r);
+    }
 }
 
-/* y (N, O, HW) = bias + sum over splits of part (splits, N, O, HW), in split order. */
-static __global__ void k_small_o_sum(const float *part, const void *bias, bool bh, __half *y, int splits, int O, int64_t NOHW, int64_t HW)
+/* y (N, O, HW) = bias + sum over splits of part (splits, N, O, HW), in split order (+ y when accum). */
+static __global__ void k_small_o_sum(const float *part, const void *bias, bool bh, bool accum, __half *y, int splits, int O, int64_t NOHW,
+                                     int64_t HW)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < NOHW; i += (int64_t)gridDim.x * blockDim.x) {
         float s = 0.0f;
         for (int k = 0; k < splits; k++)
             s += part[k * NOHW + i];
-        y[i] = __float2half_rn(s + (bias ? ditto_ld(bias, i / HW % O, bh) : 0.0f));
+        s += bias ? ditto_ld(bias, i / HW % O, bh) : 0.0f;
+        y[i] = __float2half_rn(accum ? s + __half2float(y[i]) : s);
     }
 }
 
@@ -653,7 +668,7 @@ static bool small_o_fits(const ConvGeom *g, int64_t *H, int64_t *W, int64_t *Hin
 }
 
 static int conv_small_o(DittoBackend *be, const ConvGeom *g, int64_t H, int64_t W, int64_t Hin, int64_t Win, bool flat,
-                        const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y)
+                        const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, bool accum, DittoTensor *y)
 {
     const int splits = (int)((g->C + SO_CSPLIT - 1) / SO_CSPLIT);   /* splits * N <= 65535: small_o_fits */
     const int64_t NOHW = g->N * g->O * H * W;
@@ -669,7 +684,7 @@ static int conv_small_o(DittoBackend *be, const ConvGeom *g, int64_t H, int64_t 
     __half *yp = (__half *)y->data;
     const void *bp = bias ? bias->data : NULL;
     bool bh = bias && bias->dtype == DITTO_F16;
-#define SO_ARGS xp, wp, bp, bh, yp, part, (int)g->C, (int)g->O, (int)Hin, (int)Win, (int)H, (int)W, kh, kw, ph, pw, (int)g->N
+#define SO_ARGS xp, wp, bp, bh, accum, yp, part, (int)g->C, (int)g->O, (int)Hin, (int)Win, (int)H, (int)W, kh, kw, ph, pw, (int)g->N
 #define SO_KS(OMV)                                                                                     \
     do {                                                                                               \
         if (ks == 1)                                                                                   \
@@ -695,7 +710,7 @@ static int conv_small_o(DittoBackend *be, const ConvGeom *g, int64_t H, int64_t 
 #undef SO_ARGS
     DITTO_CUDA_LAUNCHED(be);
     if (splits > 1) {
-        k_small_o_sum<<<ditto_cuda_blocks(NOHW, 256), 256, 0, st>>>(part, bp, bh, yp, splits, (int)g->O, NOHW, H * W);
+        k_small_o_sum<<<ditto_cuda_blocks(NOHW, 256), 256, 0, st>>>(part, bp, bh, accum, yp, splits, (int)g->O, NOHW, H * W);
         DITTO_CUDA_LAUNCHED(be);
     }
     return 0;
@@ -761,7 +776,7 @@ static const ConvPlan *pick_chunk(const ConvGeom *g, int64_t n, int64_t nb, cons
 }
 
 static int conv_nhwc(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias,
-                     bool relu, DittoTensor *y, bool batch)
+                     bool relu, bool acc, DittoTensor *y, bool batch)
 {
     DittoCuda *cu = ditto_cuda(be);
     const int study = study_mode();
@@ -820,8 +835,8 @@ static int conv_nhwc(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, 
                                                       p->ws, &f_zero, p->yd, yt));
         dim3 gy((unsigned)((g->out_vol + TT - 1) / TT), (unsigned)((g->O + TT - 1) / TT), (unsigned)cnt);
         if (study != 1) {
-            k_from_nhwc<<<gy, blk, 0, cu->stream>>>(yt, yi, bias ? bias->data : NULL, bias && bias->dtype == DITTO_F16, relu, g->O, op,
-                                                    g->out_vol);
+            k_from_nhwc<<<gy, blk, 0, cu->stream>>>(yt, yi, bias ? bias->data : NULL, bias && bias->dtype == DITTO_F16, relu, acc, g->O,
+                                                    op, g->out_vol);
             DITTO_CUDA_LAUNCHED(be);
         }
         n += cnt;
@@ -869,9 +884,9 @@ static __global__ void k_w_depth(const __half *w, __half *w2, int O, int C, int 
     }
 }
 
-/* y (N, O, D, HW) = bias + sum_i z[n*D + d + i - pd][hw][i*O + o]; a thread per (n, d, hw), all O. */
-static __global__ void k_depth_combine(const __half *z, const void *bias, bool bh, __half *y, int O, int O2p, int kd, int pd, int D,
-                                       int64_t HW, int64_t npos)
+/* y (N, O, D, HW) = bias + sum_i z[n*D + d + i - pd][hw][i*O + o] (+ y when accum); a thread per (n, d, hw), all O. */
+static __global__ void k_depth_combine(const __half *z, const void *bias, bool bh, bool accum, __half *y, int O, int O2p, int kd, int pd,
+                                       int D, int64_t HW, int64_t npos)
 {
     for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < npos; p += (int64_t)gridDim.x * blockDim.x) {
         int64_t hw = p % HW, t = p / HW;
@@ -892,14 +907,18 @@ static __global__ void k_depth_combine(const __half *z, const void *bias, bool b
                     acc[o] += __half2float(zp[o]);
         }
 #pragma unroll
-        for (int o = 0; o < 24; o++)
-            if (o < O)
-                y[((n * O + o) * D + d) * HW + hw] = __float2half_rn(acc[o] + (bias ? ditto_ld(bias, o, bh) : 0.0f));
+        for (int o = 0; o < 24; o++) {
+            if (o < O) {
+                const int64_t i = ((n * O + o) * D + d) * HW + hw;
+                float r = acc[o] + (bias ? ditto_ld(bias, o, bh) : 0.0f);
+                y[i] = __float2half_rn(accum ? r + __half2float(y[i]) : r);
+            }
+        }
     }
 }
 
 static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias,
-                            DittoTensor *y)
+                            bool accum, DittoTensor *y)
 {
     DittoCuda *cu = ditto_cuda(be);
     const int64_t D = g->in[0], HW = g->in[1] * g->in[2], kd = g->k[0], o2 = kd * g->O;
@@ -967,7 +986,7 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
                                                       &f_zero, p->yd, zt));
         const int64_t npos = cnt * D * HW;
         k_depth_combine<<<ditto_cuda_blocks(npos, 256), 256, 0, cu->stream>>>(zt, bias ? bias->data : NULL,
-                                                                              bias && bias->dtype == DITTO_F16, yi, (int)g->O,
+                                                                              bias && bias->dtype == DITTO_F16, accum, yi, (int)g->O,
                                                                               (int)o2p, (int)kd, (int)g->pb[0], (int)D, HW, npos);
         DITTO_CUDA_LAUNCHED(be);
         n += cnt;
@@ -977,18 +996,29 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
 
 /* ---- epilogues and layout changes ---- */
 
-/* y (rows, O) f16 channels-last, 8 channels a thread: y = y + bias[o], then max(0, .) when relu (k_from_nhwc's rounding). */
-static __global__ void k_bias_act_h8(__half *y, const void *bias, bool bh, bool relu, int64_t O8, int64_t nvec)
+/*
+ * y (rows, O) f16 channels-last, 8 channels a thread: y = t + bias[o] (+ y
+ * when acc), then max(0, .) when relu (k_from_nhwc's rounding); t may be y.
+ */
+static __global__ void k_bias_act_h8(const __half *t, __half *y, const void *bias, bool bh, bool relu, bool acc, int64_t O8, int64_t nvec)
 {
     for (int64_t v = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; v < nvec; v += (int64_t)gridDim.x * blockDim.x) {
         const int64_t o0 = v % O8 * 8;
-        uint4 u = ((const uint4 *)y)[v];
+        uint4 u = ((const uint4 *)t)[v], r = make_uint4(0u, 0u, 0u, 0u);
+        if (acc)
+            r = ((const uint4 *)y)[v];
         __half2 *h = (__half2 *)&u;
+        const __half2 *hr = (const __half2 *)&r;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             float2 f = __half22float2(h[j]);
             f.x += bias ? ditto_ld(bias, o0 + 2 * j, bh) : 0.0f;
             f.y += bias ? ditto_ld(bias, o0 + 2 * j + 1, bh) : 0.0f;
+            if (acc) {
+                const float2 fr = __half22float2(hr[j]);
+                f.x += fr.x;
+                f.y += fr.y;
+            }
             if (relu) {
                 f.x = f.x > 0.0f ? f.x : 0.0f;
                 f.y = f.y > 0.0f ? f.y : 0.0f;
@@ -1021,7 +1051,8 @@ static int bias_act(DittoBackend *be, DittoTensor *y, const DittoTensor *bias, b
     const void *bp = bias ? bias->data : NULL;
     const bool bh = bias && bias->dtype == DITTO_F16;
     if (nhwc && y->dtype == DITTO_F16 && O % 8 == 0 && (uintptr_t)y->data % 16 == 0)
-        k_bias_act_h8<<<ditto_cuda_blocks(n / 8, 256), 256, 0, st>>>((__half *)y->data, bp, bh, relu, O / 8, n / 8);
+        k_bias_act_h8<<<ditto_cuda_blocks(n / 8, 256), 256, 0, st>>>((const __half *)y->data, (__half *)y->data, bp, bh, relu, false, O / 8,
+                                                                      n / 8);
     else
         k_bias_act<<<ditto_cuda_blocks(n, 256), 256, 0, st>>>(y->data, y->dtype == DITTO_F16, bp, bh, relu, nhwc, O, vol, n);
     DITTO_CUDA_LAUNCHED(be);
@@ -1108,20 +1139,24 @@ static int conv_nchw(DittoBackend *be, const DittoConvParams *p, const DittoTens
     int64_t soH, soW, soHin, soWin;
     bool flat;
     if (f16 && g.C > 0 && g.in_vol > 0 && small_o_fits(&g, &soH, &soW, &soHin, &soWin, &flat)) {
-        DITTO_TRY(conv_small_o(be, &g, soH, soW, soHin, soWin, flat, x, w, bias, y));
+        DITTO_TRY(conv_small_o(be, &g, soH, soW, soHin, soWin, flat, x, w, bias, p->accumulate, y));
         return bias_act(be, y, NULL, p->relu, false, g.O, g.out_vol);
     }
     if (f16 && mode == 2 && g.C > 0 && g.in_vol > 0 && depth_split_fits(&g)) {
-        DITTO_TRY(conv_depth_split(be, &g, x, w, bias, y));
+        DITTO_TRY(conv_depth_split(be, &g, x, w, bias, p->accumulate, y));
         return bias_act(be, y, NULL, p->relu, false, g.O, g.out_vol);
     }
     if (f16 && mode > 0 && g.G == 1 && !asym && g.C > 0 && g.in_vol > 0)
-        return conv_nhwc(be, &g, x, w, bias, p->relu, y, mode >= 2);
-    int64_t ny = g.N * g.O * g.out_vol;
-    k_bias_fill<<<ditto_cuda_blocks(ny, 256), 256, 0, cu->stream>>>(bias ? bias->data : NULL,
-                                                                    bias && bias->dtype == DITTO_F16, y->data, f16, g.O,
-                                                                    g.out_vol, ny);
-    DITTO_CUDA_LAUNCHED(be);
+        return conv_nhwc(be, &g, x, w, bias, p->relu, p->accumulate, y, mode >= 2);
+    if (p->accumulate) {   /* y += bias: cuDNN adds the convolution onto the residual */
+        DITTO_TRY(bias_act(be, y, bias, false, false, g.O, g.out_vol));
+    } else {
+        const int64_t ny = g.N * g.O * g.out_vol;
+        k_bias_fill<<<ditto_cuda_blocks(ny, 256), 256, 0, cu->stream>>>(bias ? bias->data : NULL,
+                                                                        bias && bias->dtype == DITTO_F16, y->data, f16, g.O,
+                                                                        g.out_vol, ny);
+        DITTO_CUDA_LAUNCHED(be);
+    }
     /* nothing to reduce (no input channels or an empty input): every tap reads zeros, y = bias or 0 */
     if (g.C == 0 || g.in_vol == 0)
         return bias_act(be, y, NULL, p->relu, false, g.O, g.out_vol);
@@ -1176,8 +1211,25 @@ static bool nhwc_direct_fits(const ConvGeom *g, const DittoTensor *x, const Ditt
            ((uintptr_t)x->data | (uintptr_t)y->data) % 16 == 0;
 }
 
+/*
+ * DITTO_CUDA_NHWC_EPILOGUE=scratch (measurement, same results): the direct
+ * path's convolutions with a bias or relu also go through the per-chunk
+ * scratch (cuDNN writes the chunk there, the bias pass reads it and writes
+ * y once) instead of the in-place pass over y: whether a chunk that stays in
+ * L2 saves the pass's HBM traffic.
+ */
+static bool nhwc_epilogue_scratch(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("DITTO_CUDA_NHWC_EPILOGUE");
+        on = e && !strcmp(e, "scratch");
+    }
+    return on;
+}
+
 static int conv_nhwc_direct(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias,
-                            bool relu, DittoTensor *y, bool batch)
+                            bool relu, bool acc, DittoTensor *y, bool batch)
 {
     DittoCuda *cu = ditto_cuda(be);
     const size_t item_x = (size_t)(g->C * g->in_vol) * 2, item_y = (size_t)(g->O * g->out_vol) * 2;
@@ -1217,24 +1269,34 @@ static int conv_nhwc_direct(DittoBackend *be, const ConvGeom *g, const DittoTens
                 DITTO_TRY(batch_check(be, g, tail, one, 1, wt, xt, yt, cw, cws, g->N % nb));
         }
     }
+    /* with acc, each chunk's convolution goes to scratch t, then one pass y = t + bias (+ y, the residual) */
+    const bool via_t = acc || ((bias || relu) && nhwc_epilogue_scratch());
+    const size_t t_bytes = via_t ? align256(item_y * (size_t)nb) : 0;
     char *ws;
-    DITTO_TRY(ditto_cuda_workspace(be, wt_bytes + cws, (void **)&ws));
-    __half *wt = (__half *)ws;
-    void *cw = cws ? ws + wt_bytes : NULL;
+    DITTO_TRY(ditto_cuda_workspace(be, wt_bytes + t_bytes + cws, (void **)&ws));
+    __half *wt = (__half *)ws, *t = via_t ? (__half *)(ws + wt_bytes) : NULL;
+    void *cw = cws ? ws + wt_bytes + t_bytes : NULL;
     const int64_t nw = g->O * g->C * g->k_vol;
     k_w_nhwc<<<ditto_cuda_blocks(nw, 256), 256, 0, cu->stream>>>((const __half *)w->data, wt, g->O, g->C, g->O, g->C, g->k_vol, nw);
     DITTO_CUDA_LAUNCHED(be);
     const float f_one = 1.0f, f_zero = 0.0f;
+    const void *bp = bias ? bias->data : NULL;
+    const bool bh = bias && bias->dtype == DITTO_F16;
     for (int64_t n = 0; n < g->N;) {
         int64_t cnt;
         const ConvPlan *p = pick_chunk(g, n, nb, pl, tail, one, &cnt);
         const __half *xi = (const __half *)x->data + n * g->C * g->in_vol;
         __half *yi = (__half *)y->data + n * g->O * g->out_vol;
         DITTO_CUDNN_CHECK(be, cudnnConvolutionForward(cu->cudnn, &f_one, p->xd, xi, p->wd, wt, p->cd, p->algo, p->ws ? cw : NULL, p->ws,
-                                                      &f_zero, p->yd, yi));
+                                                      &f_zero, p->yd, via_t ? t : yi));
+        if (via_t) {
+            const int64_t nvec = cnt * g->O * g->out_vol / 8;
+            k_bias_act_h8<<<ditto_cuda_blocks(nvec, 256), 256, 0, cu->stream>>>(t, yi, bp, bh, relu, acc, g->O / 8, nvec);
+            DITTO_CUDA_LAUNCHED(be);
+        }
         n += cnt;
     }
-    return bias_act(be, y, bias, relu, true, g->O, g->out_vol);
+    return via_t ? 0 : bias_act(be, y, bias, relu, true, g->O, g->out_vol);
 }
 
 /*
@@ -1258,6 +1320,8 @@ static int conv_nhwc_generic(DittoBackend *be, const DittoConvParams *p, const C
     DittoConvParams q = *p;
     q.nhwc = false;
     DITTO_TRY(transpose(be, x->data, xs.data, esz, g->N, g->in_vol, g->C));     /* (N, HW, C) -> (N, C, HW) */
+    if (p->accumulate)
+        DITTO_TRY(transpose(be, y->data, ys.data, esz, g->N, g->out_vol, g->O));   /* the residual: (N, OHW, O) -> (N, O, OHW) */
     DITTO_TRY(conv_nchw(be, &q, &xs, w, bias, &ys));
     return transpose(be, ys.data, y->data, esz, g->N, g->O, g->out_vol);        /* (N, O, OHW) -> (N, OHW, O) */
 }
@@ -1284,7 +1348,7 @@ static int cuda_conv(DittoBackend *be, const DittoConvParams *p, const DittoTens
         return 0;
     const int mode = conv_mode();
     if (mode > 0 && nhwc_direct_fits(&g, x, y))
-        return conv_nhwc_direct(be, &g, x, w, bias, p->relu, y, mode >= 2);
+        return conv_nhwc_direct(be, &g, x, w, bias, p->relu, p->accumulate, y, mode >= 2);
     return conv_nhwc_generic(be, p, &g, x, w, bias, y);
 }
 

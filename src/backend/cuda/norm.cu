@@ -32,11 +32,21 @@ typedef struct NormArgs {
     bool xh, wh, bh, yh;      /* f16 storage flags */
     int64_t sets, len, G, Cg, R;
     double eps;
-    /* SPADE (spade_norm): per-element gamma = gb[(n*2C + c)*len + k], beta C planes later; LeakyReLU(slope) when act */
-    const void *gb;
-    bool gbh, act;
+    /*
+     * SPADE (spade_norm): per-element gamma = gb[(n*2C + c)*len + k], beta C
+     * planes later, plus gbias[c] / gbias[C + c] when given; LeakyReLU(slope) when act
+     */
+    const void *gb, *gbias;
+    bool gbh, gbiash, act;
     float slope;
 } NormArgs;
+
+/* Bias of the SPADE gamma (channel c) and beta (C + c), 0 without one. */
+static __device__ __forceinline__ void spade_bias(const void *bias, bool bh, int64_t C, int64_t c, float *bg, float *bb)
+{
+    *bg = bias ? ditto_ld(bias, c, bh) : 0.0f;
+    *bb = bias ? ditto_ld(bias, C + c, bh) : 0.0f;
+}
 
 static __device__ __forceinline__ double warp_sum(double v)
 {
@@ -69,7 +79,9 @@ static __device__ __forceinline__ void norm_store(const NormArgs &a, int64_t s, 
     float d = (ditto_ld(a.x, i, a.xh) - m_hi) - m_lo;
     if (a.gb) {   /* instance sets: s = n * G + c, G = C */
         int64_t gi = ((s / a.G) * 2 * a.G + s % a.G) * a.len + k;
-        float g = ditto_ld(a.gb, gi, a.gbh), bt = ditto_ld(a.gb, gi + a.G * a.len, a.gbh);
+        float bg, bb;
+        spade_bias(a.gbias, a.gbiash, a.G, s % a.G, &bg, &bb);
+        float g = ditto_ld(a.gb, gi, a.gbh) + bg, bt = ditto_ld(a.gb, gi + a.G * a.len, a.gbh) + bb;
         float v = fmaf(d * rstd, 1.0f + g, bt);
         ditto_st(a.y, i, a.act && v < 0.0f ? v * a.slope : v, a.yh);
         return;
@@ -209,8 +221,8 @@ static NormArgs norm_args(const DittoNormParams *p, const DittoTensor *x, const 
     a.yh = is_h(y);
     a.sets = a.len = a.G = a.Cg = a.R = 1;
     a.eps = (double)p->eps;
-    a.gb = NULL;
-    a.gbh = a.act = false;
+    a.gb = a.gbias = NULL;
+    a.gbh = a.gbiash = a.act = false;
     a.slope = 0.0f;
     return a;
 }
@@ -277,9 +289,11 @@ static int cuda_instance_norm(DittoBackend *be, const DittoNormParams *p, const 
  * spade_norm fast path: f16 x, gb, y, planes a multiple of 8 long, 16-byte
  * aligned. A block per plane; 8 halves per load; one pass of sums of the
  * deviations from the plane's first value and of their squares, in double
- * (fp16 inputs: exact), then one pass that writes y.
+ * (fp16 inputs: exact), then one pass that writes y. bias (2C, f32 or f16)
+ * or NULL: added to gamma and beta in fp32.
  */
-static __global__ void k_spade_h8(const __half *x, const __half *gb, __half *y, int64_t C, int64_t R, float eps, bool act, float slope)
+static __global__ void k_spade_h8(const __half *x, const __half *gb, const void *bias, bool bh, __half *y, int64_t C, int64_t R, float eps,
+                                  bool act, float slope)
 {
     __shared__ double sh[32];
     const int64_t s = blockIdx.x, n = s / C, c = s % C;
@@ -307,6 +321,8 @@ static __global__ void k_spade_h8(const __half *x, const __half *gb, __half *y, 
     double var = msq - dm * dm;
     var = var > 0.0 ? var : 0.0;
     const float m = (float)mean, rstd = (float)(1.0 / sqrt(var + (double)eps));
+    float bg, bb;
+    spade_bias(bias, bh, C, c, &bg, &bb);
     for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
         uint4 u = xv[i], g = gv[i], b = bv[i], o;
         const __half2 *hx = (const __half2 *)&u, *hg = (const __half2 *)&g, *hb = (const __half2 *)&b;
@@ -314,7 +330,8 @@ static __global__ void k_spade_h8(const __half *x, const __half *gb, __half *y, 
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             float2 fx = __half22float2(hx[j]), fg = __half22float2(hg[j]), fb = __half22float2(hb[j]);
-            float v0 = fmaf((fx.x - m) * rstd, 1.0f + fg.x, fb.x), v1 = fmaf((fx.y - m) * rstd, 1.0f + fg.y, fb.y);
+            float v0 = fmaf((fx.x - m) * rstd, 1.0f + (fg.x + bg), fb.x + bb);
+            float v1 = fmaf((fx.y - m) * rstd, 1.0f + (fg.y + bg), fb.y + bb);
             if (act) {
                 v0 = v0 < 0.0f ? v0 * slope : v0;
                 v1 = v1 < 0.0f ? v1 * slope : v1;
@@ -337,7 +354,8 @@ static __global__ void k_spade_h8(const __half *x, const __half *gb, __half *y, 
  *    order, then mean and rstd as k_spade_h8 rounds them (the ranges depend
  *    on R only: an item's result does not depend on N);
  *  - k_spade_nhwc_apply: 8 channels a thread, k_spade_h8's expression.
- * Partial sums and statistics live in the workspace.
+ * Partial sums and statistics live in the workspace. A smaller (upsampled)
+ * x: the statistics over its own positions, the apply through the index map.
  */
 #define SPN_ROWS 512
 #define SPN_TILE 64
@@ -417,70 +435,141 @@ static __global__ void k_spade_nhwc_final(const __half *x, const double *part, f
     }
 }
 
-/* y = LeakyReLU?((x - mean) rstd (1 + gamma) + beta), 8 channels a thread; y may be x. */
-static __global__ void k_spade_nhwc_apply(const __half *x, const __half *gb, __half *y, const float *stat, int64_t R, int64_t C, int64_t NC,
-                                          int64_t nvec, bool act, float slope)
+/*
+ * Nearest upsampling of a 2-D x (SpadeUp, up): y position k of a (H, W)
+ * plane reads x position (k / W / fh) * wx + k % W / fw of its (H / fh, wx)
+ * plane; without it position k reads k.
+ */
+typedef struct SpadeUp {
+    bool up;
+    int64_t W, wx, fh, fw;
+} SpadeUp;
+
+static __device__ __forceinline__ int64_t spade_xpos(const SpadeUp &u, int64_t k)
 {
-    const int64_t CV = C / 8;
-    for (int64_t v = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; v < nvec; v += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t cv = v % CV, t = v / CV, n = t / R;   /* t = n * R + position */
-        uint4 u = *(const uint4 *)(x + t * C + cv * 8);
-        uint4 g = *(const uint4 *)(gb + t * 2 * C + cv * 8), b = *(const uint4 *)(gb + t * 2 * C + C + cv * 8), o;
-        const float *ms = stat + n * C + cv * 8, *rs = ms + NC;
+    return u.up ? k / u.W / u.fh * u.wx + k % u.W / u.fw : k;
+}
+
+/*
+ * y = LeakyReLU?((x - mean) rstd (1 + gamma) + beta), gamma, beta with their
+ * bias (or NULL), 8 channels a thread; y (N, R, C) may be x; a smaller x
+ * (N, Rx, C) through the upsampling map. I: the index type, 32-bit whenever
+ * every index fits (integer division by a run-time value is several times
+ * cheaper than in 64 bits, and the upsampling map adds four).
+ */
+template <typename I>
+static __global__ void k_spade_nhwc_apply(const __half *x, const __half *gb, const void *bias, bool bh, __half *y, const float *stat, int64_t R,
+                                          int64_t Rx, SpadeUp up, int64_t C, int64_t NC, int64_t nvec, bool act, float slope)
+{
+    const I CV = (I)(C / 8), Ri = (I)R, Rxi = (I)Rx, Ci = (I)C, nv = (I)nvec;
+    const I W = (I)up.W, wx = (I)up.wx, fh = (I)up.fh, fw = (I)up.fw;
+    for (I v = (I)blockIdx.x * blockDim.x + threadIdx.x; v < nv; v += (I)gridDim.x * blockDim.x) {
+        const I cv = v % CV, t = v / CV, n = t / Ri;   /* t = n * R + position */
+        I tx = t;
+        if (up.up) {
+            const I k = t - n * Ri;
+            tx = n * Rxi + k / W / fh * wx + k % W / fw;
+        }
+        uint4 u = *(const uint4 *)(x + tx * Ci + cv * 8);
+        uint4 g = *(const uint4 *)(gb + t * 2 * Ci + cv * 8), b = *(const uint4 *)(gb + t * 2 * Ci + Ci + cv * 8), o;
+        const float *ms = stat + n * Ci + cv * 8, *rs = ms + NC;
         const __half2 *hx = (const __half2 *)&u, *hg = (const __half2 *)&g, *hb = (const __half2 *)&b;
         __half2 *ho = (__half2 *)&o;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             float2 fx = __half22float2(hx[j]), fg = __half22float2(hg[j]), fb = __half22float2(hb[j]);
-            float v0 = fmaf((fx.x - ms[2 * j]) * rs[2 * j], 1.0f + fg.x, fb.x);
-            float v1 = fmaf((fx.y - ms[2 * j + 1]) * rs[2 * j + 1], 1.0f + fg.y, fb.y);
+            float bg0, bb0, bg1, bb1;
+            spade_bias(bias, bh, C, (int64_t)(cv * 8) + 2 * j, &bg0, &bb0);
+            spade_bias(bias, bh, C, (int64_t)(cv * 8) + 2 * j + 1, &bg1, &bb1);
+            float v0 = fmaf((fx.x - ms[2 * j]) * rs[2 * j], 1.0f + (fg.x + bg0), fb.x + bb0);
+            float v1 = fmaf((fx.y - ms[2 * j + 1]) * rs[2 * j + 1], 1.0f + (fg.y + bg1), fb.y + bb1);
             if (act) {
                 v0 = v0 < 0.0f ? v0 * slope : v0;
                 v1 = v1 < 0.0f ? v1 * slope : v1;
             }
             ho[j] = __floats2half2_rn(v0, v1);
         }
-        *(uint4 *)(y + t * C + cv * 8) = o;
+        *(uint4 *)(y + t * Ci + cv * 8) = o;
     }
 }
 
 /*
- * spade_norm channels-last, any f32/f16 mix: a block per (n, c), two-pass
- * double statistics over the R positions C apart (uncoalesced; the op tests
- * and small models), then the modulation as norm_store does it.
+ * spade_norm, any f32/f16 mix, either layout, x possibly upsampled: a block
+ * per (n, c), two-pass double statistics over x's Rx positions (channels-last:
+ * C apart, uncoalesced; the op tests and small models), then the modulation
+ * of y's R positions as norm_store does it.
  */
-static __global__ void k_spade_nhwc_generic(NormArgs a, int64_t R, int64_t C)
+static __global__ void k_spade_generic(NormArgs a, int64_t C, int64_t R, int64_t Rx, bool nhwc, SpadeUp up)
 {
     __shared__ double sh[32];
+    const int64_t step = nhwc ? C : 1, gstep = nhwc ? 2 * C : 1, boff = nhwc ? C : C * R;
     for (int64_t s = blockIdx.x; s < a.sets; s += gridDim.x) {
-        const int64_t n = s / C, c = s % C, base = n * R * C + c;
+        const int64_t n = s / C, c = s % C;
+        const int64_t xb = nhwc ? n * Rx * C + c : s * Rx, yb = nhwc ? n * R * C + c : s * R;
+        const int64_t gbase = nhwc ? n * R * 2 * C + c : (n * 2 * C + c) * R;
         double acc = 0.0;
-        for (int64_t k = threadIdx.x; k < R; k += blockDim.x)
-            acc += ditto_ld(a.x, base + k * C, a.xh);
-        double mean = block_sum(acc, sh) / (double)R;
+        for (int64_t k = threadIdx.x; k < Rx; k += blockDim.x)
+            acc += ditto_ld(a.x, xb + k * step, a.xh);
+        double mean = block_sum(acc, sh) / (double)Rx;
         acc = 0.0;
-        for (int64_t k = threadIdx.x; k < R; k += blockDim.x) {
-            double d = ditto_ld(a.x, base + k * C, a.xh) - mean;
+        for (int64_t k = threadIdx.x; k < Rx; k += blockDim.x) {
+            double d = ditto_ld(a.x, xb + k * step, a.xh) - mean;
             acc += d * d;
         }
-        double var = block_sum(acc, sh) / (double)R;
+        double var = block_sum(acc, sh) / (double)Rx;
         float m_hi, m_lo, rstd;
         split_stats(mean, var, a.eps, &m_hi, &m_lo, &rstd);
+        float bg, bb;
+        spade_bias(a.gbias, a.gbiash, C, c, &bg, &bb);
         for (int64_t k = threadIdx.x; k < R; k += blockDim.x) {
-            const int64_t i = base + k * C, gi = (n * R + k) * 2 * C + c;
-            float d = (ditto_ld(a.x, i, a.xh) - m_hi) - m_lo;
-            float g = ditto_ld(a.gb, gi, a.gbh), bt = ditto_ld(a.gb, gi + C, a.gbh);
+            const int64_t gi = gbase + k * gstep;
+            float d = (ditto_ld(a.x, xb + spade_xpos(up, k) * step, a.xh) - m_hi) - m_lo;
+            float g = ditto_ld(a.gb, gi, a.gbh) + bg, bt = ditto_ld(a.gb, gi + boff, a.gbh) + bb;
             float v = fmaf(d * rstd, 1.0f + g, bt);
-            ditto_st(a.y, i, a.act && v < 0.0f ? v * a.slope : v, a.yh);
+            ditto_st(a.y, yb + k * step, a.act && v < 0.0f ? v * a.slope : v, a.yh);
         }
     }
 }
 
-static int spade_nhwc(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, DittoTensor *y)
+/* The upsampling of a 4-D x to y (the front end allows it for 2-D only); hax the H axis. */
+static SpadeUp spade_up(const DittoTensor *x, const DittoTensor *y, int hax)
 {
-    const int64_t N = x->shape[0], C = x->shape[x->ndim - 1], NC = N * C, R = ditto_tensor_numel(x) / NC;
+    SpadeUp u = { false, 1, 1, 1, 1 };
+    if (ditto_tensor_numel(x) != ditto_tensor_numel(y)) {
+        u.up = true;
+        u.W = y->shape[hax + 1];
+        u.wx = x->shape[hax + 1];
+        u.fh = y->shape[hax] / x->shape[hax];
+        u.fw = u.W / u.wx;
+    }
+    return u;
+}
+
+static int spade_generic(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, const DittoTensor *bias,
+                         DittoTensor *y, int64_t C, int64_t R, int64_t Rx, SpadeUp up)
+{
+    DittoNormParams np = { p->eps, 0, false };
+    NormArgs a = norm_args(&np, x, NULL, NULL, y);
+    a.sets = x->shape[0] * C;
+    a.gb = gb->data;
+    a.gbh = is_h(gb);
+    a.gbias = bias ? bias->data : NULL;
+    a.gbiash = is_h(bias);
+    a.act = p->act;
+    a.slope = p->slope;
+    k_spade_generic<<<ditto_cuda_blocks(a.sets * NORM_THREADS, NORM_THREADS), NORM_THREADS, 0, ditto_cuda(be)->stream>>>(a, C, R, Rx, p->nhwc,
+                                                                                                                        up);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+static int spade_nhwc(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, const DittoTensor *bias,
+                      DittoTensor *y)
+{
+    const int64_t N = x->shape[0], C = x->shape[x->ndim - 1], NC = N * C, R = ditto_tensor_numel(y) / NC, Rx = ditto_tensor_numel(x) / NC;
+    const SpadeUp up = spade_up(x, y, 1);
     cudaStream_t st = ditto_cuda(be)->stream;
-    const int64_t splits = (R + SPN_ROWS - 1) / SPN_ROWS;
+    const int64_t splits = (Rx + SPN_ROWS - 1) / SPN_ROWS;   /* statistics over x's positions */
     if (is_h(x) && is_h(gb) && is_h(y) && C % 8 == 0 && N <= 65535 && splits <= INT_MAX &&
         ((uintptr_t)x->data | (uintptr_t)gb->data | (uintptr_t)y->data) % 16 == 0) {
         const size_t part_bytes = (size_t)(NC * 2 * splits) * sizeof(double);
@@ -490,43 +579,45 @@ static int spade_nhwc(DittoBackend *be, const DittoSpadeParams *p, const DittoTe
         float *stat = (float *)(ws + part_bytes);
         const __half *xh = (const __half *)x->data;
         dim3 grid((unsigned)splits, (unsigned)((C + SPN_TILE - 1) / SPN_TILE), (unsigned)N);
-        k_spade_nhwc_stats<<<grid, 256, 0, st>>>(xh, part, R, C, (int)splits);
+        k_spade_nhwc_stats<<<grid, 256, 0, st>>>(xh, part, Rx, C, (int)splits);
         DITTO_CUDA_LAUNCHED(be);
-        k_spade_nhwc_final<<<ditto_cuda_blocks(NC, NORM_THREADS), NORM_THREADS, 0, st>>>(xh, part, stat, R, C, NC, (int)splits, p->eps);
+        k_spade_nhwc_final<<<ditto_cuda_blocks(NC, NORM_THREADS), NORM_THREADS, 0, st>>>(xh, part, stat, Rx, C, NC, (int)splits, p->eps);
         DITTO_CUDA_LAUNCHED(be);
         const int64_t nvec = NC * R / 8;
-        k_spade_nhwc_apply<<<ditto_cuda_blocks(nvec, NORM_THREADS), NORM_THREADS, 0, st>>>(
-            xh, (const __half *)gb->data, (__half *)y->data, stat, R, C, NC, nvec, p->act, p->slope);
+        const int blocks = ditto_cuda_blocks(nvec, NORM_THREADS);
+        const void *bp = bias ? bias->data : NULL;
+        __half *yh = (__half *)y->data;
+        const __half *gh = (const __half *)gb->data;
+        if (2 * NC * R + (int64_t)blocks * NORM_THREADS < (int64_t)UINT32_MAX)   /* every element index and the loop's last step */
+            k_spade_nhwc_apply<uint32_t><<<blocks, NORM_THREADS, 0, st>>>(xh, gh, bp, is_h(bias), yh, stat, R, Rx, up, C, NC, nvec, p->act,
+                                                                           p->slope);
+        else
+            k_spade_nhwc_apply<int64_t><<<blocks, NORM_THREADS, 0, st>>>(xh, gh, bp, is_h(bias), yh, stat, R, Rx, up, C, NC, nvec, p->act,
+                                                                          p->slope);
         DITTO_CUDA_LAUNCHED(be);
         return 0;
     }
-    DittoNormParams np = { p->eps, 0, false };
-    NormArgs a = norm_args(&np, x, NULL, NULL, y);
-    a.sets = NC;
-    a.gb = gb->data;
-    a.gbh = is_h(gb);
-    a.act = p->act;
-    a.slope = p->slope;
-    k_spade_nhwc_generic<<<ditto_cuda_blocks(NC * NORM_THREADS, NORM_THREADS), NORM_THREADS, 0, st>>>(a, R, C);
-    DITTO_CUDA_LAUNCHED(be);
-    return 0;
+    return spade_generic(be, p, x, gb, bias, y, C, R, Rx, up);
 }
 
 static int cuda_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb,
-                           DittoTensor *y)
+                           const DittoTensor *bias, DittoTensor *y)
 {
-    const DittoTensor *ts[] = { x, gb, y };
-    DITTO_TRY(check_dtypes(be, "spade_norm", ts, 3));
+    const DittoTensor *ts[] = { x, gb, bias, y };
+    DITTO_TRY(check_dtypes(be, "spade_norm", ts, 4));
     if (ditto_tensor_numel(x) == 0)
         return 0;
     if (p->nhwc)
-        return spade_nhwc(be, p, x, gb, y);
-    const int64_t R = inner_size(x);
+        return spade_nhwc(be, p, x, gb, bias, y);
+    const int64_t R = inner_size(y), Rx = inner_size(x);
     const int64_t sets = x->shape[0] * x->shape[1];
+    if (R != Rx)   /* x read upsampled */
+        return spade_generic(be, p, x, gb, bias, y, x->shape[1], R, Rx, spade_up(x, y, 2));
     if (is_h(x) && is_h(gb) && is_h(y) && R % 8 == 0 && sets <= INT_MAX &&
         ((uintptr_t)x->data | (uintptr_t)gb->data | (uintptr_t)y->data) % 16 == 0) {
-        k_spade_h8<<<(unsigned)sets, NORM_THREADS, 0, ditto_cuda(be)->stream>>>(
-            (const __half *)x->data, (const __half *)gb->data, (__half *)y->data, x->shape[1], R, p->eps, p->act, p->slope);
+        k_spade_h8<<<(unsigned)sets, NORM_THREADS, 0, ditto_cuda(be)->stream>>>((const __half *)x->data, (const __half *)gb->data,
+                                                                                bias ? bias->data : NULL, is_h(bias), (__half *)y->data,
+                                                                                x->shape[1], R, p->eps, p->act, p->slope);
         DITTO_CUDA_LAUNCHED(be);
         return 0;
     }
@@ -539,6 +630,8 @@ static int cuda_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const Di
     a.len = a.R;
     a.gb = gb->data;
     a.gbh = is_h(gb);
+    a.gbias = bias ? bias->data : NULL;
+    a.gbiash = is_h(bias);
     a.act = p->act;
     a.slope = p->slope;
     return run_sets(be, &a);
