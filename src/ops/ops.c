@@ -129,6 +129,17 @@ int ditto_op_copy(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
     CALL(DITTO_OP_COPY, x, y, be->ops.copy(be, x, y));
 }
 
+int ditto_op_randn(DittoBackend *be, const DittoRandnParams *p, DittoTensor *y)
+{
+    NEED(DITTO_OP_RANDN, randn);
+    if (!p || !y)
+        return DITTO_ERR_INVAL;
+    if (y->dtype != DITTO_F32 || y->ndim != 3)
+        return bad_arg(be, DITTO_OP_RANDN, "y must be float32 (A, B, n)");
+    DITTO_TRY(check_contig(be, DITTO_OP_RANDN, "y", y));
+    CALL(DITTO_OP_RANDN, NULL, y, be->ops.randn(be, p, y));
+}
+
 int ditto_op_fill(DittoBackend *be, float value, DittoTensor *y)
 {
     NEED(DITTO_OP_FILL, fill);

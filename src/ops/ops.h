@@ -211,6 +211,12 @@ typedef struct DittoDdimStepParams {
     float sigma;             /* weight of the fresh noise z */
 } DittoDdimStepParams;
 
+/* Streams of ditto_op_randn: row (a, b) draws from stream0 + a stream_a + b stream_b. */
+typedef struct DittoRandnParams {
+    uint64_t seed;
+    uint64_t stream0, stream_a, stream_b;
+} DittoRandnParams;
+
 /* Pre-norm of a rotary (FiLM) transformer layer (ditto_op_layer_norm_rotary). */
 typedef struct DittoLnRotaryParams {
     float eps;               /* layer norm epsilon */
@@ -316,6 +322,7 @@ typedef struct DittoOps {
     int (*prelu)(struct DittoBackend *be, const DittoTensor *x, const DittoTensor *slope, DittoTensor *y);
     int (*conv_transpose)(struct DittoBackend *be, const DittoConvTransposeParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
     int (*film)(struct DittoBackend *be, const DittoTensor *h, const DittoTensor *y, const DittoTensor *scale, const DittoTensor *shift, DittoTensor *out);
+    int (*randn)(struct DittoBackend *be, const DittoRandnParams *p, DittoTensor *y);
     int (*ddim_step)(struct DittoBackend *be, const DittoDdimStepParams *p, const DittoTensor *cond, const DittoTensor *uncond, const DittoTensor *x, const DittoTensor *z, DittoTensor *x0, DittoTensor *eps, DittoTensor *x_next);
     int (*layer_norm_rotary)(struct DittoBackend *be, const DittoLnRotaryParams *p, DittoTensor *h, const DittoTensor *y, const DittoTensor *scale, const DittoTensor *shift,
                              const DittoTensor *w, const DittoTensor *b, const DittoTensor *freqs, DittoTensor *a, DittoTensor *ra);
@@ -469,6 +476,13 @@ int ditto_op_film(struct DittoBackend *be, const DittoTensor *h, const DittoTens
  */
 int ditto_op_ddim_step(struct DittoBackend *be, const DittoDdimStepParams *p, const DittoTensor *cond, const DittoTensor *uncond, const DittoTensor *x,
                        const DittoTensor *z, DittoTensor *x0, DittoTensor *eps, DittoTensor *x_next);
+/*
+ * Standard normals of core/rng.h where they are used: y (A, B, n) float32
+ * contiguous, y[a, b, k] = ditto_rng_normal(p->seed, p->stream0 + a
+ * p->stream_a + b p->stream_b, k). Every backend draws the same values (the
+ * device's double log / sin / cos may move one in about 10^8 by a float ulp).
+ */
+int ditto_op_randn(struct DittoBackend *be, const DittoRandnParams *p, DittoTensor *y);
 /*
  * Pre-norm of a rotary (FiLM) transformer layer, one pass over the rows:
  *   h  = h + (scale y + shift)    FiLM residual of the previous block, when y is

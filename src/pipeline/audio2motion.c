@@ -423,7 +423,6 @@ struct DittoA2mLmdm {
     DittoBuffer kp_buf, cond_buf, out_buf, noise_buf;
     DittoTensor kp, cond, out;       /* (1, F), (1, L, Cc), (1, L, F) */
     DittoTensor noise;               /* (S + 1, 1, L, F): x_T, then z of every step (DittoDdimNoise.all) */
-    float *noise_host;               /* its host staging, seeded noise only */
     int64_t n_xT;                    /* windows the injected x_T covers */
     int64_t runs;                    /* windows sampled so far */
     void *graph;                     /* captured window, replayed; NULL: op by op */
@@ -504,8 +503,6 @@ int ditto_a2m_lmdm_open(DittoA2mLmdm **out, DittoLmdm *m, const DittoA2mLmdmPara
         rc = device_tensor(be, &s->out_buf, 3, (const int64_t[]){ 1, L, F }, &s->out);
     if (rc >= 0)
         rc = device_tensor(be, &s->noise_buf, 4, (const int64_t[]){ p->steps + 1, 1, L, F }, &s->noise);
-    if (rc >= 0 && !p->x_T && !(s->noise_host = ditto_malloc(ditto_tensor_nbytes(&s->noise))))
-        rc = DITTO_ERR_NOMEM;
     if (rc >= 0 && p->x_T && p->steps > 1)
         rc = copy_step_noise(s);
     if (rc < 0) {
@@ -523,7 +520,6 @@ void ditto_a2m_lmdm_close(DittoA2mLmdm **ps)
     DittoA2mLmdm *s = *ps;
     if (s->graph)
         s->be->graph_free(s->be, s->graph);
-    ditto_free(s->noise_host);
     ditto_buffer_free(&s->noise_buf);
     ditto_buffer_free(&s->kp_buf);
     ditto_buffer_free(&s->cond_buf);
@@ -573,7 +569,6 @@ static int lmdm_sample(void *ctx, int64_t window, const float *kp_cond, const fl
 {
     DittoA2mLmdm *s = ctx;
     DittoBackend *be = s->be;
-    const int64_t n = s->out.shape[1] * s->out.shape[2];
     DittoTensor slot0;
     DITTO_TRY(ditto_tensor_select(&s->noise, 0, 0, &slot0));               /* (1, L, F) */
     if (s->p.x_T) {
@@ -588,8 +583,7 @@ static int lmdm_sample(void *ctx, int64_t window, const float *kp_cond, const fl
     } else {
         if (window < 0 || window >= (1 << 24))
             return ditto_fail(&be->log, DITTO_ERR_RANGE, "audio2motion: window %lld beyond the RNG stream layout", (long long)window);
-        ditto_ddim_draw_noise(&s->sched, s->p.seed, (uint32_t)window, 1, n, s->noise_host);
-        DITTO_TRY(be->upload(be, s->noise.data, s->noise_host, ditto_tensor_nbytes(&s->noise)));
+        DITTO_TRY(ditto_ddim_draw_noise(be, &s->sched, s->p.seed, (uint32_t)window, &s->noise));   /* on the device: no host draw, no upload */
     }
     DITTO_TRY(be->upload(be, s->kp.data, kp_cond, ditto_tensor_nbytes(&s->kp)));
     DITTO_TRY(be->upload(be, s->cond.data, cond, ditto_tensor_nbytes(&s->cond)));

@@ -136,26 +136,32 @@ static int pred_noise(DittoBackend *be, const DittoDdimSchedule *s, int t, const
     return ditto_op_binary(be, DITTO_BINARY_SUB, eps, tmp, eps);
 }
 
-/* Standard normals of stream (window + b, step) for every window b: B blocks of n floats at host. */
-static void draw_noise(uint64_t seed, uint32_t window, uint32_t step, int64_t B, int64_t n, float *host)
+int ditto_ddim_draw_noise(DittoBackend *be, const DittoDdimSchedule *s, uint64_t seed, uint32_t window, DittoTensor *all)
 {
-    for (int64_t b = 0; b < B; b++) {
-        uint64_t stream = ditto_rng_stream(DITTO_RNG_PURPOSE_DDIM, window + (uint32_t)b, step);
-        ditto_rng_fill_normal(seed, stream, 0, host + b * n, (size_t)n);
-    }
-}
-
-void ditto_ddim_draw_noise(const DittoDdimSchedule *s, uint64_t seed, uint32_t window, int64_t B, int64_t n, float *host)
-{
-    const size_t slot = (size_t)(B * n);
-    draw_noise(seed, window, 0, B, n, host);                        /* x_T: stream step 0 */
-    for (int i = 0; i < s->steps; i++) {
-        float *z = host + (size_t)(i + 1) * slot;
+    const int S = s->steps;
+    if (all->ndim != 4 || all->shape[0] != S + 1)
+        return ditto_fail(&be->log, DITTO_ERR_SHAPE, "ddim: the noise needs (%d, B, L, F)", S + 1);
+    const int64_t B = all->shape[1];
+    if ((uint64_t)window + (uint64_t)B > (1u << 24))
+        return ditto_fail(&be->log, DITTO_ERR_RANGE, "ddim: window index %u + batch %lld exceeds the RNG stream layout (2^24 windows)", window,
+                          (long long)B);
+    /*
+     * Slot i of window w + b is stream (DDIM, w + b, i): the stream id's
+     * fields do not overlap (window and step < 2^24), so it is the sum
+     * stream(DDIM, w, 0) + i + b 2^24.
+     */
+    const DittoRandnParams rp = { seed, ditto_rng_stream(DITTO_RNG_PURPOSE_DDIM, window, 0), 1, (uint64_t)1 << 24 };
+    DittoTensor flat;
+    DITTO_TRY(ditto_tensor_reshape(all, 3, (const int64_t[]){ S + 1, B, all->shape[2] * all->shape[3] }, &flat));
+    DITTO_TRY(ditto_op_randn(be, &rp, &flat));
+    for (int i = 0; i < S; i++) {
         if (s->step[i].t_next >= 0)
-            draw_noise(seed, window, (uint32_t)i + 1, B, n, z);     /* z_i: stream step i + 1 */
-        else
-            memset(z, 0, slot * sizeof *z);
+            continue;
+        DittoTensor z;
+        DITTO_TRY(ditto_tensor_select(all, 0, i + 1, &z));
+        DITTO_TRY(ditto_op_fill(be, 0.0f, &z));
     }
+    return 0;
 }
 
 int ditto_ddim_sample(DittoLmdm *m, DittoArena *ws, const DittoDdimSchedule *s, const DittoTensor *kp_cond, const DittoTensor *cond,
@@ -180,11 +186,7 @@ int ditto_ddim_sample(DittoLmdm *m, DittoArena *ws, const DittoDdimSchedule *s, 
             int64_t zb = noise->z && noise->z->ndim == 4 && noise->z->shape[1] == 1 ? 1 : B;
             DITTO_TRY(check_tensor(be, "z", noise->z, DITTO_SHAPE(S - 1, zb, L, F)));
         }
-    } else if ((uint64_t)noise->window + (uint64_t)B > (1u << 24)) {
-        return ditto_fail(&be->log, DITTO_ERR_RANGE, "ddim: window index %u + batch %lld exceeds the RNG stream layout (2^24 windows)",
-                          noise->window, (long long)B);
     }
-    float *host = NULL;
     DittoArenaMark mark = ditto_arena_mark(ws);
     DittoLmdmCond st;
     DittoTensor x, x0, eps, zall, pred;
@@ -204,13 +206,9 @@ int ditto_ddim_sample(DittoLmdm *m, DittoArena *ws, const DittoDdimSchedule *s, 
         if (all) {
             zall = *noise->all;
         } else {
-            /* drawn here, uploaded once for all steps so the step loop never waits for a transfer */
+            /* every step's noise drawn at once on the device, before the step loop */
             NEW(zall, S + 1, B, L, F);
-            host = ditto_malloc(ditto_tensor_nbytes(&zall));
-            if (!host)
-                CK(DITTO_ERR_NOMEM);
-            ditto_ddim_draw_noise(s, noise->seed, noise->window, B, L * F, host);
-            CK(be->upload(be, zall.data, host, ditto_tensor_nbytes(&zall)));
+            CK(ditto_ddim_draw_noise(be, s, noise->seed, noise->window, &zall));
         }
         DittoTensor z0;
         CK(ditto_tensor_select(&zall, 0, 0, &z0));
@@ -251,7 +249,6 @@ int ditto_ddim_sample(DittoLmdm *m, DittoArena *ws, const DittoDdimSchedule *s, 
         ditto_tap(tap, "steps_pred_noise", &eps);
     }
 done:
-    ditto_free(host);
     ditto_arena_release(ws, mark);
     return rc;
 }

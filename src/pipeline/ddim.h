@@ -116,11 +116,12 @@ typedef struct DittoDdimNoise {
 } DittoDdimNoise;
 
 /*
- * The seeded noise of windows window .. window + B - 1 in the layout of
- * DittoDdimNoise.all, into host (S + 1) * B * n floats, n = L * F. Slots of
- * steps that draw no noise (the last) are zeroed. Pure host work.
+ * The seeded noise of windows window .. window + B - 1 into all (S + 1, B,
+ * L, F) float32 contiguous on be (the layout of DittoDdimNoise.all), drawn
+ * where it lives (ditto_op_randn). Slots of steps that draw no noise (the
+ * last) are zeroed.
  */
-void ditto_ddim_draw_noise(const DittoDdimSchedule *s, uint64_t seed, uint32_t window, int64_t B, int64_t n, float *host);
+int ditto_ddim_draw_noise(DittoBackend *be, const DittoDdimSchedule *s, uint64_t seed, uint32_t window, DittoTensor *all);
 
 /*
  * Sample B windows: kp_cond (B, F), cond (B, L, cond_dim) -> out (B, L, F),

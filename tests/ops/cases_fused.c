@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/rng.h"
 #include "ditto/ditto_error.h"
 #include "ops/ops.h"
 #include "op_util.h"
@@ -604,9 +605,78 @@ static void test_layer_norm_rotary(TestCtx *c)
     }
 }
 
+/* ---------------- randn ---------------- */
+
+/*
+ * y (A, B, n) against core/rng.h's host draws of the same streams. The CPU
+ * backend must give the same bits; a device's double log / sin / cos may
+ * move a value by a float ulp where the exact result lies within the last
+ * double bit of a float rounding boundary (about 1 in 10^8): at most 1 in
+ * 10^5 values may differ, by at most 2 float ulps, every other bit equal. A
+ * wrong stream, index, pair or sign changes nearly every value by O(1).
+ */
+static void randn_case(TestCtx *c, const char *name, int64_t A, int64_t B, int64_t n, uint64_t seed, uint64_t s0, uint64_t sa, uint64_t sb)
+{
+    if (!test_selected(c, name))
+        return;
+    TT *y = tt_new_f32dev(c, 3, (int64_t[]){ A, B, n });
+    tt_to_dev(y);
+    const DittoRandnParams p = { seed, s0, sa, sb };
+    int rc = ditto_op_randn(c->be, &p, &y->dev);
+    if (!op_ok(c, name, rc) || tt_to_host(y) < 0) {
+        tt_free(y);
+        return;
+    }
+    float *ref = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    int64_t differ = 0, far = 0;
+    for (int64_t a = 0; a < A; a++) {
+        for (int64_t b = 0; b < B; b++) {
+            ditto_rng_fill_normal(seed, s0 + (uint64_t)a * sa + (uint64_t)b * sb, 0, ref, (size_t)n);
+            const float *got = tt_f32(y) + (a * B + b) * n;
+            for (int64_t k = 0; k < n; k++) {
+                if (!memcmp(&got[k], &ref[k], sizeof(float)))
+                    continue;
+                differ++;
+                far += !(fabsf(got[k] - ref[k]) <= 2.0f * (nextafterf(fabsf(ref[k]), INFINITY) - fabsf(ref[k])));
+            }
+        }
+    }
+    const bool exact = c->be->device == DITTO_DEVICE_CPU;
+    const int64_t total = A * B * n;
+    const bool ok = tt_guards_ok(y) && far == 0 && (exact ? differ == 0 : differ * 100000 <= total);
+    test_report(c, name, ok, "%lld of %lld values differ from the host draws (%lld by more than 2 ulps)", (long long)differ, (long long)total,
+                (long long)far);
+    free(ref);
+    tt_free(y);
+}
+
+static void test_randn(TestCtx *c)
+{
+    /* the sampler's layout: (steps + 1, windows, L F), streams (purpose, window + b, step) */
+    const uint64_t ddim0 = ditto_rng_stream(0x44, 3, 0);
+    randn_case(c, "randn ddim (51,1,21200)", 51, 1, 21200, 7, ddim0, 1, (uint64_t)1 << 24);
+    randn_case(c, "randn ddim (11,3,2120)", 11, 3, 2120, 0x123456789abcdefull, ddim0, 1, (uint64_t)1 << 24);
+    /* rows not a multiple of 4 long, single values, zero strides, a 64-bit seed */
+    randn_case(c, "randn (2,3,7)", 2, 3, 7, 1, 5, 2, 3);
+    randn_case(c, "randn (1,1,1)", 1, 1, 1, 0, 0, 0, 0);
+    randn_case(c, "randn (4,2,1030) same stream", 4, 2, 1030, ~0ull, 99, 0, 0);
+    randn_case(c, "randn empty", 0, 2, 5, 1, 0, 1, 1);
+    {
+        const char *name = "randn rejects a 2-D y";
+        if (test_selected(c, name)) {
+            TT *y2 = tt_new_f32dev(c, 2, (int64_t[]){ 3, 4 });
+            const DittoRandnParams p = { 1, 0, 1, 1 };
+            bool ok = ditto_op_randn(c->be, &p, &y2->dev) == DITTO_ERR_INVAL;
+            tt_free(y2);
+            test_report(c, name, ok, "a 2-D y must be refused");
+        }
+    }
+}
+
 void test_ops_fused(TestCtx *c)
 {
     test_film(c);
     test_ddim_step(c);
     test_layer_norm_rotary(c);
+    test_randn(c);
 }

@@ -12,6 +12,6 @@ void test_ops_sample(TestCtx *c);       /* upsample_nearest, pool, pixel_shuffle
 void test_ops_attention(TestCtx *c);    /* attention, rotary */
 void test_ops_image(TestCtx *c);        /* warp_affine, resize_area, resize_bilinear */
 void test_ops_onnx(TestCtx *c);         /* gather, where, pad, resize, prelu, conv_transpose */
-void test_ops_fused(TestCtx *c);        /* film, ddim_step */
+void test_ops_fused(TestCtx *c);        /* film, ddim_step, layer_norm_rotary, randn */
 
 #endif

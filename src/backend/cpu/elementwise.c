@@ -17,6 +17,8 @@
 
 #include "backend/cpu/cpu.h"
 #include "core/log.h"
+#include "core/rng.h"
+#include "core/thread.h"
 
 #define EW_MAX_OPS 7            /* ddim_step: 3 outputs, 4 inputs */
 #define EW_GRAIN 16384            /* elements per task, at least */
@@ -208,6 +210,33 @@ static int cpu_fill(DittoBackend *be, float value, DittoTensor *y)
     EwIter it;
     ew_init(&it, 1, t);
     ew_run(be, &it, fill_row, &c);
+    return 0;
+}
+
+/* ---- randn: a task per row (a, b) of y (A, B, n) ---- */
+
+typedef struct RandnTask {
+    const DittoRandnParams *p;
+    float *y;
+    int64_t B, n;
+} RandnTask;
+
+static void randn_row(void *ctx, int t)
+{
+    const RandnTask *k = ctx;
+    const int64_t a = t / k->B, b = t % k->B;
+    ditto_rng_fill_normal(k->p->seed, k->p->stream0 + (uint64_t)a * k->p->stream_a + (uint64_t)b * k->p->stream_b, 0,
+                          k->y + (int64_t)t * k->n, (size_t)k->n);
+}
+
+static int cpu_randn(DittoBackend *be, const DittoRandnParams *p, DittoTensor *y)
+{
+    const int64_t rows = y->shape[0] * y->shape[1];
+    if (rows > INT32_MAX)
+        return ditto_fail(&be->log, DITTO_ERR_RANGE, "op randn: %lld rows", (long long)rows);
+    RandnTask k = { p, y->data, y->shape[1], y->shape[2] };
+    if (rows > 0 && k.n > 0)
+        ditto_pool_run(be->pool, (int)rows, randn_row, &k);
     return 0;
 }
 
@@ -610,6 +639,7 @@ void ditto_cpu_init_elementwise(DittoOps *ops)
 {
     ops->copy = cpu_copy;
     ops->fill = cpu_fill;
+    ops->randn = cpu_randn;
     ops->unary = cpu_unary;
     ops->binary = cpu_binary;
     ops->softmax = cpu_softmax;

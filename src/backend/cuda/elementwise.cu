@@ -22,6 +22,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/dtype_elem.h"
 #include "core/half.h"
+#include "core/rng_block.h"
 
 #define EW_MAX_OPS 7            /* ddim_step: 3 outputs, 4 inputs */
 #define EW_THREADS 256
@@ -707,10 +708,41 @@ static int cuda_ddim_step(DittoBackend *be, const DittoDdimStepParams *p, const 
     return 0;
 }
 
+/* ---- randn: a thread per Philox block (4 values) of a row ---- */
+
+static __global__ void k_randn(uint64_t seed, uint64_t s0, uint64_t sa, uint64_t sb, int64_t B, int64_t n, int64_t nblk, int64_t total,
+                               float *y)
+{
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = t / nblk, blk = t - row * nblk, a = row / B, b = row - a * B;
+        uint32_t o[4];
+        ditto_philox_block(seed, s0 + (uint64_t)a * sa + (uint64_t)b * sb, (uint64_t)blk, o);
+        float z[4];
+        ditto_box_muller(o[0], o[1], &z[0], &z[1]);
+        ditto_box_muller(o[2], o[3], &z[2], &z[3]);
+        float *yr = y + row * n;
+        for (int k = 0; k < 4 && 4 * blk + k < n; k++)
+            yr[4 * blk + k] = z[k];
+    }
+}
+
+static int cuda_randn(DittoBackend *be, const DittoRandnParams *p, DittoTensor *y)
+{
+    DITTO_TRY(on_device(be, "randn", y));
+    const int64_t B = y->shape[1], n = y->shape[2], nblk = (n + 3) / 4, total = y->shape[0] * B * nblk;
+    if (total == 0)
+        return 0;
+    k_randn<<<ditto_cuda_blocks(total, 256), 256, 0, ditto_cuda(be)->stream>>>(p->seed, p->stream0, p->stream_a, p->stream_b, B, n, nblk,
+                                                                              total, (float *)y->data);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
 void ditto_cuda_init_elementwise(DittoOps *ops)
 {
     ops->copy = cuda_copy;
     ops->fill = cuda_fill;
+    ops->randn = cuda_randn;
     ops->unary = cuda_unary;
     ops->binary = cuda_binary;
     ops->softmax = cuda_softmax;
