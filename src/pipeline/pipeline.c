@@ -700,6 +700,32 @@ static const DittoCtrl *fade_ctrl(const DittoSession *s, int64_t g, int64_t tota
     return c;
 }
 
+/*
+ * The frame ring the caller pulls from. Frames fetched from the GPU go
+ * faster into page-locked memory, which takes long to allocate (about 10 ms
+ * per 20 MB): the render worker makes that ring before its first batch.
+ */
+static int alloc_out_slots(DittoSession *s)
+{
+    const int64_t W = s->W, H = s->H, cw = ditto_yuv420_chroma_size(s->W), ch = ditto_yuv420_chroma_size(s->H);
+    DittoBackend *hb = s->device_post && s->m->be->host_alloc ? s->m->be : NULL;
+    s->os_pinned = hb;
+    /* the host paste-back writes the RGB frame first; from the device only what is fetched */
+    const size_t rgb_bytes = s->device_post && s->p.yuv_only ? 0 : (size_t)(W * H * 3);
+    for (int i = 0; i < s->n_os; i++) {
+        const size_t fb = rgb_bytes + (size_t)(W * H + 2 * cw * ch);
+        uint8_t *b = hb ? hb->host_alloc(hb, fb) : ditto_malloc_aligned(fb);
+        if (!b)
+            return ditto_fail(&s->log, DITTO_ERR_NOMEM, "session: out of memory for %d frames of %lldx%lld", s->n_os, (long long)W, (long long)H);
+        s->os[i].buf = b;
+        s->os[i].rgb = rgb_bytes ? b : NULL;
+        s->os[i].y = b + rgb_bytes;
+        s->os[i].u = s->os[i].y + W * H;
+        s->os[i].v = s->os[i].u + cw * ch;
+    }
+    return 0;
+}
+
 static void *render_main(void *arg)
 {
     DittoSession *s = arg;
@@ -710,6 +736,8 @@ static void *render_main(void *arg)
     int rc = (xd && ctrl && cp) ? 0 : DITTO_ERR_NOMEM;
     if (rc < 0)
         fail(s, ditto_fail(&s->log, rc, "render: out of memory"));
+    else if (s->device_post && (rc = alloc_out_slots(s)) < 0)
+        fail(s, rc);
     while (rc >= 0) {
         pthread_mutex_lock(&s->mu);
         while (!s->abort && ((!s->device_post && s->rs_tail - s->rs_head >= RENDER_SLOTS) ||
@@ -971,8 +999,7 @@ static int session_setup(DittoSession *s)
         return rc;
 
     /* queues */
-    const int64_t side = DITTO_RENDER_SIDE, W = s->W, H = s->H;
-    const int64_t cw = ditto_yuv420_chroma_size(s->W), ch = ditto_yuv420_chroma_size(s->H);
+    const int64_t side = DITTO_RENDER_SIDE;
     s->mq_cap = 2 * DITTO_A2M_SEQ_FRAMES + 2 * s->B;
     /* with device_post the frames go straight into these: room for two batches, as the render slots give otherwise */
     s->n_os = s->device_post ? 2 * s->B + 2 : s->B + 2;
@@ -986,22 +1013,9 @@ static int session_setup(DittoSession *s)
         if (!(s->rs[i].render = ditto_malloc_aligned((size_t)(s->B * side * side * 3) * sizeof(float))))
             return ditto_fail(&s->log, DITTO_ERR_NOMEM, "session: out of memory for %d renders of %lldx%lld", s->B, (long long)side,
                               (long long)side);
-    /* frames downloaded straight into these go faster from page-locked memory */
-    DittoBackend *hb = s->device_post && m->be->host_alloc ? m->be : NULL;
-    s->os_pinned = hb;
-    /* the host paste-back writes the RGB frame first; from the device only what is fetched */
-    const size_t rgb_bytes = s->device_post && p->yuv_only ? 0 : (size_t)(W * H * 3);
-    for (int i = 0; i < s->n_os; i++) {
-        const size_t fb = rgb_bytes + (size_t)(W * H + 2 * cw * ch);
-        uint8_t *b = hb ? hb->host_alloc(hb, fb) : ditto_malloc_aligned(fb);
-        if (!b)
-            return ditto_fail(&s->log, DITTO_ERR_NOMEM, "session: out of memory for %d frames of %lldx%lld", s->n_os, (long long)W, (long long)H);
-        s->os[i].buf = b;
-        s->os[i].rgb = rgb_bytes ? b : NULL;
-        s->os[i].y = b + rgb_bytes;
-        s->os[i].u = s->os[i].y + W * H;
-        s->os[i].v = s->os[i].u + cw * ch;
-    }
+    /* a GPU session's page-locked frame ring is made by the render worker, while the first motion is computed */
+    if (!s->device_post && (rc = alloc_out_slots(s)) < 0)
+        return rc;
     ditto_log(&s->log, DITTO_LOG_INFO, "session: avatar %.3f s, motion stages %.3f s, renderer %.3f s, frame buffers %.3f s",
               s->seconds[DITTO_STAGE_AVATAR], t_rend - t - s->seconds[DITTO_STAGE_AVATAR], t_bufs - t_rend, ditto_now() - t_bufs);
     return 0;
