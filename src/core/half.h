@@ -29,6 +29,21 @@ static inline DITTO_HOST_DEVICE float ditto_bits_f32(uint32_t u)
     return f;
 }
 
+/*
+ * The nearest TF32 value of v (10 explicit mantissa bits, ties to even), as
+ * a float; Inf and NaN unchanged, overflow rounds to Inf. The rounding of
+ * every tf32 option (ops.h), host and device.
+ */
+static inline DITTO_HOST_DEVICE float ditto_tf32_round(float v)
+{
+    uint32_t u = ditto_f32_bits(v);
+    if ((u & 0x7f800000u) != 0x7f800000u) {
+        u += 0xfffu + ((u >> 13) & 1u);
+        u &= ~0x1fffu;
+    }
+    return ditto_bits_f32(u);
+}
+
 static inline DITTO_HOST_DEVICE uint16_t ditto_half_from_f32(float f)
 {
     uint32_t x = ditto_f32_bits(f);

@@ -17,8 +17,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include <string.h>
 
+#include "core/half.h"   /* ditto_tf32_round */
 #include "core/tensor.h"
 
 struct DittoBackend;
@@ -124,23 +124,6 @@ typedef struct DittoLinearParams {
     bool gelu;
     bool tf32_out;
 } DittoLinearParams;
-
-/*
- * The nearest TF32 value of v (10 explicit mantissa bits, ties to even), as
- * a float; Inf and NaN unchanged, overflow rounds to Inf. The rounding of
- * every tf32 option.
- */
-static inline float ditto_tf32_round(float v)
-{
-    uint32_t u;
-    memcpy(&u, &v, sizeof u);
-    if ((u & 0x7f800000u) != 0x7f800000u) {
-        u += 0xfffu + ((u >> 13) & 1u);
-        u &= ~0x1fffu;
-    }
-    memcpy(&v, &u, sizeof v);
-    return v;
-}
 
 /* ---- convolution, norms, resampling ---- */
 

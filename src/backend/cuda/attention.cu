@@ -98,17 +98,6 @@ typedef struct AttnArgs {
     float *scratch;                      /* global score rows (Lk per block) or NULL: shared memory */
 } AttnArgs;
 
-/* The nearest TF32 value of v (ties to even; Inf and NaN unchanged): ditto_tf32_round on the device. */
-static __device__ __forceinline__ float tf32_rne(float v)
-{
-    uint32_t u = __float_as_uint(v);
-    if ((u & 0x7f800000u) != 0x7f800000u) {
-        u += 0xfffu + ((u >> 13) & 1u);
-        u &= ~0x1fffu;
-    }
-    return __uint_as_float(u);
-}
-
 static __device__ __forceinline__ float warp_sum(float v)
 {
     for (int o = 16; o > 0; o >>= 1)
@@ -213,7 +202,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const __g
                 float t = 0.0f;
                 for (int k = 0; k < ATT_WARPS; k++)
                     t += part[k * 32 + lane];
-                ditto_st(a.y, b * a.ys[0] + h * a.ys[1] + i * a.ys[2] + dc * a.ys[3], a.r32 ? tf32_rne(t) : t, a.yh);
+                ditto_st(a.y, b * a.ys[0] + h * a.ys[1] + i * a.ys[2] + dc * a.ys[3], a.r32 ? ditto_tf32_round(t) : t, a.yh);
             }
             __syncthreads();
         }
@@ -369,7 +358,7 @@ static __global__ void __launch_bounds__(ATT_SMALL_THREADS) attention_small_kern
             if (j < Lk)
                 y0 += p[j] * vs[j * Dv + d];
             const float yv = y0 + y1;
-            ditto_st(a.y, yb + d * a.ys[3], a.r32 ? tf32_rne(yv) : yv, a.yh);
+            ditto_st(a.y, yb + d * a.ys[3], a.r32 ? ditto_tf32_round(yv) : yv, a.yh);
         }
         __syncwarp();   /* qrow and p are reused by the warp's next row */
     }
@@ -537,8 +526,8 @@ static __global__ void __launch_bounds__(QT * 8) attention_tile_kernel(const __g
         const int64_t i = i0 + 4 * w + r;
         if (i < a.Lq) {
             float *yr = yg + i * a.ys[2] + (int64_t)(2 * lane) * a.ys[3];
-            yr[0] = a.r32 ? tf32_rne(y[r][0]) : y[r][0];
-            yr[a.ys[3]] = a.r32 ? tf32_rne(y[r][1]) : y[r][1];
+            yr[0] = a.r32 ? ditto_tf32_round(y[r][0]) : y[r][0];
+            yr[a.ys[3]] = a.r32 ? ditto_tf32_round(y[r][1]) : y[r][1];
         }
     }
 }
@@ -872,7 +861,7 @@ static __global__ void __launch_bounds__(LNR_THREADS) k_layer_norm_rotary(const 
                 float bv = a.b ? ditto_ld(a.b, c, a.bh) : 0.0f;
                 o[t] = fmaf((v[j][t] - m_hi) - m_lo, sc, bv);
                 if (a.a)
-                    ditto_st(a.a, row * a.C + c, a.r32 && !a.ah ? tf32_rne(o[t]) : o[t], a.ah);
+                    ditto_st(a.a, row * a.C + c, a.r32 && !a.ah ? ditto_tf32_round(o[t]) : o[t], a.ah);
                 o[t] = as_stored(o[t], nh);
             }
             if (a.ra) {
@@ -880,8 +869,8 @@ static __global__ void __launch_bounds__(LNR_THREADS) k_layer_norm_rotary(const 
                 float cs = cosf(th), sn = sinf(th);
                 float r0 = __fsub_rn(__fmul_rn(o[0], cs), __fmul_rn(o[1], sn)), r1 = __fadd_rn(__fmul_rn(o[1], cs), __fmul_rn(o[0], sn));
                 if (a.r32 && !a.rah) {
-                    r0 = tf32_rne(r0);
-                    r1 = tf32_rne(r1);
+                    r0 = ditto_tf32_round(r0);
+                    r1 = ditto_tf32_round(r1);
                 }
                 ditto_st(a.ra, row * a.C + 2 * k, r0, a.rah);
                 ditto_st(a.ra, row * a.C + 2 * k + 1, r1, a.rah);
@@ -894,7 +883,7 @@ static __global__ void __launch_bounds__(LNR_THREADS) k_layer_norm_rotary(const 
 static __global__ void k_round_tf32(float *x, int64_t n)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        x[i] = tf32_rne(x[i]);
+        x[i] = ditto_tf32_round(x[i]);
 }
 
 template <int NP>

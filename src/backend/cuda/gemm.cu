@@ -175,17 +175,6 @@ static __global__ void k_bias_rows(const void *bias, bool bf16, void *y, bool yf
         ditto_st(y, i, ditto_ld(bias, i % out, bf16), yf16);
 }
 
-/* The nearest TF32 value of v (ties to even; Inf and NaN unchanged): ditto_tf32_round on the device. */
-static __device__ __forceinline__ float tf32_rne(float v)
-{
-    uint32_t u = __float_as_uint(v);
-    if ((u & 0x7f800000u) != 0x7f800000u) {
-        u += 0xfffu + ((u >> 13) & 1u);
-        u &= ~0x1fffu;
-    }
-    return __uint_as_float(u);
-}
-
 /* y = GELU(y) (the unary op's exact erf form) and/or y rounded to TF32, in place over n elements. */
 static __global__ void k_gelu_round(void *y, bool yh, int64_t n, bool gelu, bool r32)
 {
@@ -194,7 +183,7 @@ static __global__ void k_gelu_round(void *y, bool yh, int64_t n, bool gelu, bool
         if (gelu)
             v = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
         if (r32)
-            v = tf32_rne(v);
+            v = ditto_tf32_round(v);
         ditto_st(y, i, v, yh);
     }
 }
