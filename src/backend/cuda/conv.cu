@@ -538,97 +538,389 @@ static int batch_check(DittoBackend *be, const ConvGeom *g, ConvPlan *pl, const 
 /*
  * Direct convolution for few output channels (O <= 16), f16 storage, fp32
  * sums: 2-D, stride 1, dilation 1, kernel up to 7x7 (the warp's occlusion
- * head, 2272 -> 1 at 7x7; conv_img, 64 -> 12), or any 1x1x1 without padding
- * (compress, 32 -> 4, run as 2-D over the flattened volume). Implicit-GEMM
- * libraries waste most of a tile on so few outputs. A block computes a
- * 16x16 output tile of one item for all O over one range of SO_CSPLIT input
- * channels, staging 8 channels of the (16 + k - 1)^2 window and their
- * weights in shared memory at a time. With more than one range, each writes
- * fp32 partial sums and a second kernel adds the ranges in a fixed order
- * (the split depends on C only, so an item's bits do not depend on N).
+ * head, 2272 -> 1 at 7x7; conv_img, 64 -> 12 at 3x3), or any 1x1x1 without
+ * padding (compress, 32 -> 4, run as 2-D over the flattened volume).
+ * Implicit-GEMM libraries waste most of a tile on so few outputs.
+ *
+ * Register blocking: a warp computes a 32-column x 4R-row output tile, its
+ * lanes 8 across by 4 down, each lane 4 adjacent columns x R rows for every
+ * output (R * 4 * OM fp32 sums). Per input channel a lane loads each window
+ * row segment it needs (4 + kw - 1 values) once for every kx tap, output row
+ * and output that uses it, and each weight once for its 4R positions: the
+ * occlusion head does 1568 FMAs per channel and lane against 14 row segments
+ * and 13 weight vectors, about 0.1 shared-memory words per FMA where the old
+ * kernel read 2 (a window float and a weight per FMA).
+ *
+ * A block is SO_G warps on one tile and one range of SO_CSPLIT input
+ * channels. Each warp takes its own channels of the range, CPW at a time,
+ * staged in its own part of shared memory (no block barrier in the channel
+ * loop): windows as raw fp16 rows of aligned 8-half chunks (16-byte async
+ * copies, the next channels' in flight while these are computed; values
+ * widened to fp32 as a lane loads its segment) and weights as fp32. The
+ * warps' sums are added in warp order at the end; with more than one range,
+ * each writes fp32 partial sums and k_small_o_sum adds the ranges in range
+ * order. Every summation order depends on C and the kernel only, so an
+ * item's bits do not depend on N.
  */
-#define SO_TILE 16
-#define SO_CC 8
 #define SO_KMAX 7
 #define SO_OMAX 16
-#define SO_CSPLIT 64
-#define SO_WIN (SO_TILE + SO_KMAX - 1)
+#define SO_CSPLIT 64   /* input channels per block */
+#define SO_G 4         /* warps per block, each over its own channels of the range */
+#define SO_TW 32       /* tile columns: 8 lanes x SO_P */
+#define SO_P 4         /* adjacent output columns per lane */
+#define SO_RED_LD 40   /* reduction row stride, 8 mod 32: the transposed reads hit 32 distinct banks */
 
-/* KS: square kernel size known at compile time (1, 3, 7), or 0 (kh, kw at run time). */
+/*
+ * Tiles and staging for OM (>= O) outputs and kernel size KS: 1, 3, 7 with
+ * left padding KS / 2 (the window then starts M = -(KS / 2) mod 8 halves
+ * into its first aligned chunk, a constant), or 0: kh, kw <= 7 and padding
+ * at run time.
+ */
 template <int OM, int KS>
-static __global__ void k_conv_small_o(const __half *x, const __half *w, const void *bias, bool bh, bool accum, __half *y, float *part, int C,
-                                      int O, int Hin, int Win, int H, int W, int kh_rt, int kw_rt, int ph, int pw, int N)
+struct SoCfg {
+    static constexpr int KSM = KS ? KS : SO_KMAX;
+    static constexpr int R = OM <= 2 ? 8 : OM == 4 ? 4 : OM <= 12 ? 2 : 1;   /* rows per lane: 32 to 96 sums */
+    static constexpr int TH = 4 * R;
+    static constexpr int WH = TH + KSM - 1, WW = SO_TW + KSM - 1;           /* window (rows, columns) */
+    static constexpr int M = KS ? (8 - KS / 2 % 8) % 8 : 7;                  /* (largest) start in the first chunk */
+    static constexpr int NCH = (M + WW + 7) / 8, RW = 4 * NCH;              /* chunks and 32-bit words per window row */
+    static constexpr int XW = WH * RW;                                      /* words per staged window */
+    static constexpr int KK = KSM * KSM, WST = (KK * OM + 3) / 4 * 4;        /* weights per channel, (k, o) */
+    /* channels a warp stages at once: up to 8, two window buffers and the weights within 12 KiB */
+    static constexpr int CH = 2 * XW + WST;
+    static constexpr int CPW = 8 * CH <= 3072 ? 8 : 4 * CH <= 3072 ? 4 : 2 * CH <= 3072 ? 2 : 1;
+    static constexpr int NACC = OM * R * SO_P;
+    /* few weights per channel (occlusion: 49): all in registers, each window row loaded once for every ky */
+    static constexpr bool ROWS = KS && OM * KS * KS <= 64;
+    /* otherwise ky by ky, holding the R row segments or the ky row's weights, whichever is fewer registers */
+    static constexpr bool SEGS = R * (SO_P + KSM - 1) <= KSM * OM;
+    /* blocks per SM the registers must allow (ptxas -v: no spills) */
+    static constexpr int MINB = NACC <= 32 ? 4 : 3;
+};
+
+/* 16 bytes global -> shared, asynchronous; zeros when !valid (src is then not read). */
+static __device__ __forceinline__ void so_cp16(unsigned *dst, const void *src, bool valid)
 {
-    __shared__ float xs[SO_CC][SO_WIN][SO_WIN];
-    __shared__ float wsm[SO_CC][OM][SO_KMAX * SO_KMAX];
-    const int kh = KS ? KS : kh_rt, kw = KS ? KS : kw_rt;
-    const int tx = threadIdx.x % SO_TILE, ty = threadIdx.x / SO_TILE, tid = threadIdx.x;
-    const int n = blockIdx.z % N, split = blockIdx.z / N;
-    const int ox = blockIdx.x * SO_TILE + tx, oy = blockIdx.y * SO_TILE + ty;
-    const int th = SO_TILE + kh - 1, tw = SO_TILE + kw - 1, kk = kh * kw;
-    const int iy0 = blockIdx.y * SO_TILE - ph, ix0 = blockIdx.x * SO_TILE - pw;
-    const int cbeg = split * SO_CSPLIT, cend = C < cbeg + SO_CSPLIT ? C : cbeg + SO_CSPLIT;
-    const __half *xn = x + (int64_t)n * C * Hin * Win;
-    float acc[OM];
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
+static __device__ __forceinline__ void so_cp_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+/* Wait until at most n of this thread's committed groups are in flight. */
+template <int n>
+static __device__ __forceinline__ void so_cp_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(n) : "memory");
+}
+
+/* fp16 number i of the words at u, widened: one conversion of the word's half (no shift or repack). */
+static __device__ __forceinline__ float so_h(const unsigned *u, int i)
+{
+    float f;
+    if (i & 1)
+        asm("{.reg .f16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.f32.f16 %0, hi;}\n" : "=f"(f) : "r"(u[i >> 1]));
+    else
+        asm("{.reg .f16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.f32.f16 %0, lo;}\n" : "=f"(f) : "r"(u[i >> 1]));
+    return f;
+}
+
+/* L values of a raw row from fp16 number OFF of p (8-byte aligned): 8-byte loads, widened. */
+template <int L, int OFF>
+static __device__ __forceinline__ void so_ld_row(const unsigned *p, float (&v)[L])
+{
+    constexpr int NW = (OFF + L + 1) / 2;
+    unsigned u[NW];
 #pragma unroll
-    for (int o = 0; o < OM; o++)
-        acc[o] = 0.0f;
-    for (int c0 = cbeg; c0 < cend; c0 += SO_CC) {
-        const int cc = cend - c0 < SO_CC ? cend - c0 : SO_CC;
-        for (int c = 0; c < cc; c++) {
-            const __half *xc = xn + (int64_t)(c0 + c) * Hin * Win;
-            for (int yy = ty; yy < th; yy += SO_TILE) {
-                const int iy = iy0 + yy;
-                for (int xx = tx; xx < tw; xx += SO_TILE) {
-                    const int ix = ix0 + xx;
-                    xs[c][yy][xx] = iy >= 0 && iy < Hin && ix >= 0 && ix < Win ? __half2float(xc[(int64_t)iy * Win + ix]) : 0.0f;
-                }
-            }
-        }
-        for (int i = tid; i < O * cc * kk; i += blockDim.x) {
-            int o = i / (cc * kk), r = i - o * cc * kk, c = r / kk, k = r - c * kk;
-            wsm[c][o][k] = __half2float(w[((int64_t)o * C + c0 + c) * kk + k]);
-        }
-        __syncthreads();
-        for (int c = 0; c < cc; c++) {
-#pragma unroll
-            for (int ky = 0; ky < (KS ? KS : SO_KMAX); ky++) {
-                if (!KS && ky >= kh)
-                    break;
-#pragma unroll
-                for (int kx = 0; kx < (KS ? KS : SO_KMAX); kx++) {
-                    if (!KS && kx >= kw)
-                        break;
-                    float v = xs[c][ty + ky][tx + kx];
-#pragma unroll
-                    for (int o = 0; o < OM; o++)
-                        acc[o] = fmaf(v, wsm[c][o][ky * kw + kx], acc[o]);
-                }
-            }
-        }
-        __syncthreads();
+    for (int i = 0; i + 2 <= NW; i += 2) {
+        const uint2 t = *(const uint2 *)(p + i);
+        u[i] = t.x;
+        u[i + 1] = t.y;
     }
-    if (ox >= W || oy >= H)
-        return;
-    if (part) {   /* partial sums of this channel range: part (splits, N, O, H, W) */
-        for (int o = 0; o < O; o++)
-            part[(((int64_t)split * N + n) * O + o) * H * W + (int64_t)oy * W + ox] = acc[o];
-        return;
-    }
-    for (int o = 0; o < O; o++) {
-        const int64_t i = (((int64_t)n * O + o) * H + oy) * W + ox;
-        float r = acc[o] + (bias ? ditto_ld(bias, o, bh) : 0.0f);
-        y[i] = __float2half_rn(accum ? r + __half2float(y[i]) : r);
+    if (NW % 2)
+        u[NW - 1] = p[NW - 1];
+#pragma unroll
+    for (int i = 0; i < L; i++)
+        v[i] = so_h(u, OFF + i);
+}
+
+/* The OM weights of one tap (a broadcast: every lane reads the same address). */
+template <int OM>
+static __device__ __forceinline__ void so_ld_w(const float *p, float (&v)[OM])
+{
+    if constexpr (OM % 4 == 0) {
+#pragma unroll
+        for (int o = 0; o < OM; o += 4) {
+            const float4 t = *(const float4 *)(p + o);
+            v[o] = t.x;
+            v[o + 1] = t.y;
+            v[o + 2] = t.z;
+            v[o + 3] = t.w;
+        }
+    } else if constexpr (OM == 2) {
+        const float2 t = *(const float2 *)p;
+        v[0] = t.x;
+        v[1] = t.y;
+    } else {
+        v[0] = p[0];
     }
 }
 
-/* y (N, O, HW) = bias + sum over splits of part (splits, N, O, HW), in split order (+ y when accum). */
+/*
+ * One staged channel into acc (o, r, p): xb the lane's first window row in
+ * the raw buffer, mm (KS == 0) the fp16 number of its first column there,
+ * wb the channel's weights (k, o). Per sum the taps go ky then kx ascending
+ * on every path.
+ */
+template <int OM, int KS>
+static __device__ __forceinline__ void so_channel(const unsigned *xb, int mm, const float *wb, int kh, int kw,
+                                                  float (&acc)[SoCfg<OM, KS>::NACC])
+{
+    typedef SoCfg<OM, KS> K;
+    constexpr int R = K::R, P = SO_P, L = SO_P + K::KSM - 1, OFF = K::M % 4;
+    if constexpr (K::ROWS) {
+        float wr[K::WST];
+#pragma unroll
+        for (int i = 0; i < K::WST; i += 4) {
+            const float4 t = *(const float4 *)(wb + i);
+            wr[i] = t.x;
+            wr[i + 1] = t.y;
+            wr[i + 2] = t.z;
+            wr[i + 3] = t.w;
+        }
+        /* window row j feeds output rows r = j - ky */
+#pragma unroll
+        for (int j = 0; j < R + KS - 1; j++) {
+            float s[L];
+            so_ld_row<L, OFF>(xb + j * K::RW, s);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const int ky = j - r;
+                if (ky < 0 || ky >= KS)
+                    continue;
+#pragma unroll
+                for (int kx = 0; kx < KS; kx++)
+#pragma unroll
+                    for (int o = 0; o < OM; o++)
+#pragma unroll
+                        for (int p = 0; p < P; p++)
+                            acc[(o * R + r) * P + p] = fmaf(s[p + kx], wr[(ky * KS + kx) * OM + o], acc[(o * R + r) * P + p]);
+            }
+        }
+    } else if constexpr (KS > 0) {
+#pragma unroll 1
+        for (int ky = 0; ky < KS; ky++) {
+            if constexpr (K::SEGS) {
+                float s[R][L];
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    so_ld_row<L, OFF>(xb + (r + ky) * K::RW, s[r]);
+#pragma unroll
+                for (int kx = 0; kx < KS; kx++) {
+                    float wv[OM];
+                    so_ld_w<OM>(wb + (ky * KS + kx) * OM, wv);
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+#pragma unroll
+                        for (int o = 0; o < OM; o++)
+#pragma unroll
+                            for (int p = 0; p < P; p++)
+                                acc[(o * R + r) * P + p] = fmaf(s[r][p + kx], wv[o], acc[(o * R + r) * P + p]);
+                }
+            } else {
+                float wk[KS][OM];
+#pragma unroll
+                for (int kx = 0; kx < KS; kx++)
+                    so_ld_w<OM>(wb + (ky * KS + kx) * OM, wk[kx]);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float s[L];
+                    so_ld_row<L, OFF>(xb + (r + ky) * K::RW, s);
+#pragma unroll
+                    for (int kx = 0; kx < KS; kx++)
+#pragma unroll
+                        for (int o = 0; o < OM; o++)
+#pragma unroll
+                            for (int p = 0; p < P; p++)
+                                acc[(o * R + r) * P + p] = fmaf(s[p + kx], wk[kx][o], acc[(o * R + r) * P + p]);
+                }
+            }
+        }
+    } else {
+        /* kh x kw and padding at run time (5x3, 2x2, ...): tap by tap, one window value per OM FMAs */
+        for (int ky = 0; ky < kh; ky++) {
+            for (int kx = 0; kx < kw; kx++) {
+                float wv[OM];
+                so_ld_w<OM>(wb + (ky * kw + kx) * OM, wv);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+#pragma unroll
+                    for (int p = 0; p < P; p++) {
+                        const float v = so_h(xb + (r + ky) * K::RW, mm + p + kx);
+#pragma unroll
+                        for (int o = 0; o < OM; o++)
+                            acc[(o * R + r) * P + p] = fmaf(v, wv[o], acc[(o * R + r) * P + p]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/*
+ * Raw windows of channels [c0, c0 + cc) into buf (cc, WH, RW words): row yy,
+ * fp16 number h holds x at (iy0 + yy, a0 + h), zero outside the input. vec
+ * (Win % 8 == 0, x 16-byte aligned): 16-byte async copies of aligned chunks,
+ * each wholly inside or outside a row; else pairs of values now.
+ */
+template <int OM, int KS>
+static __device__ __forceinline__ void so_stage(unsigned *buf, const __half *xn, int c0, int cc, int Hin, int Win, int iy0, int a0, int wh,
+                                                bool vec, int lane)
+{
+    typedef SoCfg<OM, KS> K;
+    if (vec) {
+        /* lane: chunk k of rows lr, lr + RS, ... (RS rows of NCH chunks per pass) */
+        constexpr int RS = 32 / K::NCH;
+        const int k = lane % K::NCH, lr = lane / K::NCH, a = a0 + 8 * k;
+        if (lr >= RS)
+            return;
+        const bool ain = (unsigned)a < (unsigned)Win;
+        for (int ci = 0; ci < cc; ci++) {
+            unsigned *d = buf + ci * K::XW + lr * K::RW + 4 * k;
+            for (int yy = lr; yy < wh; yy += RS, d += RS * K::RW) {
+                const int iy = iy0 + yy;
+                const bool in = ain && (unsigned)iy < (unsigned)Hin;
+                so_cp16(d, in ? xn + ((c0 + ci) * Hin + iy) * Win + a : xn, in);
+            }
+        }
+    } else {
+        for (int t = 0; t < cc * wh; t++) {
+            const int ci = t / wh, yy = t - ci * wh, iy = iy0 + yy;
+            const bool rin = (unsigned)iy < (unsigned)Hin;
+            const __half *row = xn + ((c0 + ci) * Hin + (rin ? iy : 0)) * Win;
+            for (int q = lane; q < K::RW; q += 32) {
+                const int ix = a0 + 2 * q;
+                const unsigned lo = rin && (unsigned)ix < (unsigned)Win ? __half_as_ushort(row[ix]) : 0u;
+                const unsigned hi = rin && (unsigned)(ix + 1) < (unsigned)Win ? __half_as_ushort(row[ix + 1]) : 0u;
+                buf[ci * K::XW + yy * K::RW + q] = lo | hi << 16;
+            }
+        }
+    }
+}
+
+/*
+ * Grid (column tiles, row tiles of TH, N x channel ranges), SO_G warps.
+ * part != NULL (more than one range): fp32 partial sums to part (ranges, N,
+ * O, H, W), else y = sum + bias (+ y when accum).
+ */
+template <int OM, int KS>
+static __global__ void __launch_bounds__(SO_G * 32, SoCfg<OM, KS>::MINB)
+k_conv_small_o(const __half *x, const __half *w, const void *bias, bool bh, bool accum, __half *y, float *part, int C, int O,
+               int Hin, int Win, int H, int W, int kh_rt, int kw_rt, int ph, int pw, int N, bool vec)
+{
+    typedef SoCfg<OM, KS> K;
+    __shared__ __align__(16) union {
+        struct {
+            unsigned x[SO_G][2][K::CPW * K::XW];   /* raw fp16 windows, two rounds */
+            float w[SO_G][K::CPW * K::WST];        /* fp32 weights (k, o) */
+        } st;
+        float red[SO_G * 32 * SO_RED_LD];          /* the warps' sums, 32 at a time */
+    } sm;
+    const int kh = KS ? KS : kh_rt, kw = KS ? KS : kw_rt, kk = kh * kw;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, lx = lane & 7, ly = lane >> 3;
+    const int n = blockIdx.z % N, split = blockIdx.z / N;
+    const int ox0 = blockIdx.x * SO_TW, oy0 = blockIdx.y * K::TH, ix0 = ox0 - pw, iy0 = oy0 - ph;
+    const int a0 = ix0 & ~7, wh = K::TH + kh - 1;   /* KS > 0: ix0 - a0 == K::M */
+    const int cbeg = split * SO_CSPLIT, cend = C < cbeg + SO_CSPLIT ? C : cbeg + SO_CSPLIT;
+    const int step = SO_G * K::CPW, rounds = (cend - cbeg + step - 1) / step;
+    const __half *xn = x + (int64_t)n * C * Hin * Win;   /* C * Hin * Win < INT_MAX: small_o_fits */
+    float *ws = sm.st.w[warp];
+    /* lane's first window row and column in a raw buffer */
+    const int xoff = ly * K::R * K::RW + (KS ? (SO_P * lx + K::M - K::M % 4) / 2 : 0), mm = KS ? 0 : ix0 - a0 + SO_P * lx;
+    float acc[K::NACC];
+#pragma unroll
+    for (int i = 0; i < K::NACC; i++)
+        acc[i] = 0.0f;
+    {
+        const int c0 = cbeg + warp * K::CPW, cc = cend - c0 < K::CPW ? cend - c0 : K::CPW;
+        so_stage<OM, KS>(sm.st.x[warp][0], xn, c0, cc, Hin, Win, iy0, a0, wh, vec, lane);
+        so_cp_commit();
+    }
+    for (int r = 0; r < rounds; r++) {
+        const int c0 = cbeg + r * step + warp * K::CPW, cc = cend - c0 < K::CPW ? cend - c0 : K::CPW;
+        if (r + 1 < rounds) {   /* the next round's windows, in flight during this one */
+            const int c1 = c0 + step, cc1 = cend - c1 < K::CPW ? cend - c1 : K::CPW;
+            so_stage<OM, KS>(sm.st.x[warp][(r + 1) & 1], xn, c1, cc1, Hin, Win, iy0, a0, wh, vec, lane);
+        }
+        so_cp_commit();
+        /* weights (cc, k, o), zero past kh * kw taps and O outputs */
+        for (int i = lane; i < cc * K::WST; i += 32) {
+            const int ci = i / K::WST, q = i - ci * K::WST, k = q / OM, o = q - k * OM;
+            ws[i] = o < O && k < kk ? __half2float(w[((int64_t)o * C + c0 + ci) * kk + k]) : 0.0f;
+        }
+        so_cp_wait<1>();   /* this round's copies landed (the newest group may not have) */
+        __syncwarp();
+        const unsigned *xr = sm.st.x[warp][r & 1] + xoff;
+        for (int ci = 0; ci < cc; ci++)
+            so_channel<OM, KS>(xr + ci * K::XW, mm, ws + ci * K::WST, kh, kw, acc);
+        __syncwarp();   /* buffers free for the round after next, weights for the next */
+    }
+    /*
+     * Add the warps' sums in warp order, 32 sums at a time through shared
+     * memory (over the staging buffers): lane i of warp g writes its sum j to
+     * (g, j, i); then each warp adds rows of 32 adjacent outputs, lane = 4 lx + p.
+     */
+    const int64_t HW = (int64_t)H * W;
+    so_cp_wait<0>();
+    __syncthreads();
+#pragma unroll
+    for (int b = 0; b < K::NACC; b += 32) {
+#pragma unroll
+        for (int i = 0; i < 32; i++)
+            sm.red[(warp * 32 + i) * SO_RED_LD + lane] = acc[b + i];
+        __syncthreads();
+        for (int s = warp; s < 32; s += SO_G) {
+            /* sums (o, r) pair ql of this group of 32, lane row yl */
+            const int ql = s >> 2, yl = s & 3, i = ql * SO_P + (lane & 3), src = yl * 8 + (lane >> 2);
+            float v = sm.red[i * SO_RED_LD + src];
+#pragma unroll
+            for (int g = 1; g < SO_G; g++)
+                v += sm.red[(g * 32 + i) * SO_RED_LD + src];
+            const int q = b / SO_P + ql, o = q / K::R, oy = oy0 + yl * K::R + q % K::R, ox = ox0 + lane;
+            if (o >= O || oy >= H || ox >= W)
+                continue;
+            if (part) {   /* partial sums of this channel range: part (ranges, N, O, H, W) */
+                part[(((int64_t)split * N + n) * O + o) * HW + (int64_t)oy * W + ox] = v;
+            } else {
+                const int64_t yi = ((int64_t)n * O + o) * HW + (int64_t)oy * W + ox;
+                const float rr = v + (bias ? ditto_ld(bias, o, bh) : 0.0f);
+                y[yi] = __float2half_rn(accum ? rr + __half2float(y[yi]) : rr);
+            }
+        }
+        __syncthreads();
+    }
+}
+
+/* y (N, O, HW) = bias + sum over ranges of part (ranges, N, O, HW), in range order (+ y when accum). */
 static __global__ void k_small_o_sum(const float *part, const void *bias, bool bh, bool accum, __half *y, int splits, int O, int64_t NOHW,
                                      int64_t HW)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < NOHW; i += (int64_t)gridDim.x * blockDim.x) {
         float s = 0.0f;
-        for (int k = 0; k < splits; k++)
+        int k = 0;
+        /* 8 loads in flight (the occlusion head has 36 ranges), added in order */
+        for (; k + 8 <= splits; k += 8) {
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                v[u] = part[(k + u) * NOHW + i];
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                s += v[u];
+        }
+        for (; k < splits; k++)
             s += part[k * NOHW + i];
         s += bias ? ditto_ld(bias, i / HW % O, bh) : 0.0f;
         y[i] = __float2half_rn(accum ? s + __half2float(y[i]) : s);
@@ -652,11 +944,12 @@ static bool small_o_fits(const ConvGeom *g, int64_t *H, int64_t *W, int64_t *Hin
     }
     if (!unit)
         return false;
+    /* grid y: tiles of at least 4 rows */
     if (g->k_vol == 1 && nopad) {          /* 1x1(x1): one plane of in_vol positions, as (in_vol / W, W) */
         *flat = true;
         *Hin = *H = g->in_vol / g->in[2];
         *Win = *W = g->in[2];
-        return *H / SO_TILE < 65535 && g->in_vol < INT_MAX && g->C * g->in_vol < INT_MAX && g->O * g->out_vol < INT_MAX;
+        return (*H + 3) / 4 <= 65535 && g->in_vol < INT_MAX && g->C * g->in_vol < INT_MAX && g->O * g->out_vol < INT_MAX;
     }
     if (g->in[0] != 1 || g->k[0] != 1 || g->k[1] > SO_KMAX || g->k[2] > SO_KMAX)
         return false;
@@ -664,7 +957,7 @@ static bool small_o_fits(const ConvGeom *g, int64_t *H, int64_t *W, int64_t *Hin
     *Win = g->in[2];
     *H = g->out[1];
     *W = g->out[2];
-    return *H / SO_TILE < 65535 && g->C * g->in_vol < INT_MAX && g->O * g->out_vol < INT_MAX;
+    return (*H + 3) / 4 <= 65535 && g->C * g->in_vol < INT_MAX && g->O * g->out_vol < INT_MAX;
 }
 
 static int conv_small_o(DittoBackend *be, const ConvGeom *g, int64_t H, int64_t W, int64_t Hin, int64_t Win, bool flat,
@@ -675,26 +968,32 @@ static int conv_small_o(DittoBackend *be, const ConvGeom *g, int64_t H, int64_t 
     float *part = NULL;
     if (splits > 1)
         DITTO_TRY(ditto_cuda_workspace(be, (size_t)splits * (size_t)NOHW * sizeof(float), (void **)&part));
-    dim3 grid((unsigned)((W + SO_TILE - 1) / SO_TILE), (unsigned)((H + SO_TILE - 1) / SO_TILE), (unsigned)(g->N * splits));
     const int kh = flat ? 1 : (int)g->k[1], kw = flat ? 1 : (int)g->k[2];
     const int ph = flat ? 0 : (int)g->pb[1], pw = flat ? 0 : (int)g->pb[2];
-    const int ks = kh == kw && (kh == 1 || kh == 3 || kh == 7) ? kh : 0;
+    /* compiled square sizes need left padding k / 2 (the window's offset in its first 16-byte chunk is then fixed) */
+    const int ks = kh == kw && (kh == 1 || kh == 3 || kh == 7) && pw == kw / 2 ? kh : 0;
     cudaStream_t st = ditto_cuda(be)->stream;
     const __half *xp = (const __half *)x->data, *wp = (const __half *)w->data;
     __half *yp = (__half *)y->data;
     const void *bp = bias ? bias->data : NULL;
-    bool bh = bias && bias->dtype == DITTO_F16;
-#define SO_ARGS xp, wp, bp, bh, accum, yp, part, (int)g->C, (int)g->O, (int)Hin, (int)Win, (int)H, (int)W, kh, kw, ph, pw, (int)g->N
-#define SO_KS(OMV)                                                                                     \
-    do {                                                                                               \
-        if (ks == 1)                                                                                   \
-            k_conv_small_o<OMV, 1><<<grid, SO_TILE * SO_TILE, 0, st>>>(SO_ARGS);                       \
-        else if (ks == 3)                                                                              \
-            k_conv_small_o<OMV, 3><<<grid, SO_TILE * SO_TILE, 0, st>>>(SO_ARGS);                       \
-        else if (ks == 7)                                                                              \
-            k_conv_small_o<OMV, 7><<<grid, SO_TILE * SO_TILE, 0, st>>>(SO_ARGS);                       \
-        else                                                                                           \
-            k_conv_small_o<OMV, 0><<<grid, SO_TILE * SO_TILE, 0, st>>>(SO_ARGS);                       \
+    const bool bh = bias && bias->dtype == DITTO_F16;
+    /* 16-byte staging when rows start aligned; either way the same windows land in shared memory */
+    const bool vec = Win % 8 == 0 && (uintptr_t)xp % 16 == 0;
+    const unsigned gx = (unsigned)((W + SO_TW - 1) / SO_TW), gz = (unsigned)(g->N * splits);
+#define SO_ARGS xp, wp, bp, bh, accum, yp, part, (int)g->C, (int)g->O, (int)Hin, (int)Win, (int)H, (int)W, kh, kw, ph, pw, (int)g->N, vec
+#define SO_GO(OMV, KSV)                                                                                         \
+    k_conv_small_o<OMV, KSV><<<dim3(gx, (unsigned)((H + SoCfg<OMV, KSV>::TH - 1) / SoCfg<OMV, KSV>::TH), gz), \
+                               SO_G * 32, 0, st>>>(SO_ARGS)
+#define SO_KS(OMV)         \
+    do {                   \
+        if (ks == 1)       \
+            SO_GO(OMV, 1); \
+        else if (ks == 3)  \
+            SO_GO(OMV, 3); \
+        else if (ks == 7)  \
+            SO_GO(OMV, 7); \
+        else               \
+            SO_GO(OMV, 0); \
     } while (0)
     if (g->O <= 1)
         SO_KS(1);
@@ -704,9 +1003,12 @@ static int conv_small_o(DittoBackend *be, const ConvGeom *g, int64_t H, int64_t 
         SO_KS(4);
     else if (g->O <= 8)
         SO_KS(8);
+    else if (g->O <= 12)
+        SO_KS(12);
     else
         SO_KS(16);
 #undef SO_KS
+#undef SO_GO
 #undef SO_ARGS
     DITTO_CUDA_LAUNCHED(be);
     if (splits > 1) {
