@@ -557,6 +557,7 @@ static void test_layer_norm_rotary(TestCtx *c)
     lnr_case(c, "layer_norm_rotary/rank2", 2, (int64_t[]){ 7, 96 }, true, true, 3, true, true);
     lnr_case(c, "layer_norm_rotary/rank5", 5, (int64_t[]){ 2, 1, 3, 4, 10 }, true, true, 0, true, true);
     lnr_case(c, "layer_norm_rotary/c200", 3, (int64_t[]){ 2, 9, 200 }, true, true, 1, true, true);
+    lnr_case(c, "layer_norm_rotary/c768", 3, (int64_t[]){ 2, 5, 768 }, true, true, 2, true, true);
     lnr_case(c, "layer_norm_rotary/c1030", 3, (int64_t[]){ 1, 6, 1030 }, true, true, 0, true, true);
     lnr_case(c, "layer_norm_rotary/c2050_wide", 3, (int64_t[]){ 1, 3, 2050 }, true, true, 0, true, true);
     if (test_selected(c, "layer_norm_rotary/lmdm_tf32_out")) {

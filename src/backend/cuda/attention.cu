@@ -755,7 +755,7 @@ static int cuda_rotary(DittoBackend *be, const DittoRotaryParams *p, const Ditto
 /* ---- layer_norm_rotary ---- */
 
 #define LNR_THREADS 128
-#define LNR_MAX_PAIRS 1024               /* C up to 2048 in registers (NP pairs a lane, NP <= 32) */
+#define LNR_MAX_PAIRS 1024               /* C up to 2048 in registers (NP <= 8 pairs a thread) */
 
 typedef struct LnRotArgs {
     void *h;                             /* FiLM: updated in place */
@@ -786,14 +786,32 @@ static __device__ __forceinline__ float as_stored(float v, bool f16)
     return f16 ? __half2float(__float2half_rn(v)) : v;
 }
 
-/* One warp per row; lane holds pairs k = lane + 32 j (elements 2k, 2k+1), j < NP. */
+/* Sum over the block (LNR_THREADS threads) in double; sh holds LNR_THREADS / 32 doubles. */
+static __device__ __forceinline__ double lnr_block_sum(double v, double *sh)
+{
+    v = warp_sum_d(v);
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();   /* sh may still be read from the previous sum */
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    double t = 0.0;
+    for (int i = 0; i < LNR_THREADS / 32; i++)
+        t += sh[i];
+    return t;
+}
+
+/*
+ * A block per row (rows are short: 160 of 512 in the LMDM, so a warp per
+ * row left most SMs idle and each lane 16 values to do in sequence);
+ * thread t holds pairs k = t + LNR_THREADS j (elements 2k, 2k+1), j < NP.
+ */
 template <int NP>
 static __global__ void __launch_bounds__(LNR_THREADS) k_layer_norm_rotary(const __grid_constant__ LnRotArgs a)
 {
-    const int lane = threadIdx.x & 31;
-    const int64_t row = ((int64_t)blockIdx.x * LNR_THREADS + threadIdx.x) >> 5;
-    if (row >= a.rows)
-        return;
+    __shared__ double sh[LNR_THREADS / 32];
+    const int64_t row = blockIdx.x;
+    const int tid = threadIdx.x;
     const int64_t half = a.C / 2, l = row % a.L;
     void *hrow = (char *)a.h + (size_t)(row * a.C) * (a.hh ? 2 : 4);
     /* the row's offsets in y, scale and shift (the FiLM operands) */
@@ -813,7 +831,7 @@ static __global__ void __launch_bounds__(LNR_THREADS) k_layer_norm_rotary(const 
     double acc = 0.0;
 #pragma unroll
     for (int j = 0; j < NP; j++) {
-        const int64_t k = lane + 32 * j;
+        const int64_t k = tid + (int64_t)LNR_THREADS * j;
         v[j][0] = v[j][1] = 0.0f;
         if (k < half) {
 #pragma unroll
@@ -834,24 +852,24 @@ static __global__ void __launch_bounds__(LNR_THREADS) k_layer_norm_rotary(const 
             }
         }
     }
-    const double mean = warp_sum_d(acc) / (double)a.C;
+    const double mean = lnr_block_sum(acc, sh) / (double)a.C;
     acc = 0.0;
 #pragma unroll
     for (int j = 0; j < NP; j++) {
-        if (lane + 32 * j < half) {
+        if (tid + (int64_t)LNR_THREADS * j < half) {
             double d0 = (double)v[j][0] - mean, d1 = (double)v[j][1] - mean;
             acc += d0 * d0;
             acc += d1 * d1;
         }
     }
-    const double var = warp_sum_d(acc) / (double)a.C;
+    const double var = lnr_block_sum(acc, sh) / (double)a.C;
     /* as norm.cu: mean split into two floats, fmaf((x - hi) - lo, rstd w, b) */
     const float m_hi = (float)mean, m_lo = (float)(mean - (double)m_hi), rstd = (float)(1.0 / sqrt(var + a.eps));
     const bool nh = a.a ? a.ah : a.rah;   /* dtype the rotary reads the norm from */
     const float pos = (float)(a.pos_offset + l);
 #pragma unroll
     for (int j = 0; j < NP; j++) {
-        const int64_t k = lane + 32 * j;
+        const int64_t k = tid + (int64_t)LNR_THREADS * j;
         if (k < half) {
             float o[2];
 #pragma unroll
@@ -889,8 +907,7 @@ static __global__ void k_round_tf32(float *x, int64_t n)
 template <int NP>
 static void launch_lnr(const LnRotArgs &a, cudaStream_t st)
 {
-    int64_t blocks = (a.rows * 32 + LNR_THREADS - 1) / LNR_THREADS;
-    k_layer_norm_rotary<NP><<<(unsigned)blocks, LNR_THREADS, 0, st>>>(a);
+    k_layer_norm_rotary<NP><<<(unsigned)a.rows, LNR_THREADS, 0, st>>>(a);
 }
 
 /* Element strides of t broadcast to h's shape (same rank): 0 on its size-1 dims. */
@@ -983,18 +1000,14 @@ static int cuda_layer_norm_rotary(DittoBackend *be, const DittoLnRotaryParams *p
         }
     }
     cudaStream_t st = ditto_cuda(be)->stream;
-    if (half <= 32)
+    if (half <= LNR_THREADS)
         launch_lnr<1>(k, st);
-    else if (half <= 64)
+    else if (half <= 2 * LNR_THREADS)
         launch_lnr<2>(k, st);
-    else if (half <= 128)
+    else if (half <= 4 * LNR_THREADS)
         launch_lnr<4>(k, st);
-    else if (half <= 256)
-        launch_lnr<8>(k, st);
-    else if (half <= 512)
-        launch_lnr<16>(k, st);
     else
-        launch_lnr<32>(k, st);
+        launch_lnr<8>(k, st);
     DITTO_CUDA_LAUNCHED(be);
     return 0;
 }
