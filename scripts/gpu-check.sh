@@ -133,7 +133,10 @@ fi
 e2e_checks() {
     # E2E_AVATAR: another avatar (e.g. .carry/shared/media/image.png, registered at session open) when
     # .carry/full.avatar does not fit in the carried files
-    E2E="$BUILD/ditto bench --e2e ${E2E_AVATAR:-.carry/full.avatar} --backend cuda --weights synthetic:full --steps 50"
+    # an image avatar needs FFmpeg: the --render build when there is one
+    local exe=$BUILD/ditto
+    [ -x build-gpu-ff/ditto ] && exe=build-gpu-ff/ditto
+    E2E="$exe bench --e2e ${E2E_AVATAR:-.carry/full.avatar} --backend cuda --weights synthetic:full --steps 50"
     log "ditto bench --e2e (cuda, synthetic:full, fp16 render networks, paste-back + colour on the GPU, graphs)"
     # no --rgb-checksum here: hashing the RGB frames too makes the consumer slower than the GPU
     timeout 150 $E2E --verbose --json "$OUT/bench_e2e.json" 2>&1 | grep -vE "SYNTHETIC WEIGHTS|debug" | tee -a "$OUT/summary.txt"
