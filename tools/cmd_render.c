@@ -343,8 +343,8 @@ int ditto_cmd_render(int argc, char **argv)
                (long long)st.frames, secs, DITTO_FPS, st.width, st.height, st.wall, st.wall > 0 ? (double)st.frames / st.wall : 0.0,
                st.batch);
         printf("ditto render: time: models load + warm-up %.2f s, render %.2f s (audio decode to the MP4 closed)\n", t_load, t_render);
-        printf("ditto render: timeline: audio decoded and avatar ready %.2f s, first frame %.2f s, last frame %.2f s, MP4 closed %.2f s\n",
-               st.t_ready, st.t_first_frame, st.t_last_frame, st.t_closed);
+        printf("ditto render: timeline: avatar ready %.2f s, audio decoded %.2f s, first frame %.2f s, last frame %.2f s, MP4 closed %.2f s\n",
+               st.t_ready, st.t_audio, st.t_first_frame, st.t_last_frame, st.t_closed);
         printf("ditto render: stage busy times (stages overlap):");
         for (int i = 0; i < DITTO_STAGE_COUNT; i++)
             printf(" %s %.2fs", ditto_stage_name((DittoStage)i), st.seconds[i]);

@@ -154,6 +154,7 @@ typedef struct DittoStats {
     double t_ready;              /**< session set up: avatar registered, renderer ready */
     double t_first_frame;        /**< the first finished frame was ready */
     double t_last_frame;         /**< the last frame was handed out */
+    double t_audio;              /**< ditto_render_file only: the audio file decoded */
     double t_closed;             /**< ditto_render_file only: the MP4 closed and in place */
 } DittoStats;
 

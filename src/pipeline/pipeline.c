@@ -1317,7 +1317,7 @@ typedef struct AudioJob {
     float *pcm;
     int64_t n;
     int rc;
-    double secs;
+    double secs, done;        /* decode time; ditto_now() when it finished */
     int nmsg;
     DittoLogLevel level[AUDIO_JOB_MSGS];
     char msg[AUDIO_JOB_MSGS][256];
@@ -1337,7 +1337,8 @@ static void *audio_job_main(void *arg)
     AudioJob *j = arg;
     const double t = ditto_now();
     j->rc = ditto_audio_decode(j->path, &j->pcm, &j->n, &j->log);
-    j->secs = ditto_now() - t;
+    j->done = ditto_now();
+    j->secs = j->done - t;
     return NULL;
 }
 
@@ -1443,6 +1444,7 @@ int ditto_render_file(DittoModels *m, const DittoRenderParams *p, DittoStats *st
         for (int i = 0; i < 3; i++)
             if (*ms[i] > 0)
                 *ms[i] += off;
+        stats->t_audio = aj.done - t0;
         stats->t_closed = rc >= 0 ? ditto_now() - t0 : 0;
         stats->seconds[DITTO_STAGE_AUDIO] += aj.secs;
         stats->seconds[DITTO_STAGE_ENCODE] += t_encode;
