@@ -71,6 +71,8 @@ struct DittoModels {
     DittoHubert *hubert;
     DittoRegistrar *reg;
     DittoA2mLmdm *warm;        /* sampler of DITTO_DDIM_DEFAULT_STEPS, captured at open (GPU); lent to sessions */
+    int warm_batch;            /* batch of the render warm-up (0: none) */
+    size_t warm_arena;         /* the activation arena that batch needed, plus the stitch stage's slack */
     int synthetic;             /* 0 or a DittoSyntheticSize */
     pthread_mutex_t mu;
     bool busy;                 /* a session is open */
@@ -310,6 +312,11 @@ static int models_warmup(DittoModels *m, int B)
         rc = ditto_decoder_forward(m->decoder, &ws, &feat, &img, NULL);
     if (rc >= 0)
         rc = be->sync(be);
+    if (rc >= 0 && ws_ok) {
+        /* sessions at this batch start with an arena of this size (the stitch stage's few KB on top): their first batch is captured */
+        m->warm_batch = B;
+        m->warm_arena = (ws.peak + ((size_t)1 << 20) + DITTO_ARENA_ALIGN - 1) / DITTO_ARENA_ALIGN * DITTO_ARENA_ALIGN;
+    }
     if (ws_ok)
         ditto_arena_free(&ws);
     for (int i = 0; i < 4; i++)
@@ -990,6 +997,7 @@ static int session_setup(DittoSession *s)
         .be = m->be, .warp = m->warp, .decoder = m->decoder, .stitch = m->stitch, .avatar = av, .is_image = s->is_image,
         .batch = s->B, .fade_type = (p->fade_in > 0 || p->fade_out > 0) ? DITTO_FADE_S : DITTO_FADE_NONE,
         .device_post = s->device_post, .graphs = !(graphs_env && !strcmp(graphs_env, "0")), .log = s->log,
+        .arena_bytes = m->warm_batch == s->B ? m->warm_arena : 0,
     };
     const double t_rend = ditto_now();
     if ((rc = ditto_renderer_open(&s->rend, &rc_cfg)) < 0)

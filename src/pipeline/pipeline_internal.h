@@ -51,6 +51,8 @@ typedef struct DittoRendererConfig {
     DittoFadeType fade_type;                /* for the fade controls */
     bool device_post;                       /* paste-back + yuv420p on be: run gives finished frames */
     bool graphs;                            /* replay full batches as CUDA graphs where be captures */
+    size_t arena_bytes;                     /* 0, or the activation arena a full batch needs (from a warm-up of
+                                               the same batch): then the first full batch is captured already */
     DittoLogger log;
 } DittoRendererConfig;
 

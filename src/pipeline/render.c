@@ -54,6 +54,7 @@ struct DittoRenderer {
     void *g_base;                /* the arena block their scratch lies in */
     int tries;
     int last_n;                  /* frames of the previous batch (the arena has settled for a full one) */
+    bool presized;               /* the arena was made at a full batch's size: capture at once */
 };
 
 double ditto_now(void)
@@ -131,7 +132,8 @@ int ditto_renderer_open(DittoRenderer **out, const DittoRendererConfig *c)
     }
     const int64_t side = DITTO_RENDER_SIDE;
     const DittoDType act = r->act;
-    if ((rc = ditto_arena_init(&r->ws, &r->be->allocator, 0)) < 0 || (rc = alloc_dt(r->be, &r->fs_all_buf, act, n_src * r->fs_numel)) < 0 ||
+    r->presized = c->arena_bytes > 0;
+    if ((rc = ditto_arena_init(&r->ws, &r->be->allocator, c->arena_bytes)) < 0 || (rc = alloc_dt(r->be, &r->fs_all_buf, act, n_src * r->fs_numel)) < 0 ||
         (rc = alloc_dt(r->be, &r->fs_buf, act, B * r->fs_numel)) < 0 || (rc = alloc_dt(r->be, &r->kp_buf, DITTO_F32, 2 * B * DITTO_KP_DIM)) < 0 ||
         (rc = alloc_dt(r->be, &r->feat_buf, act, B * r->feat_shape[1] * r->feat_shape[2] * r->feat_shape[3])) < 0 ||
         (rc = alloc_dt(r->be, &r->img_buf, act, B * 3 * side * side)) < 0 ||
@@ -271,7 +273,7 @@ static int run_stage(DittoRenderer *r, int64_t N, void **graph, int (*fn)(DittoR
     }
     if (*graph && N == r->batch)
         return be->graph_launch(be, *graph);
-    if (!r->graphs || N != r->batch || r->last_n != r->batch || r->tries >= GRAPH_TRIES)
+    if (!r->graphs || N != r->batch || (r->last_n != r->batch && !r->presized) || r->tries >= GRAPH_TRIES)
         return fn(r, N);
     const int grows = r->ws.grows;
     DittoArenaMark mark = ditto_arena_mark(&r->ws);
