@@ -1077,6 +1077,64 @@ static const ConvPlan *pick_chunk(const ConvGeom *g, int64_t n, int64_t nb, cons
     return one;
 }
 
+/*
+ * The cuDNN plans of a channels-last f16 convolution run in chunks of items:
+ * nb items a chunk (as many as the chunk budget holds, item_bytes = one
+ * item's x and y; 1 without batch), pl for them, tail for the last N % nb
+ * items (NULL when none), one for single items; cws the largest of their
+ * workspaces. conv_nhwc and conv_nhwc_direct chunk alike: the same plans.
+ */
+typedef struct ChunkPlans {
+    int64_t nb;
+    ConvPlan *pl, *tail, *one;
+    size_t cws;
+} ChunkPlans;
+
+static int chunk_plans(DittoBackend *be, const ConvGeom *g, size_t item_bytes, bool batch, ChunkPlans *c)
+{
+    int64_t nb = batch ? (int64_t)(NHWC_CHUNK_BYTES / item_bytes) : 1;
+    if (nb < 1)
+        nb = 1;
+    if (nb > g->N)
+        nb = g->N;
+    c->nb = nb;
+    for (int pass = 0; pass < 2; pass++) {   /* plan_get may move the plan array: make all, then look all up */
+        c->tail = NULL;
+        DITTO_TRY(plan_get(be, g, DITTO_F16, 1, true, &c->one));
+        DITTO_TRY(plan_get(be, g, DITTO_F16, nb, true, &c->pl));
+        if (g->N % nb)
+            DITTO_TRY(plan_get(be, g, DITTO_F16, g->N % nb, true, &c->tail));
+    }
+    c->cws = c->pl->ws > c->one->ws ? c->pl->ws : c->one->ws;
+    if (c->tail && c->tail->ws > c->cws)
+        c->cws = c->tail->ws;
+    return 0;
+}
+
+static bool chunk_plans_unchecked(const ChunkPlans *c)
+{
+    return c->pl->batch_ok < 0 || (c->tail && c->tail->batch_ok < 0);
+}
+
+/*
+ * First use of batched plans: the per-item bit check on hashed operands in
+ * the workspace (wt_bytes of weights, then nb items of item_x and of item_y
+ * bytes). It synchronises: never while capturing.
+ */
+static int check_chunk_plans(DittoBackend *be, const ConvGeom *g, const ChunkPlans *c, size_t wt_bytes, size_t item_x, size_t item_y)
+{
+    const size_t xt_bytes = align256(item_x * (size_t)c->nb), yt_bytes = align256(item_y * (size_t)c->nb);
+    char *ws;
+    DITTO_TRY(ditto_cuda_workspace(be, wt_bytes + xt_bytes + yt_bytes + c->cws, (void **)&ws));
+    __half *wt = (__half *)ws, *xt = (__half *)(ws + wt_bytes), *yt = (__half *)(ws + wt_bytes + xt_bytes);
+    void *cw = c->cws ? ws + wt_bytes + xt_bytes + yt_bytes : NULL;
+    if (c->pl->batch_ok < 0)
+        DITTO_TRY(batch_check(be, g, c->pl, c->one, 1, wt, xt, yt, cw, c->cws, c->nb));
+    if (c->tail && c->tail->batch_ok < 0)
+        DITTO_TRY(batch_check(be, g, c->tail, c->one, 1, wt, xt, yt, cw, c->cws, g->N % c->nb));
+    return 0;
+}
+
 static int conv_nhwc(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias,
                      bool relu, bool acc, DittoTensor *y, bool batch)
 {
@@ -1084,32 +1142,20 @@ static int conv_nhwc(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, 
     const int study = study_mode();
     const int64_t cp = round8(g->C), op = round8(g->O);
     const size_t item_x = (size_t)(cp * g->in_vol) * 2, item_y = (size_t)(op * g->out_vol) * 2;
-    int64_t nb = batch ? (int64_t)(NHWC_CHUNK_BYTES / (item_x + item_y)) : 1;
-    if (nb < 1)
-        nb = 1;
-    if (nb > g->N)
-        nb = g->N;
+    ChunkPlans c;
+    DITTO_TRY(chunk_plans(be, g, item_x + item_y, batch, &c));
+    const int64_t nb = c.nb;
+    ConvPlan *pl = c.pl, *tail = c.tail, *one = c.one;
+    const size_t cws = c.cws;
     const size_t wt_bytes = align256((size_t)(op * cp * g->k_vol) * 2);
     const size_t xt_bytes = align256(item_x * (size_t)nb), yt_bytes = align256(item_y * (size_t)nb);
-    /* plan_get may grow (move) the plan array: make every plan first, then look them up */
-    ConvPlan *pl, *tail = NULL, *one;
-    DITTO_TRY(plan_get(be, g, DITTO_F16, 1, true, &one));
-    DITTO_TRY(plan_get(be, g, DITTO_F16, nb, true, &pl));
-    if (g->N % nb)
-        DITTO_TRY(plan_get(be, g, DITTO_F16, g->N % nb, true, &tail));
-    DITTO_TRY(plan_get(be, g, DITTO_F16, 1, true, &one));
-    DITTO_TRY(plan_get(be, g, DITTO_F16, nb, true, &pl));
-    size_t cws = pl->ws > one->ws ? pl->ws : one->ws;
-    if (tail && tail->ws > cws)
-        cws = tail->ws;
+    if (chunk_plans_unchecked(&c))
+        DITTO_TRY(check_chunk_plans(be, g, &c, wt_bytes, item_x, item_y));
+    /* the check's workspace, the same size: wt, nb items of x and of y, cuDNN's */
     char *ws;
     DITTO_TRY(ditto_cuda_workspace(be, wt_bytes + xt_bytes + yt_bytes + cws, (void **)&ws));
     __half *wt = (__half *)ws, *xt = (__half *)(ws + wt_bytes), *yt = (__half *)(ws + wt_bytes + xt_bytes);
     void *cw = cws ? ws + wt_bytes + xt_bytes + yt_bytes : NULL;
-    if (pl->batch_ok < 0)
-        DITTO_TRY(batch_check(be, g, pl, one, 1, wt, xt, yt, cw, cws, nb));
-    if (tail && tail->batch_ok < 0)
-        DITTO_TRY(batch_check(be, g, tail, one, 1, wt, xt, yt, cw, cws, g->N % nb));
     if (study == 2) {
         pl->batch_ok = 1;
         if (tail)
@@ -1535,24 +1581,14 @@ static int conv_nhwc_direct(DittoBackend *be, const ConvGeom *g, const DittoTens
 {
     DittoCuda *cu = ditto_cuda(be);
     const size_t item_x = (size_t)(g->C * g->in_vol) * 2, item_y = (size_t)(g->O * g->out_vol) * 2;
-    int64_t nb = batch ? (int64_t)(NHWC_CHUNK_BYTES / (item_x + item_y)) : 1;   /* conv_nhwc's chunks: the same plans */
-    if (nb < 1)
-        nb = 1;
-    if (nb > g->N)
-        nb = g->N;
-    ConvPlan *pl, *tail = NULL, *one;
-    for (int pass = 0; pass < 2; pass++) {   /* plan_get may move the plan array: make all, then look all up */
-        DITTO_TRY(plan_get(be, g, DITTO_F16, 1, true, &one));
-        DITTO_TRY(plan_get(be, g, DITTO_F16, nb, true, &pl));
-        if (g->N % nb)
-            DITTO_TRY(plan_get(be, g, DITTO_F16, g->N % nb, true, &tail));
-    }
-    size_t cws = pl->ws > one->ws ? pl->ws : one->ws;
-    if (tail && tail->ws > cws)
-        cws = tail->ws;
+    ChunkPlans c;
+    DITTO_TRY(chunk_plans(be, g, item_x + item_y, batch, &c));
+    const int64_t nb = c.nb;
+    ConvPlan *pl = c.pl, *tail = c.tail, *one = c.one;
+    const size_t cws = c.cws;
     const size_t wt_bytes = align256((size_t)(g->O * g->C * g->k_vol) * 2);
-    if (pl->batch_ok < 0 || (tail && tail->batch_ok < 0)) {
-        /* first use of a batched plan: the per-item bit check on hashed operands in the workspace, never while capturing */
+    if (chunk_plans_unchecked(&c)) {
+        /* an unchecked plan met while capturing counts as failed: its items run one by one */
         bool cap;
         DITTO_TRY(is_capturing(be, &cap));
         if (cap) {
@@ -1560,15 +1596,7 @@ static int conv_nhwc_direct(DittoBackend *be, const ConvGeom *g, const DittoTens
             if (tail)
                 tail->batch_ok = tail->batch_ok < 0 ? 0 : tail->batch_ok;
         } else {
-            const size_t xt_bytes = align256(item_x * (size_t)nb), yt_bytes = align256(item_y * (size_t)nb);
-            char *ws;
-            DITTO_TRY(ditto_cuda_workspace(be, wt_bytes + xt_bytes + yt_bytes + cws, (void **)&ws));
-            __half *wt = (__half *)ws, *xt = (__half *)(ws + wt_bytes), *yt = (__half *)(ws + wt_bytes + xt_bytes);
-            void *cw = cws ? ws + wt_bytes + xt_bytes + yt_bytes : NULL;
-            if (pl->batch_ok < 0)
-                DITTO_TRY(batch_check(be, g, pl, one, 1, wt, xt, yt, cw, cws, nb));
-            if (tail && tail->batch_ok < 0)
-                DITTO_TRY(batch_check(be, g, tail, one, 1, wt, xt, yt, cw, cws, g->N % nb));
+            DITTO_TRY(check_chunk_plans(be, g, &c, wt_bytes, item_x, item_y));
         }
     }
     /* with acc, each chunk's convolution goes to scratch t, then one pass y = t + bias (+ y, the residual) */

@@ -545,18 +545,25 @@ static SpadeUp spade_up(const DittoTensor *x, const DittoTensor *y, int hax)
     return u;
 }
 
-static int spade_generic(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, const DittoTensor *bias,
-                         DittoTensor *y, int64_t C, int64_t R, int64_t Rx, SpadeUp up)
+/* The norm arguments of a spade_norm: x, y, gb and its bias, the activation; sets and layout by the caller. */
+static NormArgs spade_args(const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, const DittoTensor *bias, DittoTensor *y)
 {
     DittoNormParams np = { p->eps, 0, false };
     NormArgs a = norm_args(&np, x, NULL, NULL, y);
-    a.sets = x->shape[0] * C;
     a.gb = gb->data;
     a.gbh = is_h(gb);
     a.gbias = bias ? bias->data : NULL;
     a.gbiash = is_h(bias);
     a.act = p->act;
     a.slope = p->slope;
+    return a;
+}
+
+static int spade_generic(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, const DittoTensor *bias,
+                         DittoTensor *y, int64_t C, int64_t R, int64_t Rx, SpadeUp up)
+{
+    NormArgs a = spade_args(p, x, gb, bias, y);
+    a.sets = x->shape[0] * C;
     k_spade_generic<<<ditto_cuda_blocks(a.sets * NORM_THREADS, NORM_THREADS), NORM_THREADS, 0, ditto_cuda(be)->stream>>>(a, C, R, Rx, p->nhwc,
                                                                                                                         up);
     DITTO_CUDA_LAUNCHED(be);
@@ -621,19 +628,12 @@ static int cuda_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const Di
         DITTO_CUDA_LAUNCHED(be);
         return 0;
     }
-    DittoNormParams np = { p->eps, 0, false };
-    NormArgs a = norm_args(&np, x, NULL, NULL, y);
+    NormArgs a = spade_args(p, x, gb, bias, y);
     a.G = x->shape[1];
     a.Cg = 1;
     a.R = inner_size(x);
     a.sets = x->shape[0] * a.G;
     a.len = a.R;
-    a.gb = gb->data;
-    a.gbh = is_h(gb);
-    a.gbias = bias ? bias->data : NULL;
-    a.gbiash = is_h(bias);
-    a.act = p->act;
-    a.slope = p->slope;
     return run_sets(be, &a);
 }
 
