@@ -424,13 +424,7 @@ static int cuda_linear(DittoBackend *be, const DittoLinearParams *p, const Ditto
     int64_t rows = out ? ditto_tensor_numel(y) / out : 0;
     if (rows == 0 || out == 0)
         return 0;
-    /* DITTO_CUDA_LINEAR=flat: one GEMM over all rows (measurement only: gives up the per-item invariance) */
-    static int flat = -1;
-    if (flat < 0) {
-        const char *e = getenv("DITTO_CUDA_LINEAR");
-        flat = e && !strcmp(e, "flat");
-    }
-    int64_t items = x->ndim >= 2 && !flat ? x->shape[0] : 1, per = rows / items;
+    const int64_t items = x->ndim >= 2 ? x->shape[0] : 1, per = rows / items;
     if (!fits_int(per) || !fits_int(out) || !fits_int(in))
         return ditto_fail(&be->log, DITTO_ERR_RANGE, "op linear: a dimension exceeds the cuBLAS int range");
     const bool tf32 = p->tf32 && x->dtype == DITTO_F32;
