@@ -410,6 +410,8 @@ static void test_linear(TestCtx *c)
         linear_case_tf(c, 3, (int64_t[]){ 2, 160, 512 }, 1024, bias, true);
         linear_case_tf(c, 3, (int64_t[]){ 2, 160, 512 }, 265, bias, true);
         linear_case_tf(c, 3, (int64_t[]){ 1, 160, 1024 }, 512, bias, true);
+        /* rows, outputs and K that fill no tile of 32 (K % 4 == 0: 16-byte rows) */
+        linear_case_tf(c, 3, (int64_t[]){ 2, 25, 36 }, 70, bias, true);
     }
     /* options: GELU after the bias, TF32 outputs (aligned shape: the cuBLASLt plan; odd: cublasGemmEx) */
     linear_opts_case(c, (int64_t[]){ 2, 160, 512 }, 1024, false, true, false);
@@ -421,10 +423,12 @@ static void test_linear(TestCtx *c)
     linear_opts_case(c, (int64_t[]){ 1, 160, 1024 }, 512, true, false, true);
     linear_opts_case(c, (int64_t[]){ 3, 7, 13 }, 5, true, true, true);
     linear_opts_case(c, (int64_t[]){ 3, 7, 13 }, 5, false, false, true);
+    linear_opts_case(c, (int64_t[]){ 2, 25, 36 }, 70, true, true, true);
     for (int tf32 = 0; tf32 < 2; tf32++) {
         linear_batch_case(c, 3, 160, 512, 512, tf32);
         linear_batch_case(c, 3, 7, 13, 5, tf32);
         linear_batch_case(c, 4, 2, 512, 1024, tf32);
+        linear_batch_case(c, 3, 33, 36, 70, tf32);
     }
     linear_negative(c);
 }
