@@ -315,7 +315,7 @@ if(CMAKE_SCRIPT_MODE_FILE)
       fail("--help failed")
     endif()
     foreach(o --weights --aux --audio --avatar --output --seed --steps --emo --fade-in --fade-out --max-size --crf --bitrate --encoder
-              --preset --frame-hashes --backend --batch --precision --threads --quiet --help)
+              --preset --frame-hashes --backend --batch --precision --threads --quiet --verbose --help)
       string(FIND "${out}" "${o}" at_)
       if(at_ EQUAL -1)
         fail("--help does not explain ${o}")

@@ -61,6 +61,8 @@ static void usage(FILE *f)
             "                     storage of the render networks; fp16 is ~9x faster on the GPU\n"
             "  --threads N        CPU threads per pipeline stage (default: all cores)\n\n"
             "  --quiet            print errors only (no progress line, no summary)\n"
+            "  -v, --verbose      also print the set-up phases and where the time to the first\n"
+            "                     frame went\n"
             "  -h, --help         this text\n");
 }
 
@@ -68,6 +70,7 @@ static void usage(FILE *f)
 
 typedef struct Cli {
     int quiet;
+    int verbose;
     int tty;
     int progress_open;       /* a \r progress line is on screen */
     int errors;
@@ -218,13 +221,13 @@ int ditto_cmd_render(int argc, char **argv)
         { "bitrate", required_argument, 0, 'r' },  { "encoder", required_argument, 0, 'E' },  { "preset", required_argument, 0, 'P' },
         { "frame-hashes", required_argument, 0, 'H' }, { "backend", required_argument, 0, 'b' }, { "batch", required_argument, 0, 'B' },
         { "threads", required_argument, 0, 't' },  { "quiet", no_argument, 0, 'q' },          { "help", no_argument, 0, 'h' },
-        { "precision", required_argument, 0, 'p' },
+        { "precision", required_argument, 0, 'p' }, { "verbose", no_argument, 0, 'v' },
         { 0, 0, 0, 0 },
     };
     int c;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":o:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":o:hv", opts, NULL)) != -1) {
         int bad = 0;
         switch (c) {
         case 'w': weights = optarg; break;
@@ -269,6 +272,7 @@ int ditto_cmd_render(int argc, char **argv)
         case 'B': bad = parse_long(optarg, "--batch", 1, 256, &v); sp->batch = (int)v; break;
         case 't': bad = parse_long(optarg, "--threads", 0, 1024, &threads); break;
         case 'q': cli.quiet = 1; break;
+        case 'v': cli.verbose = 1; break;
         case 'h': usage(stdout); return 0;
         case ':':
             fprintf(stderr, "ditto render: %s needs a value (run 'ditto render --help')\n", argv[optind - 1]);
@@ -292,7 +296,7 @@ int ditto_cmd_render(int argc, char **argv)
     /* a file-size limit (ulimit -f) then fails the write with EFBIG instead of killing the process */
     signal(SIGXFSZ, SIG_IGN);
 
-    DittoLogger log = { on_log, &cli, cli.quiet ? DITTO_LOG_ERROR : DITTO_LOG_WARN };
+    DittoLogger log = { on_log, &cli, cli.quiet ? DITTO_LOG_ERROR : cli.verbose ? DITTO_LOG_INFO : DITTO_LOG_WARN };
     DittoModelsParams mp;
     ditto_models_params_default(&mp);
     mp.weights = weights;

@@ -443,6 +443,22 @@ static int run_nets(DittoRegistrar *r, NetIO *io, const uint8_t *crop, float *f_
     return 0;
 }
 
+int ditto_registrar_warmup(DittoRegistrar *r)
+{
+    NetIO io;
+    int64_t fs_shape[4];
+    int rc = netio_init(r, &io, fs_shape);
+    uint8_t *crop = rc < 0 ? NULL : ditto_calloc((size_t)CROP * CROP * 3, 1);
+    float *f_s = crop ? ditto_malloc((size_t)(fs_shape[0] * fs_shape[1] * fs_shape[2] * fs_shape[3]) * sizeof(float)) : NULL;
+    DittoXInfo xi;
+    if (rc >= 0)
+        rc = f_s ? run_nets(r, &io, crop, f_s, &xi) : DITTO_ERR_NOMEM;
+    ditto_free(f_s);
+    ditto_free(crop);
+    netio_free(&io);
+    return rc < 0 ? ditto_fail(&r->log, rc, "warm-up of the appearance and motion extractors: %s", ditto_strerror(rc)) : 0;
+}
+
 int ditto_registrar_run(DittoRegistrar *r, const DittoRegisterParams *p, const char *what, const uint8_t *frames, int n, int h, int w,
                         bool is_video, DittoAvatar **out)
 {

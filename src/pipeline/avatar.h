@@ -115,6 +115,12 @@ bool ditto_registrar_has_detector(const DittoRegistrar *r);
 /* Shape (C, D, H, W) of one frame's appearance features f_s, as registration makes them. */
 int ditto_registrar_fs_shape(const DittoRegistrar *r, int64_t fs[4]);
 
+/*
+ * Run the appearance and motion extractors once on a blank crop, so that a
+ * GPU backend makes their plans before the first avatar (0.1 s on the H200).
+ */
+int ditto_registrar_warmup(DittoRegistrar *r);
+
 /* What registration found in one frame (for tests and diagnostics). */
 typedef struct DittoFrameReg {
     DittoFaceBox box;                 /* detector box (frame 0, images) or the tracked box */

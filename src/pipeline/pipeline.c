@@ -74,6 +74,8 @@ struct DittoModels {
     int warm_batch;            /* batch of the render warm-up (0: none) */
     size_t warm_arena;         /* the activation arena that batch needed, plus the stitch stage's slack */
     int synthetic;             /* 0 or a DittoSyntheticSize */
+    uint8_t *pinned;           /* page-locked frame ring memory of the sessions (m->be's host_alloc), grow-only */
+    size_t pinned_size;
     pthread_mutex_t mu;
     bool busy;                 /* a session is open */
     bool serialize;            /* network stages take turns (CPU backend) */
@@ -277,6 +279,68 @@ static int load_networks(DittoModels *m, const char *dir, uint64_t s0)
  * default step count samples two windows (op by op, then captured), so a
  * session's first frames do not wait for either.
  */
+/*
+ * The model set's page-locked ring memory, at least n bytes (grow-only).
+ * Allocating page-locked memory takes long (about 10 ms per 20 MB) and
+ * holds up every other CUDA call of the process meanwhile, so the warm-up
+ * makes it for common frame sizes and sessions reuse it.
+ */
+static int models_pinned(DittoModels *m, size_t n)
+{
+    if (m->pinned_size >= n)
+        return 0;
+    if (m->pinned)
+        m->be->host_free(m->be, m->pinned);
+    m->pinned_size = 0;
+    if (!(m->pinned = m->be->host_alloc(m->be, n)))
+        return DITTO_ERR_NOMEM;
+    m->pinned_size = n;
+    return 0;
+}
+
+/* Bytes of one frame ring slot: [RGB (rgb) |] YUV 4:2:0, rounded up to 64. */
+static size_t ring_slot_bytes(int64_t W, int64_t H, bool rgb)
+{
+    const int64_t cw = ditto_yuv420_chroma_size(W), ch = ditto_yuv420_chroma_size(H);
+    return ((rgb ? (size_t)(W * H * 3) : 0) + (size_t)(W * H + 2 * cw * ch) + 63) / 64 * 64;
+}
+
+/*
+ * The device paste-back and colour conversion once on a small frame: the
+ * CUDA kernels of a session's post stage are loaded on first launch
+ * (lazy loading), which can wait for all the device's work, such as an
+ * LMDM window on the motion stream (45 ms in the first batch on the H200).
+ */
+static int warm_post(DittoModels *m)
+{
+    enum { S = 64 };   /* frame side; the render is the real 512 x 512 */
+    DittoBackend *be = m->be;
+    const int64_t side = DITTO_RENDER_SIDE, cs = ditto_yuv420_chroma_size(S);
+    DittoBuffer b_img = { 0 }, b_ren = { 0 }, b_yuv = { 0 };
+    DittoPutback *pb = NULL;
+    int rc = ditto_putback_open(&pb, be, S, S, &m->log);
+    if (rc >= 0 && (rc = ditto_buffer_alloc(&b_img, &be->allocator, 2 * S * S * 3)) >= 0 &&
+        (rc = ditto_buffer_alloc(&b_ren, &be->allocator, (size_t)(side * side * 3) * sizeof(float))) >= 0 &&
+        (rc = ditto_buffer_alloc(&b_yuv, &be->allocator, (size_t)(S * S + 2 * cs * cs))) >= 0) {
+        DittoTensor img = ditto_tensor(b_img.ptr, DITTO_U8, DITTO_SHAPE(S, S, 3)), out = img;
+        DittoTensor ren = ditto_tensor(b_ren.ptr, DITTO_F32, DITTO_SHAPE(side, side, 3));
+        DittoTensor y = ditto_tensor(b_yuv.ptr, DITTO_U8, DITTO_SHAPE(S, S));
+        DittoTensor u = ditto_tensor((uint8_t *)b_yuv.ptr + S * S, DITTO_U8, DITTO_SHAPE(cs, cs));
+        DittoTensor v = ditto_tensor((uint8_t *)b_yuv.ptr + S * S + cs * cs, DITTO_U8, DITTO_SHAPE(cs, cs));
+        out.data = (uint8_t *)b_img.ptr + S * S * 3;
+        img.device = out.device = ren.device = y.device = u.device = v.device = be->device;
+        const float M_c2o[9] = { (float)S / side, 0, 0, 0, (float)S / side, 0, 0, 0, 1 };   /* the crop is the whole frame */
+        if ((rc = ditto_op_fill(be, 0.0f, &ren)) >= 0 && (rc = ditto_op_fill(be, 0.0f, &img)) >= 0 &&
+            (rc = ditto_putback_run(pb, &img, &ren, M_c2o, &out, NULL)) >= 0 && (rc = ditto_op_rgb_to_yuv420(be, &out, &y, &u, &v)) >= 0)
+            rc = be->sync ? be->sync(be) : 0;
+    }
+    ditto_buffer_free(&b_img);
+    ditto_buffer_free(&b_ren);
+    ditto_buffer_free(&b_yuv);
+    ditto_putback_close(&pb);
+    return rc < 0 ? ditto_fail(&m->log, rc, "warm-up of the paste-back: %s", ditto_strerror(rc)) : 0;
+}
+
 static int models_warmup(DittoModels *m, int B)
 {
     DittoBackend *be = m->be;
@@ -344,6 +408,23 @@ static int models_warmup(DittoModels *m, int B)
         return ditto_fail(&m->log, rc, "warm-up of the motion sampler: %s", ditto_strerror(rc));
     }
     ditto_log(&m->log, DITTO_LOG_INFO, "models: warm-up of the motion sampler (2 windows, the second captured) %.2f s", ditto_now() - t1);
+    /* one HuBERT call on silence: its first call makes the executor's plans (0.16 s on the H200, before the first frame) */
+    const double t2 = ditto_now();
+    float *chunk = ditto_calloc((size_t)DITTO_HUBERT_CHUNK + DITTO_HUBERT_FRAMES * DITTO_HUBERT_DIM, sizeof(float));
+    rc = chunk ? ditto_hubert_run(m->hubert, chunk, chunk + DITTO_HUBERT_CHUNK) : DITTO_ERR_NOMEM;
+    ditto_free(chunk);
+    if (rc < 0)
+        return ditto_fail(&m->log, rc, "warm-up of the HuBERT encoder: %s", ditto_strerror(rc));
+    ditto_log(&m->log, DITTO_LOG_INFO, "models: warm-up of the HuBERT encoder (one call) %.3f s", ditto_now() - t2);
+    const double t3 = ditto_now();
+    DITTO_TRY(ditto_registrar_warmup(m->reg));
+    DITTO_TRY(warm_post(m));
+    ditto_log(&m->log, DITTO_LOG_INFO, "models: warm-up of the registration networks and the paste-back %.3f s", ditto_now() - t3);
+    /* the frame ring of a session at this batch (2B + 2 slots), for frames of up to 1920x1080 pixels */
+    const double t4 = ditto_now();
+    if (m->be->host_alloc && models_pinned(m, ring_slot_bytes(1920, 1080, false) * (size_t)(2 * B + 2)) < 0)
+        return ditto_fail(&m->log, DITTO_ERR_NOMEM, "warm-up: out of page-locked memory for the frame ring");
+    ditto_log(&m->log, DITTO_LOG_INFO, "models: page-locked frame ring of %.1f MB %.3f s", m->pinned_size / 1e6, ditto_now() - t4);
     return 0;
 }
 
@@ -453,6 +534,8 @@ void ditto_models_close(DittoModels **pm)
     if (!pm || !*pm)
         return;
     DittoModels *m = *pm;
+    if (m->pinned)
+        m->be->host_free(m->be, m->pinned);
     ditto_a2m_lmdm_close(&m->warm);
     ditto_registrar_close(&m->reg);
     ditto_hubert_close(&m->hubert);
@@ -548,7 +631,7 @@ struct DittoSession {
     /* post -> caller */
     OutSlot *os;
     int n_os;
-    DittoBackend *os_pinned;   /* the backend whose host_alloc made the out slots, or NULL (malloc) */
+    bool os_pooled;            /* the out slots are the model set's page-locked memory (else each its own malloc) */
     int64_t os_head, os_tail;
     bool os_closed, holding;
 
@@ -556,6 +639,9 @@ struct DittoSession {
     double seconds[DITTO_STAGE_COUNT];
     double t_a2m, t_wait;      /* motion worker: inside a2m push, blocked on the queue */
     double t_motion0, t_batch0;   /* clock when the first motion frame / the first render batch was ready (0: not yet) */
+    double t_push0, t_feat0, t_win0[2];   /* first audio pushed, first features, LMDM window 0 start / end (the first-frame log) */
+    double t_ring[2], t_rb0;              /* the render worker's frame ring made (start / end), its first batch taken */
+    double t_prep;                        /* the render worker's graphs recorded (ditto_renderer_prepare) */
     double t_ready, t_last;       /* clock when the setup finished / the last frame was handed out (0: not yet) */
 
     pthread_t th[3];
@@ -622,7 +708,11 @@ static int turn_sampler(void *ctx, int64_t window, const float *kp_cond, const f
     double t = ditto_now();
     compute_enter(s->m);
     s->t_wait += ditto_now() - t;
+    if (window == 0)
+        s->t_win0[0] = ditto_now();
     int rc = s->lmdm.fn(s->lmdm.ctx, window, kp_cond, cond, pred);
+    if (window == 0)
+        s->t_win0[1] = ditto_now();
     compute_leave(s->m);
     return rc;
 }
@@ -631,6 +721,8 @@ static int turn_sampler(void *ctx, int64_t window, const float *kp_cond, const f
 static int on_features(void *ctx, int64_t first, const float *feat, int64_t n)
 {
     DittoSession *s = ctx;
+    if (!s->t_feat0)
+        s->t_feat0 = ditto_now();
     int rc = ditto_conditions_build(&s->cond, feat, n, first, s->cond_rows);
     if (rc < 0)
         return rc;
@@ -686,6 +778,22 @@ static void *motion_main(void *arg)
     }
 }
 
+/*
+ * The first frame is ready (called with s->mu held, once): log where the time
+ * to it went, from the session's open. The motion worker's milestones are
+ * written before the frames that depend on them, so they are set here.
+ */
+static void first_batch(DittoSession *s)
+{
+    s->t_batch0 = ditto_now();
+    const double o = s->t_open;
+    ditto_log(&s->log, DITTO_LOG_INFO,
+              "session: first frame at %.3f s: ready %.3f, audio pushed %.3f, first features %.3f, LMDM window 0 %.3f-%.3f, first motion %.3f, "
+              "frame ring %.3f-%.3f, graphs recorded %.3f, first batch taken %.3f",
+              s->t_batch0 - o, s->t_ready - o, s->t_push0 - o, s->t_feat0 - o, s->t_win0[0] - o, s->t_win0[1] - o, s->t_motion0 - o,
+              s->t_ring[0] ? s->t_ring[0] - o : 0.0, s->t_ring[1] ? s->t_ring[1] - o : 0.0, s->t_prep - o, s->t_rb0 - o);
+}
+
 /* Fade controls of frame g (upstream setup_Nd): alpha rises over fade_in frames, falls over the last fade_out. */
 static const DittoCtrl *fade_ctrl(const DittoSession *s, int64_t g, int64_t total, DittoCtrl *c)
 {
@@ -709,19 +817,23 @@ static const DittoCtrl *fade_ctrl(const DittoSession *s, int64_t g, int64_t tota
 
 /*
  * The frame ring the caller pulls from. Frames fetched from the GPU go
- * faster into page-locked memory, which takes long to allocate (about 10 ms
- * per 20 MB): the render worker makes that ring before its first batch.
+ * faster into page-locked memory: the ring is carved from the model set's
+ * (models_pinned), which the render worker grows, if it must, before its
+ * first batch, overlapped with the first motion window.
  */
 static int alloc_out_slots(DittoSession *s)
 {
     const int64_t W = s->W, H = s->H, cw = ditto_yuv420_chroma_size(s->W), ch = ditto_yuv420_chroma_size(s->H);
-    DittoBackend *hb = s->device_post && s->m->be->host_alloc ? s->m->be : NULL;
-    s->os_pinned = hb;
+    const bool pinned = s->device_post && s->m->be->host_alloc;
     /* the host paste-back writes the RGB frame first; from the device only what is fetched */
     const size_t rgb_bytes = s->device_post && s->p.yuv_only ? 0 : (size_t)(W * H * 3);
+    const size_t fb = ring_slot_bytes(W, H, rgb_bytes > 0);
+    if (pinned && models_pinned(s->m, fb * (size_t)s->n_os) < 0)
+        return ditto_fail(&s->log, DITTO_ERR_NOMEM, "session: out of page-locked memory for %d frames of %lldx%lld", s->n_os, (long long)W,
+                          (long long)H);
+    s->os_pooled = pinned;
     for (int i = 0; i < s->n_os; i++) {
-        const size_t fb = rgb_bytes + (size_t)(W * H + 2 * cw * ch);
-        uint8_t *b = hb ? hb->host_alloc(hb, fb) : ditto_malloc_aligned(fb);
+        uint8_t *b = pinned ? s->m->pinned + fb * (size_t)i : ditto_malloc_aligned(fb);
         if (!b)
             return ditto_fail(&s->log, DITTO_ERR_NOMEM, "session: out of memory for %d frames of %lldx%lld", s->n_os, (long long)W, (long long)H);
         s->os[i].buf = b;
@@ -743,8 +855,16 @@ static void *render_main(void *arg)
     int rc = (xd && ctrl && cp) ? 0 : DITTO_ERR_NOMEM;
     if (rc < 0)
         fail(s, ditto_fail(&s->log, rc, "render: out of memory"));
-    else if (s->device_post && (rc = alloc_out_slots(s)) < 0)
-        fail(s, rc);
+    else if (s->device_post) {
+        s->t_ring[0] = ditto_now();
+        if ((rc = alloc_out_slots(s)) < 0)
+            fail(s, rc);
+        s->t_ring[1] = ditto_now();
+    }
+    /* the batch graphs, recorded while the first motion window is computed */
+    if (rc >= 0 && (rc = ditto_renderer_prepare(s->rend)) < 0)
+        fail(s, ditto_fail(&s->log, rc, "render: capturing the batch graphs: %s", ditto_strerror(rc)));
+    s->t_prep = ditto_now();
     while (rc >= 0) {
         pthread_mutex_lock(&s->mu);
         while (!s->abort && ((!s->device_post && s->rs_tail - s->rs_head >= RENDER_SLOTS) ||
@@ -765,6 +885,8 @@ static void *render_main(void *arg)
         for (int k = 0; k < n; k++)
             xd[k] = s->mq[(s->mq_head + k) % s->mq_cap];
         s->mq_head += n;
+        if (!s->t_rb0)
+            s->t_rb0 = ditto_now();
         int64_t total = s->total;
         RenderSlot *slot = &s->rs[s->rs_tail % RENDER_SLOTS];
         pthread_cond_broadcast(&s->cv);
@@ -777,6 +899,9 @@ static void *render_main(void *arg)
         compute_enter(s->m);
         rc = ditto_renderer_run(s->rend, g, n, xd, any ? cp : NULL, s->device_post ? NULL : slot->render, &t);
         compute_leave(s->m);
+        if (rc >= 0 && g == 0)
+            ditto_log(&s->log, DITTO_LOG_INFO, "render: first batch of %d: stitch %.3f s, warp %.3f s, decode %.3f s, paste-back %.3f s, colour %.3f s",
+                      n, t.stitch, t.warp, t.decode, t.putback, t.color);
         if (rc >= 0 && s->device_post) {
             /* finished frames straight from the device into the caller's ring (no render slot, no copy) */
             for (int k = 0; k < n && rc >= 0; k++) {
@@ -798,7 +923,7 @@ static void *render_main(void *arg)
                     o->index = g + k;
                     s->os_tail++;
                     if (!s->t_batch0)
-                        s->t_batch0 = ditto_now();
+                        first_batch(s);
                     pthread_cond_broadcast(&s->cv);
                 }
                 pthread_mutex_unlock(&s->mu);
@@ -818,7 +943,7 @@ static void *render_main(void *arg)
             slot->g0 = g;
             slot->n = n;
             if (!s->t_batch0)
-                s->t_batch0 = ditto_now();
+                first_batch(s);
             s->rs_tail++;
             pthread_cond_broadcast(&s->cv);
         }
@@ -1108,9 +1233,7 @@ void ditto_session_close(DittoSession **ps)
     for (int i = 0; i < RENDER_SLOTS; i++)
         ditto_free_aligned(s->rs[i].render);
     for (int i = 0; s->os && i < s->n_os; i++) {
-        if (s->os_pinned)
-            s->os_pinned->host_free(s->os_pinned, s->os[i].buf);
-        else
+        if (!s->os_pooled)
             ditto_free_aligned(s->os[i].buf);
     }
     ditto_free(s->os);
@@ -1156,6 +1279,8 @@ int ditto_session_push_audio(DittoSession *s, const float *pcm, int64_t n)
             }
         }
         if (!rc) {
+            if (!s->t_push0)
+                s->t_push0 = ditto_now();
             memcpy(s->pcm + s->pcm_len, pcm, (size_t)n * sizeof(float));
             s->pcm_len += n;
             s->samples += n;

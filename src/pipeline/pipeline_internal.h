@@ -60,6 +60,15 @@ int ditto_renderer_open(DittoRenderer **out, const DittoRendererConfig *c);
 void ditto_renderer_close(DittoRenderer **r);
 
 /* Busy time of the render stages, seconds (backend synchronised). */
+/*
+ * With graphs and an arena presized at open, capture the full-batch warp
+ * and decoder graphs now, before the first batch (nothing runs): the render
+ * worker calls it while the first motion window is computed, so the first
+ * batch replays graphs instead of recording them. 0 also when there is
+ * nothing to do or the capture was dropped (the first batch then tries).
+ */
+int ditto_renderer_prepare(DittoRenderer *r);
+
 typedef struct DittoRenderTimes {
     double stitch, warp, decode, putback, color;
 } DittoRenderTimes;

@@ -132,7 +132,13 @@ int ditto_renderer_open(DittoRenderer **out, const DittoRendererConfig *c)
     }
     const int64_t side = DITTO_RENDER_SIDE;
     const DittoDType act = r->act;
-    r->presized = c->arena_bytes > 0;
+    /*
+     * A presized arena lets the first full batch be captured; DITTO_GRAPH_DEFER=1
+     * (measurement) runs it op by op instead and captures the second, whose
+     * capture and instantiation then overlap the first batch on the GPU.
+     */
+    const char *defer = getenv("DITTO_GRAPH_DEFER");
+    r->presized = c->arena_bytes > 0 && !(defer && !strcmp(defer, "1"));
     if ((rc = ditto_arena_init(&r->ws, &r->be->allocator, c->arena_bytes)) < 0 || (rc = alloc_dt(r->be, &r->fs_all_buf, act, n_src * r->fs_numel)) < 0 ||
         (rc = alloc_dt(r->be, &r->fs_buf, act, B * r->fs_numel)) < 0 || (rc = alloc_dt(r->be, &r->kp_buf, DITTO_F32, 2 * B * DITTO_KP_DIM)) < 0 ||
         (rc = alloc_dt(r->be, &r->feat_buf, act, B * r->feat_shape[1] * r->feat_shape[2] * r->feat_shape[3])) < 0 ||
@@ -254,10 +260,37 @@ static int run_decode(DittoRenderer *r, int64_t N)
 }
 
 /*
+ * Capture one stage of N frames as *graph (nothing runs): 1 when kept, 0
+ * when dropped (the arena grew while recording, or the stage failed in the
+ * capture: try again later, at most GRAPH_TRIES times), or an error.
+ */
+static int capture_stage(DittoRenderer *r, int64_t N, void **graph, int (*fn)(DittoRenderer *, int64_t))
+{
+    DittoBackend *be = r->be;
+    const int grows = r->ws.grows;
+    DittoArenaMark mark = ditto_arena_mark(&r->ws);
+    DITTO_TRY(be->capture_begin(be));
+    int rc = fn(r, N);
+    void *g = NULL;
+    int rc2 = be->capture_end(be, &g);
+    if (rc >= 0 && rc2 >= 0 && g && r->ws.grows == grows && r->ws.nblocks == 1 && (!r->g_base || r->g_base == r->ws.blocks[0].ptr)) {
+        *graph = g;
+        r->g_base = r->ws.blocks[0].ptr;
+        ditto_log(&r->log, DITTO_LOG_DEBUG, "render: a stage of %lld frames captured as a graph", (long long)N);
+        return 1;
+    }
+    if (g)
+        be->graph_free(be, g);
+    r->tries++;
+    ditto_log(&r->log, DITTO_LOG_DEBUG, "render: graph capture dropped (%s); op by op", rc < 0 ? ditto_strerror(rc) : rc2 < 0 ? ditto_strerror(rc2) : "the arena grew");
+    ditto_arena_release(&r->ws, mark);
+    return 0;
+}
+
+/*
  * One stage op by op, or from its graph. A full batch after a full batch
- * (the arena has its size) is captured once; the capture is kept only if
- * the arena did not grow while recording, else dropped and tried again
- * later (at most GRAPH_TRIES times).
+ * (the arena has its size), or the first one when the arena was presized,
+ * is captured once (if ditto_renderer_prepare has not already done it).
  */
 static int run_stage(DittoRenderer *r, int64_t N, void **graph, int (*fn)(DittoRenderer *, int64_t))
 {
@@ -275,24 +308,23 @@ static int run_stage(DittoRenderer *r, int64_t N, void **graph, int (*fn)(DittoR
         return be->graph_launch(be, *graph);
     if (!r->graphs || N != r->batch || (r->last_n != r->batch && !r->presized) || r->tries >= GRAPH_TRIES)
         return fn(r, N);
-    const int grows = r->ws.grows;
-    DittoArenaMark mark = ditto_arena_mark(&r->ws);
-    DITTO_TRY(be->capture_begin(be));
-    int rc = fn(r, N);
-    void *g = NULL;
-    int rc2 = be->capture_end(be, &g);
-    if (rc >= 0 && rc2 >= 0 && g && r->ws.grows == grows && r->ws.nblocks == 1 && (!r->g_base || r->g_base == r->ws.blocks[0].ptr)) {
-        *graph = g;
-        r->g_base = r->ws.blocks[0].ptr;
-        ditto_log(&r->log, DITTO_LOG_DEBUG, "render: a stage of %lld frames captured as a graph", (long long)N);
-        return be->graph_launch(be, g);
-    }
-    if (g)
-        be->graph_free(be, g);
-    r->tries++;
-    ditto_log(&r->log, DITTO_LOG_DEBUG, "render: graph capture dropped (%s); op by op", rc < 0 ? ditto_strerror(rc) : rc2 < 0 ? ditto_strerror(rc2) : "the arena grew");
-    ditto_arena_release(&r->ws, mark);
-    return fn(r, N);
+    int rc = capture_stage(r, N, graph, fn);
+    return rc < 0 ? rc : rc ? be->graph_launch(be, *graph) : fn(r, N);
+}
+
+int ditto_renderer_prepare(DittoRenderer *r)
+{
+    if (!r)
+        return DITTO_ERR_INVAL;
+    if (!r->graphs || !r->presized || r->g_warp || r->g_dec || r->tries >= GRAPH_TRIES)
+        return 0;
+    /* the stages' scratch as a batch lays it out: the warp's, then the decoder's on top (a batch's stitch scratch is dead by then) */
+    int rc = capture_stage(r, r->batch, &r->g_warp, run_warp);
+    if (rc > 0)
+        rc = capture_stage(r, r->batch, &r->g_dec, run_decode);
+    if (ditto_arena_reset(&r->ws) < 0 && rc >= 0)
+        rc = DITTO_ERR_NOMEM;
+    return rc < 0 ? rc : 0;
 }
 
 /* Paste-back and yuv420p of the n renders in hwc on the device, into out_buf. */
