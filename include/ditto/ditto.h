@@ -242,7 +242,7 @@ typedef struct DittoRenderParams {
     const char *encoder;         /**< NULL/"auto": h264_nvenc when usable, else libx264 */
     int crf;                     /**< constant quality 0..51 [18] (when bitrate is 0) */
     int64_t bitrate;             /**< video bits per second; > 0 selects it over crf [0] */
-    const char *preset;          /**< encoder preset; NULL: "superfast" for libx264, else the encoder's default */
+    const char *preset;          /**< encoder preset; NULL: for libx264 "ultrafast" on a GPU backend, "superfast" on the CPU; else the encoder's default */
     /** Called after each frame is written (may be NULL). */
     void (*progress)(void *cookie, const DittoProgress *p);
     /** Called with each frame before it is encoded (may be NULL); a negative return aborts. */

@@ -284,13 +284,18 @@ static int try_video_encoder(DittoVideoWriter *w, const AVCodec *codec, const Di
         return DITTO_ERR_UNSUPPORTED;
     }
     /*
-     * libx264's own default (medium) encodes a 1432x1432 clip slower than a
-     * GPU renders it, and so does veryfast on 16 cores (about 140 frames/s,
-     * measured on the H200 machine); superfast keeps the encoder off the
-     * critical path at the same crf (files about 16 % larger, the same
-     * quality target). --preset chooses another.
+     * libx264's own default (medium) encodes a 1432x1432 clip much slower
+     * than a GPU renders it, veryfast on 16 cores at about 140 frames/s and
+     * superfast still below the H200's 210 frames/s: the 15.8 s test clip
+     * took 2.55-2.61 s with superfast, 2.10 s with ultrafast, whose render
+     * then runs at the GPU's pace (files about a third larger at the same
+     * crf). So GPU frames get ultrafast, CPU ones (a few frames/s)
+     * superfast; --preset chooses another.
      */
-    const char *preset = p->preset && *p->preset ? p->preset : !strcmp(codec->name, "libx264") ? DITTO_X264_DEFAULT_PRESET : NULL;
+    const char *preset = p->preset && *p->preset      ? p->preset
+                         : strcmp(codec->name, "libx264") ? NULL
+                         : p->x264_fast                   ? DITTO_X264_FAST_PRESET
+                                                          : DITTO_X264_DEFAULT_PRESET;
     if (preset && av_opt_set(c->priv_data, "preset", preset, 0) < 0) {
         snprintf(why, nwhy, "it has no preset '%s'", preset);
         avcodec_free_context(&c);
@@ -332,8 +337,13 @@ static int open_video(DittoVideoWriter *w, const DittoVideoWriterParams *p)
             return writer_fail(w, DITTO_ERR_UNSUPPORTED, "%s: no usable H.264 encoder (tried h264_nvenc, libx264%s)", w->path,
                                avcodec_find_encoder(AV_CODEC_ID_H264) ? " and the default one" : "");
     }
-    ditto_log(&w->log, DITTO_LOG_INFO, "writer: %s, %dx%d at %d fps, %s %lld", w->venc->codec->name, w->width, w->height, w->fps,
-              p->bitrate > 0 ? "bitrate" : "crf", p->bitrate > 0 ? (long long)p->bitrate : (long long)p->crf);
+    uint8_t *preset = NULL;
+    if (av_opt_get(w->venc->priv_data, "preset", 0, &preset) < 0)
+        preset = NULL;
+    ditto_log(&w->log, DITTO_LOG_INFO, "writer: %s, %dx%d at %d fps, %s %lld, preset %s", w->venc->codec->name, w->width, w->height, w->fps,
+              p->bitrate > 0 ? "bitrate" : "crf", p->bitrate > 0 ? (long long)p->bitrate : (long long)p->crf,
+              preset && *preset ? (const char *)preset : "(the encoder's default)");
+    av_free(preset);
     w->vst = avformat_new_stream(w->oc, NULL);
     if (!w->vst)
         return writer_fail(w, DITTO_ERR_NOMEM, "%s: out of memory", w->path);

@@ -33,21 +33,27 @@
 #ifndef DITTO_IO_VIDEO_OUT_H
 #define DITTO_IO_VIDEO_OUT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/thread.h"
 #include "ditto/ditto_types.h"
 #include "io/color.h"
 
-/* libx264 preset when none is given: fast enough not to hold up a GPU render. */
+/*
+ * libx264 presets when none is given: x264_fast for frames that come faster
+ * than superfast encodes them (a GPU render), else the default one.
+ */
 #define DITTO_X264_DEFAULT_PRESET "superfast"
+#define DITTO_X264_FAST_PRESET "ultrafast"
 
 typedef struct DittoVideoWriterParams {
     int fps;                  /* frames per second (25) */
     const char *encoder;      /* NULL or "auto" (see above), or an FFmpeg encoder name */
     int crf;                  /* constant quality 0..51 (18); used when bitrate == 0 */
     int64_t bitrate;          /* video bits per second; > 0 selects average-bitrate mode (0) */
-    const char *preset;       /* encoder preset, NULL: DITTO_X264_DEFAULT_PRESET for libx264, else the encoder's default ("p4") */
+    const char *preset;       /* encoder preset, NULL: DITTO_X264_DEFAULT_PRESET (x264_fast: _FAST_) for libx264, else the encoder's default ("p4") */
+    bool x264_fast;           /* the frames come from a GPU: libx264's default preset is DITTO_X264_FAST_PRESET */
     int threads;              /* encoder threads, 0: automatic */
     const char *audio_path;   /* audio file to mux as AAC, or NULL for video only */
     int64_t audio_bitrate;    /* AAC bits per second, 0: 64 kb/s per channel */

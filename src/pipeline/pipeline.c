@@ -1537,6 +1537,7 @@ int ditto_render_file(DittoModels *m, const DittoRenderParams *p, DittoStats *st
         wp.crf = p->crf;
         wp.bitrate = p->bitrate;
         wp.preset = p->preset;
+        wp.x264_fast = m->be->device != DITTO_DEVICE_CPU;
         wp.audio_path = p->audio;
         wp.log = p->log;
         DittoStats st;

@@ -707,6 +707,39 @@ static void test_writer(TestCtx *c)
     free(all);
 }
 
+/*
+ * The libx264 preset the writer picks: superfast by default, ultrafast for
+ * GPU frames (x264_fast), the caller's when given (the writer's info line names it).
+ */
+static void test_writer_preset(TestCtx *c)
+{
+    static const struct {
+        bool fast;
+        const char *preset, *want;
+    } cases[] = {
+        { false, NULL, "preset superfast" }, { true, NULL, "preset ultrafast" }, { true, "veryfast", "preset veryfast" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char out[300];
+        tmp_path(out, sizeof out, "preset.mp4");
+        DittoVideoWriterParams p;
+        ditto_video_writer_params_default(&p);
+        p.encoder = "libx264";
+        p.x264_fast = cases[i].fast;
+        p.preset = cases[i].preset;
+        LogCount lc;
+        p.log = counting(&lc);
+        p.log.level = DITTO_LOG_INFO;
+        DittoVideoWriter *w = NULL;
+        int rc = ditto_video_writer_open(&w, out, 64, 64, &p);
+        bool named = rc == 0 && strstr(lc.last, cases[i].want) != NULL;
+        ditto_video_writer_close(&w);
+        remove(out);
+        test_report(c, "writer.preset", named, "x264_fast %d, preset %s: rc %d, \"%s\" (want \"%s\")", cases[i].fast,
+                    cases[i].preset ? cases[i].preset : "default", rc, lc.last, cases[i].want);
+    }
+}
+
 /* Open a writer on path and push 3 frames; returns the first error. */
 static int try_write(const char *path, const char *audio, LogCount *lc, int frames, uint32_t noise_seed)
 {
@@ -1064,6 +1097,7 @@ int main(int argc, char **argv)
     test_colour(&c);
 #ifdef DITTO_HAVE_FFMPEG
     test_writer(&c);
+    test_writer_preset(&c);
     test_writer_errors(&c);
 #else
     test_no_ffmpeg(&c);
