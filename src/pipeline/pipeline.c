@@ -865,11 +865,15 @@ static void *render_main(void *arg)
     if (rc >= 0 && (rc = ditto_renderer_prepare(s->rend)) < 0)
         fail(s, ditto_fail(&s->log, rc, "render: capturing the batch graphs: %s", ditto_strerror(rc)));
     s->t_prep = ditto_now();
+    double wait_motion = 0, wait_out = 0;   /* seconds blocked on the motion queue, on room for finished frames */
     while (rc >= 0) {
         pthread_mutex_lock(&s->mu);
+        const double w0 = ditto_now();
+        const bool starved = s->mq_tail - s->mq_head < s->B && !s->mq_closed;
         while (!s->abort && ((!s->device_post && s->rs_tail - s->rs_head >= RENDER_SLOTS) ||
                              (s->mq_tail - s->mq_head < s->B && !s->mq_closed)))
             pthread_cond_wait(&s->cv, &s->mu);
+        *(starved ? &wait_motion : &wait_out) += ditto_now() - w0;
         if (s->abort) {
             pthread_mutex_unlock(&s->mu);
             break;
@@ -906,8 +910,10 @@ static void *render_main(void *arg)
             /* finished frames straight from the device into the caller's ring (no render slot, no copy) */
             for (int k = 0; k < n && rc >= 0; k++) {
                 pthread_mutex_lock(&s->mu);
+                const double w1 = ditto_now();
                 while (!s->abort && s->os_tail - s->os_head >= s->n_os)
                     pthread_cond_wait(&s->cv, &s->mu);
+                wait_out += ditto_now() - w1;
                 if (s->abort) {
                     pthread_mutex_unlock(&s->mu);
                     rc = DITTO_ERR_BADSTATE;
@@ -950,6 +956,10 @@ static void *render_main(void *arg)
         pthread_mutex_unlock(&s->mu);
         g += n;
     }
+    /* what held the render loop up: the first wait for motion includes the first window */
+    if (rc >= 0 && g > 0)
+        ditto_log(&s->log, DITTO_LOG_INFO, "render: %lld frames; waited %.3f s for motion, %.3f s for room for finished frames (the consumer)",
+                  (long long)g, wait_motion, wait_out);
     ditto_free(xd);
     ditto_free(ctrl);
     ditto_free(cp);
