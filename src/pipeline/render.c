@@ -132,13 +132,7 @@ int ditto_renderer_open(DittoRenderer **out, const DittoRendererConfig *c)
     }
     const int64_t side = DITTO_RENDER_SIDE;
     const DittoDType act = r->act;
-    /*
-     * A presized arena lets the first full batch be captured; DITTO_GRAPH_DEFER=1
-     * (measurement) runs it op by op instead and captures the second, whose
-     * capture and instantiation then overlap the first batch on the GPU.
-     */
-    const char *defer = getenv("DITTO_GRAPH_DEFER");
-    r->presized = c->arena_bytes > 0 && !(defer && !strcmp(defer, "1"));
+    r->presized = c->arena_bytes > 0;
     if ((rc = ditto_arena_init(&r->ws, &r->be->allocator, c->arena_bytes)) < 0 || (rc = alloc_dt(r->be, &r->fs_all_buf, act, n_src * r->fs_numel)) < 0 ||
         (rc = alloc_dt(r->be, &r->fs_buf, act, B * r->fs_numel)) < 0 || (rc = alloc_dt(r->be, &r->kp_buf, DITTO_F32, 2 * B * DITTO_KP_DIM)) < 0 ||
         (rc = alloc_dt(r->be, &r->feat_buf, act, B * r->feat_shape[1] * r->feat_shape[2] * r->feat_shape[3])) < 0 ||
