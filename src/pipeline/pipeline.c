@@ -779,13 +779,13 @@ static void *motion_main(void *arg)
 }
 
 /*
- * The first frame is ready (called with s->mu held, once): log where the time
- * to it went, from the session's open. The motion worker's milestones are
- * written before the frames that depend on them, so they are set here.
+ * Log where the time to the first frame went, from the session's open (the
+ * render worker, once, after setting t_batch0 and outside the lock: the
+ * callback may take long). Every milestone is written once, before the
+ * motion frames that the first batch took from the locked queue.
  */
-static void first_batch(DittoSession *s)
+static void log_first_frame(const DittoSession *s)
 {
-    s->t_batch0 = ditto_now();
     const double o = s->t_open;
     ditto_log(&s->log, DITTO_LOG_INFO,
               "session: first frame at %.3f s: ready %.3f, audio pushed %.3f, first features %.3f, LMDM window 0 %.3f-%.3f, first motion %.3f, "
@@ -896,7 +896,7 @@ static void *render_main(void *arg)
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
 
-        bool any = false;
+        bool any = false, first = false;
         for (int k = 0; k < n; k++)
             any |= (cp[k] = fade_ctrl(s, g + k, total, &ctrl[k])) != NULL;
         DittoRenderTimes t = { 0 };
@@ -928,8 +928,10 @@ static void *render_main(void *arg)
                 if (rc >= 0) {
                     o->index = g + k;
                     s->os_tail++;
-                    if (!s->t_batch0)
-                        first_batch(s);
+                    if (!s->t_batch0) {
+                        s->t_batch0 = ditto_now();
+                        first = true;
+                    }
                     pthread_cond_broadcast(&s->cv);
                 }
                 pthread_mutex_unlock(&s->mu);
@@ -948,13 +950,17 @@ static void *render_main(void *arg)
         } else if (!s->device_post) {
             slot->g0 = g;
             slot->n = n;
-            if (!s->t_batch0)
-                first_batch(s);
+            if (!s->t_batch0) {
+                s->t_batch0 = ditto_now();
+                first = true;
+            }
             s->rs_tail++;
             pthread_cond_broadcast(&s->cv);
         }
         pthread_mutex_unlock(&s->mu);
         g += n;
+        if (first)
+            log_first_frame(s);
     }
     /* what held the render loop up: the first wait for motion includes the first window */
     if (rc >= 0 && g > 0)
