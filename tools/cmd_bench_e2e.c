@@ -25,7 +25,9 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: ditto bench --e2e AVATAR [OPTIONS]\n\n"
             "Runs the whole pipeline (audio features, motion, render, paste-back, YUV) on\n"
-            "generated speech-band audio and times it; frames are pulled, not encoded.\n"
+            "generated speech-band audio and times it; frames are pulled, not encoded,\n"
+            "as YUV planes only, as ditto render takes them (RGB too with --rgb-checksum\n"
+            "or --parity-cpu).\n"
             "AVATAR is a .avatar file (no FFmpeg needed) or a portrait image.\n\n"
             "options:\n"
             "  --weights DIR    model folder, or synthetic:full (default), synthetic:small, synthetic\n"
@@ -241,6 +243,7 @@ int ditto_bench_e2e(int argc, char **argv)
     sp.steps = steps;
     sp.batch = batch;
     sp.log = log;
+    sp.yuv_only = !rgb_sum && parity == 0;   /* what ditto render fetches: the planes */
     double t1 = ditto_now();
     rc = ditto_session_open(&s, m, &sp);
     const double t_open = ditto_now() - t1;
