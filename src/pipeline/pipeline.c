@@ -298,6 +298,15 @@ static int models_pinned(DittoModels *m, size_t n)
     return 0;
 }
 
+/*
+ * Slots of a session's frame ring at batch B: with device_post the frames go
+ * straight into them, so room for two batches, as the render slots give otherwise.
+ */
+static int ring_slots(int B, bool device_post)
+{
+    return device_post ? 2 * B + 2 : B + 2;
+}
+
 /* Bytes of one frame ring slot: [RGB (rgb) |] YUV 4:2:0, rounded up to 64. */
 static size_t ring_slot_bytes(int64_t W, int64_t H, bool rgb)
 {
@@ -420,9 +429,9 @@ static int models_warmup(DittoModels *m, int B)
     DITTO_TRY(ditto_registrar_warmup(m->reg));
     DITTO_TRY(warm_post(m));
     ditto_log(&m->log, DITTO_LOG_INFO, "models: warm-up of the registration networks and the paste-back %.3f s", ditto_now() - t3);
-    /* the frame ring of a session at this batch (2B + 2 slots), for frames of up to 1920x1080 pixels */
+    /* the frame ring of a GPU session at this batch, for frames of up to 1920x1080 pixels */
     const double t4 = ditto_now();
-    if (m->be->host_alloc && models_pinned(m, ring_slot_bytes(1920, 1080, false) * (size_t)(2 * B + 2)) < 0)
+    if (m->be->host_alloc && models_pinned(m, ring_slot_bytes(1920, 1080, false) * (size_t)ring_slots(B, true)) < 0)
         return ditto_fail(&m->log, DITTO_ERR_NOMEM, "warm-up: out of page-locked memory for the frame ring");
     ditto_log(&m->log, DITTO_LOG_INFO, "models: page-locked frame ring of %.1f MB %.3f s", m->pinned_size / 1e6, ditto_now() - t4);
     return 0;
@@ -1150,8 +1159,7 @@ static int session_setup(DittoSession *s)
     /* queues */
     const int64_t side = DITTO_RENDER_SIDE;
     s->mq_cap = 2 * DITTO_A2M_SEQ_FRAMES + 2 * s->B;
-    /* with device_post the frames go straight into these: room for two batches, as the render slots give otherwise */
-    s->n_os = s->device_post ? 2 * s->B + 2 : s->B + 2;
+    s->n_os = ring_slots(s->B, s->device_post);
     s->mq = ditto_calloc((size_t)s->mq_cap, sizeof *s->mq);
     s->os = ditto_calloc((size_t)s->n_os, sizeof *s->os);
     s->cond_rows = ditto_malloc((size_t)DITTO_HUBERT_FRAMES * DITTO_COND_DIM * sizeof(float));
