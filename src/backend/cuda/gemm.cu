@@ -259,16 +259,6 @@ static void lt_make(DittoCuda *cu, LtPlan *p)
     /* float16 outputs: no split-K partial sums in float16 (in place or in the output type) */
     uint32_t schemes = k->tc == DITTO_F16 ? (CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
                                           : (uint32_t)CUBLASLT_REDUCTION_SCHEME_MASK;
-    /*
-     * DITTO_CUDA_LT_SPLITK=none|inplace (measurement): no split-K, or split-K
-     * reduced in the output (no separate reduction kernel). The LMDM's small
-     * GEMMs mostly get a split-K plan with a reduction kernel of its own.
-     */
-    const char *sk = getenv("DITTO_CUDA_LT_SPLITK");
-    if (sk && !strcmp(sk, "none"))
-        schemes = CUBLASLT_REDUCTION_SCHEME_NONE;
-    else if (sk && !strcmp(sk, "inplace"))
-        schemes &= CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_INPLACE;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
