@@ -124,6 +124,9 @@ motion_checks() {
     log "ditto bench --lmdm (cuda, official size, 50 steps; parity: 2 windows on the cpu)"
     timeout 300 $BUILD/ditto bench --lmdm --backend cuda --windows 12 --steps 50 --parity 2 --json "$OUT/bench_lmdm.json" 2>&1 \
         | tee -a "$OUT/summary.txt"
+    log "ditto bench --lmdm --tf32 (the pipeline's GPU mode: TF32 operands held as float16; parity: 2 windows on the cpu, float32)"
+    timeout 300 $BUILD/ditto bench --lmdm --tf32 --backend cuda --windows 12 --steps 50 --parity 2 --json "$OUT/bench_lmdm_tf32.json" 2>&1 \
+        | tee -a "$OUT/summary.txt"
 }
 if [ $MOTION_ONLY = 1 ]; then
     motion_checks

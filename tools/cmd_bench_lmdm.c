@@ -39,9 +39,11 @@ static void usage(FILE *f)
             "  --small          the small synthetic configuration (quick smoke run)\n"
             "  --parity N       also sample the first N windows on the cpu backend and\n"
             "                   print the rel-L2 of the motion against it (default 0; a\n"
-            "                   float32 reference, also with --tf32, unless --parity-tf32)\n"
+            "                   float32 reference, also with --tf32, unless --parity-tf32);\n"
+            "                   exit status 1 when it is above 1e-3\n"
             "  --tf32           the decoder's linears with TF32 products (tensor cores on\n"
-            "                   cuda), as the pipeline runs them with fp16 models\n"
+            "                   cuda, operands held as float16), as the pipeline runs them\n"
+            "                   with fp16 models\n"
             "  --parity-tf32    the cpu reference with TF32 linears too (the oracle of\n"
             "                   --tf32: agreement to float32 rounding expected)\n"
             "  --profile[=N]    one more window op by op with per-op timing; prints the N\n"
@@ -127,6 +129,7 @@ int ditto_bench_lmdm(int argc, char **argv)
 {
     const char *backend = "cpu", *json = NULL;
     int windows = -1, steps = 50, threads = 0, small = 0, parity = 0, profile = 0, tf32 = 0, parity_tf32 = 0;
+    bool parity_fail = false;
     static const struct option opts[] = {
         { "lmdm", no_argument, 0, 'l' },          { "backend", required_argument, 0, 'b' }, { "windows", required_argument, 0, 'W' },
         { "steps", required_argument, 0, 'n' },   { "threads", required_argument, 0, 't' }, { "small", no_argument, 0, 's' },
@@ -204,7 +207,8 @@ int ditto_bench_lmdm(int argc, char **argv)
     lp.steps = steps;
     lp.seed = 5;
     printf("LMDM sampler on %s: %d windows of %lld frames, %d DDIM steps, latent %lld, %d layers, %s linears\n", be->name, windows,
-           (long long)d->seq_len, steps, (long long)d->latent, d->layers, tf32 ? "tf32" : "float32");
+           (long long)d->seq_len, steps, (long long)d->latent, d->layers,
+           !tf32 ? "float32" : ditto_lmdm_f16_operands(m) ? "tf32 (float16 operands)" : "tf32");
     lp.graph = false;
     rc = run_windows(m, &lp, windows, kp, cond, &eager);
     if (rc >= 0 && graphs) {
@@ -262,7 +266,11 @@ int ditto_bench_lmdm(int argc, char **argv)
             goto out;
         }
         rel_l2(graphs ? graph.pred : eager.pred, ref.pred, (size_t)parity * win, &p_rel, &p_max);
-        printf("vs cpu %s (%d windows, same noise): rel-L2 %.3e, max |diff| %.3g\n", parity_tf32 ? "tf32" : "float32", parity, p_rel, p_max);
+        /* the bound on the sampled motion against the CPU path, same noise */
+        const bool ok = p_rel <= 1e-3;
+        printf("vs cpu %s (%d windows, same noise): rel-L2 %.3e, max |diff| %.3g (bound 1e-3: %s)\n", parity_tf32 ? "tf32" : "float32", parity,
+               p_rel, p_max, ok ? "ok" : "EXCEEDED");
+        parity_fail = !ok;
     }
     if (json) {
         FILE *f = fopen(json, "w");
@@ -298,5 +306,5 @@ out:
     ditto_catalog_close(&cat_c);
     ditto_backend_close(&cpu);
     ditto_backend_close(&be);
-    return rc < 0 ? 1 : 0;
+    return rc < 0 || parity_fail ? 1 : 0;
 }

@@ -39,7 +39,8 @@
  * Per layer and step the decoder is one fused pre-norm per block (the FiLM
  * residual of the block before, layer norm, rotary: ditto_op_layer_norm_rotary),
  * the linears (bias in the GEMM; GELU with linear1) and the two attentions.
- * With DittoLmdmParams.tf32 its linears take TF32 operands (see lmdm.h).
+ * With DittoLmdmParams.tf32 its linears take TF32 operands (see lmdm.h), off
+ * the CPU held as float16 (DittoLmdm.op16).
  */
 #include "models/lmdm.h"
 
@@ -66,6 +67,8 @@ typedef struct LmdmAttn {
     DittoTensor wq, bq;        /* [0, D) */
     DittoTensor wk, bk;        /* [D, 2D) */
     DittoTensor wv, bv;        /* [2D, 3D) */
+    /* the weights the per-step linears read: views of the above, or their float16 copies (DittoLmdm.op16) */
+    DittoTensor s_wqk, s_wq, s_wv, s_out;
 } LmdmAttn;
 
 /* cond_encoder.{i}: TransformerEncoderLayer, norm first, GELU, rotary */
@@ -85,6 +88,7 @@ typedef struct LmdmDecLayer {
     DittoTensor w2, b2;        /* linear2.weight (D, ff), linear2.bias (D) */
     DittoTensor ln_w[3];       /* norm{1,2,3}.weight (D) */
     DittoTensor ln_b[3];       /* norm{1,2,3}.bias (D) */
+    DittoTensor s_w1, s_w2;    /* what the step's feed-forward reads: w1, w2 or their float16 copies */
     /* film{1,2,3}.block.1.*: rows of DittoLmdm.film_w / film_b */
 } LmdmDecLayer;
 
@@ -116,6 +120,15 @@ struct DittoLmdm {
      */
     DittoTensor film_w, film_b;
     DittoLinearParams lin;         /* options of the per-step linears (tf32) */
+    /*
+     * op16: the TF32 operands of the per-step linears held as float16
+     * (weights copied at load, activations written so): the same values
+     * wherever they lie in float16's normal range, and half the bytes, on
+     * faster tensor-core kernels. Only off the CPU, with tf32, and when the
+     * load-time bounds show no operand can pass 65504 (see make_step16).
+     */
+    bool op16;
+    DittoBuffer step16_buf;        /* the float16 weight copies */
     /* constants computed at load */
     DittoBuffer time_table_buf;
     DittoTensor time_table;        /* (T, D): row r = [sin(t f_k), cos(t f_k)] of t = T-1-r (descending, see gather_times) */
@@ -130,6 +143,11 @@ void ditto_lmdm_params_default(DittoLmdmParams *p)
 const DittoLmdmDims *ditto_lmdm_dims(const DittoLmdm *m)
 {
     return &m->dims;
+}
+
+bool ditto_lmdm_f16_operands(const DittoLmdm *m)
+{
+    return m && m->op16;
 }
 
 DittoBackend *ditto_lmdm_backend(const DittoLmdm *m)
@@ -225,6 +243,10 @@ static void load_attn(DittoLoader *l, LmdmAttn *a, int64_t d, const char *key)
     a->bk = view_slice(&a->in_b, 0, d, 2 * d);
     a->wv = view_slice(&a->in_w, 0, 2 * d, 3 * d);
     a->bv = view_slice(&a->in_b, 0, 2 * d, 3 * d);
+    a->s_wqk = a->wqk;
+    a->s_wq = a->wq;
+    a->s_wv = a->wv;
+    a->s_out = a->out_w;
 }
 
 static void load_enc_layer(DittoLoader *l, LmdmEncLayer *e, int64_t d, int64_t ff, int i)
@@ -257,6 +279,8 @@ static void load_dec_layer(DittoLoader *l, LmdmDecLayer *y, int64_t d, int64_t f
         ditto_loader_get(l, &y->ln_w[j], DITTO_SHAPE(d), "seqTransDecoder.stack.%d.norm%d.weight", i, j + 1);
         ditto_loader_get(l, &y->ln_b[j], DITTO_SHAPE(d), "seqTransDecoder.stack.%d.norm%d.bias", i, j + 1);
     }
+    y->s_w1 = y->w1;
+    y->s_w2 = y->w2;
 }
 
 /* film{1,2,3}.block.1.* of every decoder layer as one weight and one bias (DittoLmdm.film_w, film_b). */
@@ -405,6 +429,165 @@ static int round_step_weights(DittoLmdm *m)
     return 0;
 }
 
+/* contiguous float32 t on the model's backend -> host (numel floats) */
+static int fetch_f32(DittoLmdm *m, const DittoTensor *t, float *host)
+{
+    if (t->dtype != DITTO_F32 || !ditto_tensor_is_contiguous(t))
+        return ditto_fail(&m->be->log, DITTO_ERR_INVAL, "lmdm: a decoder weight is not contiguous float32");
+    return m->be->download(m->be, host, t->data, (size_t)ditto_tensor_numel(t) * sizeof(float));
+}
+
+static double max_abs(const float *v, int64_t n)
+{
+    double mx = 0;
+    for (int64_t i = 0; i < n; i++)
+        mx = fmax(mx, fabs((double)v[i]));   /* fmax drops a NaN: non-finite weights are checked apart */
+    return mx;
+}
+
+/* max over the rows of sum_j |w[r][j]| (rows, cols): bounds |w x| by it times max |x| */
+static double max_row_l1(const float *w, int64_t rows, int64_t cols)
+{
+    double mx = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        double s = 0;
+        for (int64_t j = 0; j < cols; j++)
+            s += fabs((double)w[r * cols + j]);
+        mx = fmax(mx, s);
+    }
+    return mx;
+}
+
+static bool all_finite(const float *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(v[i]))
+            return false;
+    return true;
+}
+
+/*
+ * The float16 operands of the per-step linears (DittoLmdm.op16). First a
+ * bound on every value that would be stored as float16, from the weights:
+ *   layer norm output a: |(x - mean) / std| < sqrt(D), so |a| <= A = sqrt(D)
+ *     max|ln_w| + max|ln_b|; rot(a) rotates pairs: <= sqrt(2) A;
+ *   attention output: a convex mix of value rows, |v| <= max row L1 of W_v
+ *     times the bound of its input + max|b_v| (cross: the memory rows, a
+ *     layer norm of norm_cond);
+ *   GELU(z), |GELU(z)| <= |z|: max row L1 of W1 times A + max|b1|;
+ *   the weights themselves.
+ * Above 65504 (float16's largest finite value) the copies are not made and
+ * *on stays false: the linears keep TF32 operands in float32. Else every
+ * decoder step weight gets its float16 copy (nearest even: the TF32 value
+ * of the CPU oracle in float16's normal range) and the s_* views point at
+ * them.
+ */
+static int make_step16(DittoLmdm *m, bool *on)
+{
+    const DittoLmdmDims *d = &m->dims;
+    const int64_t D = d->latent, ff = d->ff;
+    *on = false;
+    if (d->layers < 1)
+        return 0;
+    const int64_t per = 3 * D * D + 3 * D * D + 2 * ff * D;   /* self in_w + out, cross wq + out, w1, w2 */
+    const int64_t big = (3 * D > ff ? 3 * D : ff) * D;
+    float *h = ditto_malloc(sizeof(float) * (size_t)(big + 2 * D));
+    uint16_t *h16 = ditto_malloc(sizeof(uint16_t) * (size_t)(per * d->layers));
+    int rc = h && h16 ? 0 : DITTO_ERR_NOMEM;
+    double bound = 0;
+    bool finite = true;
+    /* memory rows: norm_cond's output */
+    double amem = 0;
+    if (rc >= 0)
+        rc = fetch_f32(m, &m->normc_w, h);
+    if (rc >= 0)
+        rc = fetch_f32(m, &m->normc_b, h + D);
+    if (rc >= 0)
+        amem = sqrt((double)D) * max_abs(h, D) + max_abs(h + D, D);
+    for (int i = 0; i < d->layers && rc >= 0; i++) {
+        LmdmDecLayer *y = &m->dec[i];
+        double A[3];
+        for (int j = 0; j < 3 && rc >= 0; j++) {
+            rc = fetch_f32(m, &y->ln_w[j], h);
+            if (rc >= 0)
+                rc = fetch_f32(m, &y->ln_b[j], h + D);
+            A[j] = sqrt((double)D) * max_abs(h, D) + max_abs(h + D, D);
+            bound = fmax(bound, sqrt(2.0) * A[j]);
+        }
+        /* the six weights, in the copy's order; the row L1 norms of W_v (self) and W1 on the way */
+        const DittoTensor *ws[6] = { &y->self_attn.in_w, &y->self_attn.out_w, &y->cross_attn.wq, &y->cross_attn.out_w, &y->w1, &y->w2 };
+        uint16_t *dst = h16 + per * i;
+        double l1_v = 0, l1_w1 = 0, l1_cv = 0, b_v = 0, b_1 = 0, b_cv = 0;
+        for (int k = 0; k < 6 && rc >= 0; k++) {
+            const int64_t rows = ws[k]->shape[0], cols = ws[k]->shape[1], n = rows * cols;
+            rc = fetch_f32(m, ws[k], h);
+            if (rc < 0)
+                break;
+            finite = finite && all_finite(h, n);
+            bound = fmax(bound, max_abs(h, n));
+            if (k == 0)
+                l1_v = max_row_l1(h + 2 * D * D, D, D);
+            if (k == 4)
+                l1_w1 = max_row_l1(h, rows, cols);
+            for (int64_t e = 0; e < n; e++)
+                dst[e] = ditto_half_from_f32(h[e]);
+            dst += n;
+        }
+        if (rc >= 0 && (rc = fetch_f32(m, &y->cross_attn.wv, h)) >= 0)
+            l1_cv = max_row_l1(h, D, D);
+        if (rc >= 0 && (rc = fetch_f32(m, &y->self_attn.bv, h)) >= 0)
+            b_v = max_abs(h, D);
+        if (rc >= 0 && (rc = fetch_f32(m, &y->b1, h)) >= 0)
+            b_1 = max_abs(h, ff);
+        if (rc >= 0 && (rc = fetch_f32(m, &y->cross_attn.bv, h)) >= 0)
+            b_cv = max_abs(h, D);
+        bound = fmax(bound, l1_v * A[0] + b_v);      /* self-attention output (values from a = LN1) */
+        bound = fmax(bound, l1_cv * amem + b_cv);    /* cross-attention output (values from the memory rows) */
+        bound = fmax(bound, l1_w1 * A[2] + b_1);     /* GELU(W1 LN3 + b1) */
+    }
+    ditto_free(h);
+    if (rc >= 0 && (!finite || !(bound <= 65504.0))) {
+        ditto_log(&m->be->log, DITTO_LOG_INFO, "lmdm: the decoder's TF32 operands stay float32 (%s)",
+                  finite ? "a bound on them passes float16's 65504" : "non-finite weights");
+        ditto_free(h16);
+        return 0;
+    }
+    if (rc >= 0)
+        rc = ditto_buffer_alloc(&m->step16_buf, &m->be->allocator, sizeof(uint16_t) * (size_t)(per * d->layers));
+    if (rc >= 0)
+        rc = m->be->upload(m->be, m->step16_buf.ptr, h16, sizeof(uint16_t) * (size_t)(per * d->layers));
+    ditto_free(h16);
+    if (rc < 0)
+        return ditto_fail(&m->be->log, rc, "lmdm: cannot make the float16 copies of the decoder weights");
+    uint16_t *base = m->step16_buf.ptr;
+    for (int i = 0; i < d->layers; i++) {
+        LmdmDecLayer *y = &m->dec[i];
+        uint16_t *p = base + per * i;
+        DittoTensor t = ditto_tensor(p, DITTO_F16, DITTO_SHAPE(3 * D, D));
+        t.device = m->be->device;
+        y->self_attn.s_wqk = view_slice(&t, 0, 0, 2 * D);
+        y->self_attn.s_wv = view_slice(&t, 0, 2 * D, 3 * D);
+        p += 3 * D * D;
+        t = ditto_tensor(p, DITTO_F16, DITTO_SHAPE(D, D));
+        t.device = m->be->device;
+        y->self_attn.s_out = t;
+        t.data = p += D * D;
+        y->cross_attn.s_wq = t;
+        t.data = p += D * D;
+        y->cross_attn.s_out = t;
+        p += D * D;
+        t = ditto_tensor(p, DITTO_F16, DITTO_SHAPE(ff, D));
+        t.device = m->be->device;
+        y->s_w1 = t;
+        p += ff * D;
+        t = ditto_tensor(p, DITTO_F16, DITTO_SHAPE(D, ff));
+        t.device = m->be->device;
+        y->s_w2 = t;
+    }
+    *on = true;
+    return 0;
+}
+
 int ditto_lmdm_load(DittoLmdm **out, DittoBackend *be, DittoCatalog *cat, const DittoLmdmParams *p)
 {
     if (!out || !be || !cat)
@@ -489,7 +672,9 @@ int ditto_lmdm_load(DittoLmdm **out, DittoBackend *be, DittoCatalog *cat, const 
     }
     if (rc >= 0)
         rc = make_time_table(m);
-    if (rc >= 0 && m->lin.tf32) {
+    if (rc >= 0 && m->lin.tf32 && be->device != DITTO_DEVICE_CPU)
+        rc = make_step16(m, &m->op16);
+    if (rc >= 0 && m->lin.tf32 && !m->op16) {
         rc = round_step_weights(m);
         if (rc < 0)
             ditto_fail(&be->log, rc, "lmdm: cannot round the decoder weights to TF32");
@@ -507,6 +692,7 @@ void ditto_lmdm_free(DittoLmdm **m)
     if (!m || !*m)
         return;
     ditto_buffer_free(&(*m)->time_table_buf);
+    ditto_buffer_free(&(*m)->step16_buf);
     ditto_weights_free(&(*m)->weights);
     ditto_free((*m)->enc);
     ditto_free((*m)->dec);
@@ -541,13 +727,13 @@ static int attend(DittoLmdm *m, DittoArena *ws, const DittoLinearParams *lp, con
     DittoTensor qh = view_heads(q, H);                                  /* (N,H,Lq,dh) */
     DittoTensor kh = view_heads(k, H);                                  /* (N,H,Lk,dh) */
     DittoTensor vh = view_heads(v, H);                                  /* (N,H,Lk,dh) */
-    NEW(om, N, Lq, H, dh);
+    CK(ditto_arena_tensor(ws, w->s_out.dtype, DITTO_SHAPE(N, Lq, H, dh), &om));   /* the out_proj's operand dtype */
     DittoTensor oh;
     CK(ditto_tensor_permute(&om, (const int[]){ 0, 2, 1, 3 }, &oh));    /* (N,H,Lq,dh) view: heads land concatenated */
     const DittoAttentionParams ap = { .tf32_out = lp && lp->tf32 };     /* om feeds a tf32 out_proj: TF32 values */
     CK(ditto_op_attention_ex(be, &ap, &qh, &kh, &vh, NULL, &oh));        /* softmax(q k^T / sqrt(dh)) v */
     DittoTensor omf = RESHAPE(om, y->shape[0], y->shape[1], D);
-    CK(linear(m, lp, &omf, &w->out_w, &w->out_b, y));                   /* out_proj (B,R,D) */
+    CK(linear(m, lp, &omf, &w->s_out, &w->out_b, y));                   /* out_proj (B,R,D) */
 done:
     ditto_arena_release(ws, mark);
     return rc;
@@ -566,9 +752,9 @@ static int self_attention(DittoLmdm *m, DittoArena *ws, const DittoLinearParams 
     DittoTensor qk, v;
     int rc;
     NEW(qk, B, R, 2 * D);
-    CK(linear(m, lp, ra, &w->wqk, &w->bqk, &qk));                       /* [q | k] = rot(a) [W_q | W_k]^T + b */
+    CK(linear(m, lp, ra, &w->s_wqk, &w->bqk, &qk));                     /* [q | k] = rot(a) [W_q | W_k]^T + b */
     NEW(v, B, R, D);
-    CK(linear(m, lp, a, &w->wv, &w->bv, &v));                           /* v = a W_v^T + b_v */
+    CK(linear(m, lp, a, &w->s_wv, &w->bv, &v));                         /* v = a W_v^T + b_v */
     DittoTensor qks = RESHAPE(qk, N, L, 2 * D);
     DittoTensor q = view_slice(&qks, 2, 0, D);                          /* (N,L,D) strided */
     DittoTensor k = view_slice(&qks, 2, D, 2 * D);
@@ -579,7 +765,11 @@ done:
     return rc;
 }
 
-/* Two-layer GELU MLP: y = W2 GELU(W1 a + b1) + b2; a (B,R,D) -> y (B,R,D). */
+/*
+ * Two-layer GELU MLP: y = W2 GELU(W1 a + b1) + b2; a (B,R,D) -> y (B,R,D).
+ * Float16 weights (op16): linear1 to float32, then GELU into the float16
+ * operand of linear2 (one rounding after GELU, as tf32_out does).
+ */
 static int feed_forward(DittoLmdm *m, DittoArena *ws, const DittoLinearParams *lp, const DittoTensor *w1, const DittoTensor *b1,
                         const DittoTensor *w2, const DittoTensor *b2, const DittoTensor *a, DittoTensor *y)
 {
@@ -588,6 +778,14 @@ static int feed_forward(DittoLmdm *m, DittoArena *ws, const DittoLinearParams *l
     DittoTensor f;
     int rc;
     NEW(f, B, R, ff);
+    if (w2->dtype == DITTO_F16) {
+        DittoTensor g;
+        CK(ditto_arena_tensor(ws, DITTO_F16, DITTO_SHAPE(B, R, ff), &g));
+        CK(linear(m, lp, a, w1, b1, &f));                               /* linear1 (B,R,ff) */
+        CK(ditto_op_act(m->be, DITTO_UNARY_GELU, 0.0f, &f, &g));
+        CK(linear(m, lp, &g, w2, b2, y));                               /* linear2 (B,R,D) */
+        goto done;
+    }
     DittoLinearParams l1 = lp ? *lp : (DittoLinearParams){ 0 };
     l1.gelu = true;
     l1.tf32_out = l1.tf32;                                              /* f feeds a tf32 linear2: TF32 values */
@@ -673,14 +871,14 @@ static int dec_layer(DittoLmdm *m, DittoArena *ws, const LmdmDecLayer *w, DittoT
     const LmdmFilm f1 = { y, &sp1[0], &shift[0] };
     CK(pre_norm(m, lp->tf32, h, &f1, &w->ln_w[1], &w->ln_b[1], NULL, &ra4));                      /* h += (1 + scale_1) sa + shift_1; rot(norm2(h)) */
     NEW(q, B, 2 * L, D);
-    CK(linear(m, lp, ra, &w->cross_attn.wq, &w->cross_attn.bq, &q));                    /* q = rot(a) W_q^T + b_q */
+    CK(linear(m, lp, ra, &w->cross_attn.s_wq, &w->cross_attn.bq, &q));                  /* q = rot(a) W_q^T + b_q */
     DittoTensor qs = RESHAPE(q, N, L, D);
     CK(attend(m, ws, lp, &w->cross_attn, &qs, mem_k, mem_v, &yf));                      /* MHA(rot a, rot mem, mem) */
 
     /* feed-forward block */
     const LmdmFilm f2 = { y, &sp1[1], &shift[1] };
     CK(pre_norm(m, lp->tf32, h, &f2, &w->ln_w[2], &w->ln_b[2], &a4, NULL));                       /* h += FiLM_2 (ca); a = norm3(h) */
-    CK(feed_forward(m, ws, lp, &w->w1, &w->b1, &w->w2, &w->b2, a, &yf));                /* y; FiLM 3 goes to the caller */
+    CK(feed_forward(m, ws, lp, &w->s_w1, &w->b1, &w->s_w2, &w->b2, a, &yf));            /* y; FiLM 3 goes to the caller */
     *next_scale = sp1[2];                                                                /* (prev was read above: it may be these) */
     *next_shift = shift[2];
 done:
@@ -927,8 +1125,9 @@ static int decode(DittoLmdm *m, DittoArena *ws, DittoLmdmCond *st, const DittoTe
 
     /* decoder stack: each window's two passes are one GEMM item of 2L rows; each FiLM residual lands in the next pre-norm */
     NEW(y, B, 2, L, D);
-    NEW(a, B, 2 * L, D);
-    NEW(ra, B, 2 * L, D);
+    const DittoDType adt = m->op16 ? DITTO_F16 : DITTO_F32;              /* the normalised operands of the step's linears */
+    CK(ditto_arena_tensor(ws, adt, DITTO_SHAPE(B, 2 * L, D), &a));
+    CK(ditto_arena_tensor(ws, adt, DITTO_SHAPE(B, 2 * L, D), &ra));
     DittoTensor h4 = RESHAPE(h, B, 2, L, D), f3_scale, f3_shift;
     const LmdmFilm f3 = { &y, &f3_scale, &f3_shift };                    /* the last layer's FiLM 3, applied by the next pre-norm */
     for (int i = 0; i < d->layers; i++) {

@@ -63,12 +63,19 @@ typedef struct DittoLmdmParams {
      * every backend forms the CPU oracle's products. The input projection,
      * the final layer and the once-per-window work (conditions, time
      * tables) stay float32. Off: float32 throughout (fixtures, parity).
+     * Off the CPU these TF32 operands are held as float16 (weights copied
+     * at load, activations written so): the same values in float16's
+     * normal range, which load-time bounds from the weights guarantee
+     * (else float32 storage); values under 2^-14 keep fewer bits.
      */
     bool tf32;
 } DittoLmdmParams;
 
 /* num_heads = 8, tf32 off. */
 void ditto_lmdm_params_default(DittoLmdmParams *p);
+
+/* Whether the decoder's TF32 operands are held as float16 (DittoLmdmParams.tf32 off the CPU, within bounds). */
+bool ditto_lmdm_f16_operands(const DittoLmdm *m);
 
 /* Sizes read from the checkpoint (official values in brackets). */
 typedef struct DittoLmdmDims {

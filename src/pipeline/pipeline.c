@@ -174,7 +174,7 @@ static int load_lmdm(DittoModels *m, const char *dir, uint64_t seed)
         rc = ditto_lmdm_load(&m->lmdm, m->be_motion, cat, &lp);
     ditto_catalog_close(&cat);
     ditto_log(&m->log, DITTO_LOG_INFO, "models: LMDM read %.2f s, loaded %.2f s (%s decoder linears)", t1 - t0, ditto_now() - t1,
-              lp.tf32 ? "tf32" : "float32");
+              !lp.tf32 ? "float32" : ditto_lmdm_f16_operands(m->lmdm) ? "tf32, float16 operands" : "tf32");
     if (rc >= 0) {
         const DittoLmdmDims *d = ditto_lmdm_dims(m->lmdm);
         if (d->nfeats != DITTO_MOTION_DIM || d->cond_dim != DITTO_COND_DIM || d->seq_len != DITTO_A2M_SEQ_FRAMES)

@@ -73,6 +73,11 @@ TT *tt_new_f32dev(TestCtx *c, int ndim, const int64_t *shape)
     return new_tt(c, DITTO_F32, DITTO_F32, ndim, shape);
 }
 
+TT *tt_new_f16dev(TestCtx *c, int ndim, const int64_t *shape)
+{
+    return new_tt(c, DITTO_F32, c->be->device != DITTO_DEVICE_CPU ? DITTO_F16 : DITTO_F32, ndim, shape);
+}
+
 /* Device copy in another dtype than the host (fp16 mode): bytes of the device copy. */
 static size_t dev_bytes(const TT *t)
 {

@@ -65,6 +65,7 @@ typedef struct TT {
  */
 TT *tt_new(TestCtx *c, DittoDType dtype, int ndim, const int64_t *shape);
 TT *tt_new_f32dev(TestCtx *c, int ndim, const int64_t *shape);
+TT *tt_new_f16dev(TestCtx *c, int ndim, const int64_t *shape);   /* float16 device copy off the CPU (in any mode) */
 void tt_free(TT *t);
 float *tt_f32(TT *t);                          /* host data as float (dtype must be f32) */
 void tt_fill_uniform(TT *t, float lo, float hi);   /* f32: uniform; u8: 0..255 */

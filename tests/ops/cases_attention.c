@@ -54,15 +54,22 @@ static double mask_at(const DittoTensor *m, int64_t b, int64_t h, int64_t i, int
 /* y layouts: contiguous (B,H,Lq,Dv); a permuted (B,Lq,H,Dv) buffer; a permuted (B,H,Dv,Lq) buffer (column stride Lq) */
 enum { Y_DENSE = 0, Y_HEADS_LAST, Y_TRANSPOSED };
 
-/* tf32_out: y must be TF32 values (low 13 mantissa bits zero) within one TF32 ulp of the reference, rounded the same way. */
-static void attention_run_opts(TestCtx *c, const char *name, float scale, View q, View k, View v, const View *mask, int ylayout, bool tf32_out)
+/*
+ * tf32_out: y must be TF32 values (low 13 mantissa bits zero) within one TF32 ulp of the reference, rounded the same way.
+ * y16: y float16 on a device (the LMDM's float16 operands of out_proj), within one float16 ulp of the rounded reference.
+ */
+static void attention_run_opts(TestCtx *c, const char *name, float scale, View q, View k, View v, const View *mask, int ylayout, bool tf32_out,
+                               bool y16)
 {
+    if (y16 && c->be->device == DITTO_DEVICE_CPU)
+        return;
     int64_t B = q.h.shape[0], H = q.h.shape[1], Lq = q.h.shape[2], D = q.h.shape[3];
     int64_t Lk = k.h.shape[2], Dv = v.h.shape[3];
     static const int perm_heads_last[4] = { 0, 2, 1, 3 }, perm_transposed[4] = { 0, 1, 3, 2 };
-    TT *y = ylayout == Y_HEADS_LAST   ? new_out(c, DITTO_F32, 4, (int64_t[]){ B, Lq, H, Dv })
-            : ylayout == Y_TRANSPOSED ? new_out(c, DITTO_F32, 4, (int64_t[]){ B, H, Dv, Lq })
-                                      : new_out(c, DITTO_F32, 4, (int64_t[]){ B, H, Lq, Dv });
+    const int64_t ysh[3][4] = { { B, H, Lq, Dv }, { B, Lq, H, Dv }, { B, H, Dv, Lq } };
+    TT *y = y16 ? tt_new_f16dev(c, 4, ysh[ylayout]) : new_out(c, DITTO_F32, 4, ysh[ylayout]);
+    if (y16)
+        tt_to_dev(y);
     View yv = view_of(y);
     if (ylayout == Y_HEADS_LAST)
         yv = view_permute(yv, perm_heads_last);
@@ -99,7 +106,12 @@ static void attention_run_opts(TestCtx *c, const char *name, float scale, View q
             }
     const DittoAttentionParams ap = { .scale = scale, .tf32_out = tf32_out };
     int rc = ditto_op_attention_ex(c->be, &ap, &q.d, &k.d, &v.d, mask ? &mask->d : NULL, &yv.d);
-    if (tf32_out) {
+    if (y16) {
+        const int64_t n = B * H * Lq * Dv;
+        for (int64_t i = 0; i < n; i++)
+            ref[i] = ditto_half_to_f32(ditto_half_from_f32((float)ref[i]));
+        op_check(c, name, rc, y, ref, 1e-3, 2e-3);
+    } else if (tf32_out) {
         const int64_t n = B * H * Lq * Dv;
         for (int64_t i = 0; i < n; i++)
             ref[i] = ditto_tf32_round((float)ref[i]);
@@ -124,7 +136,7 @@ static void attention_run_opts(TestCtx *c, const char *name, float scale, View q
 
 static void attention_run_y(TestCtx *c, const char *name, float scale, View q, View k, View v, const View *mask, int ylayout)
 {
-    attention_run_opts(c, name, scale, q, k, v, mask, ylayout, false);
+    attention_run_opts(c, name, scale, q, k, v, mask, ylayout, false, false);
 }
 
 static void attention_run(TestCtx *c, const char *name, float scale, View q, View k, View v, const View *mask)
@@ -233,8 +245,10 @@ static void test_attention(TestCtx *c)
         View ck = view_permute(view_reshape(view_of(mk), 4, (int64_t[]){ 2, 82, 8, 64 }), perm);
         View cv = view_permute(view_reshape(view_of(mv), 4, (int64_t[]){ 2, 82, 8, 64 }), perm);
         attention_run_y(c, "attention/lmdm_b1_cross", 0, q, ck, cv, NULL, Y_HEADS_LAST);
-        attention_run_opts(c, "attention/lmdm_b1_self_tf32_out", 0, q, k, v, NULL, Y_HEADS_LAST, true);
-        attention_run_opts(c, "attention/lmdm_b1_cross_tf32_out", 0, q, ck, cv, NULL, Y_HEADS_LAST, true);
+        attention_run_opts(c, "attention/lmdm_b1_self_tf32_out", 0, q, k, v, NULL, Y_HEADS_LAST, true, false);
+        attention_run_opts(c, "attention/lmdm_b1_cross_tf32_out", 0, q, ck, cv, NULL, Y_HEADS_LAST, true, false);
+        attention_run_opts(c, "attention/lmdm_b1_self_y16", 0, q, k, v, NULL, Y_HEADS_LAST, false, true);
+        attention_run_opts(c, "attention/lmdm_b1_cross_y16", 0, q, ck, cv, NULL, Y_HEADS_LAST, false, true);
         tt_free(qk);
         tt_free(vs);
         tt_free(mk);
@@ -254,9 +268,9 @@ static void test_attention(TestCtx *c)
         TT *m = new_rand(c, 2, (int64_t[]){ 17, 40 }, -1, 1), *kl = new_normal(c, 4, (int64_t[]){ 2, 3, 300, 64 });
         TT *vl = new_normal(c, 4, (int64_t[]){ 2, 3, 300, 64 });
         View mv = view_of(m);
-        attention_run_opts(c, "attention/tile_y_t_tf32_out", 0, view_of(q), view_of(k), view_of(v), NULL, Y_TRANSPOSED, true);
-        attention_run_opts(c, "attention/small_mask_tf32_out", 0, view_of(q), view_of(k), view_of(v), &mv, Y_HEADS_LAST, true);
-        attention_run_opts(c, "attention/long_k_tf32_out", 0, view_of(q), view_of(kl), view_of(vl), NULL, Y_HEADS_LAST, true);
+        attention_run_opts(c, "attention/tile_y_t_tf32_out", 0, view_of(q), view_of(k), view_of(v), NULL, Y_TRANSPOSED, true, false);
+        attention_run_opts(c, "attention/small_mask_tf32_out", 0, view_of(q), view_of(k), view_of(v), &mv, Y_HEADS_LAST, true, false);
+        attention_run_opts(c, "attention/long_k_tf32_out", 0, view_of(q), view_of(kl), view_of(vl), NULL, Y_HEADS_LAST, true, false);
         tt_free(m);
         tt_free(kl);
         tt_free(vl);

@@ -320,6 +320,41 @@ static void linear_opts_case(TestCtx *c, const int64_t *xsh, int64_t out, bool t
     tt_free(y);
 }
 
+/*
+ * Float16 operands, float32 output (the LMDM's TF32 operands held as
+ * float16 off the CPU): x and w float16 on the device, bias and y float32;
+ * the reference sums the exact products of the float16 values in double.
+ * Tensor cores add exact products in float32: the tf32 tolerance of
+ * linear_opts_case (rel_l2 4e-6). Devices only (the CPU stores float32).
+ */
+static void linear_f16_operands_case(TestCtx *c, const int64_t *xsh, int64_t out)
+{
+    char name[160], s1[DITTO_SHAPE_STR_MAX];
+    snprintf(name, sizeof name, "linear f16 operands %s -> %lld bias f32", shape_name(s1, sizeof s1, 3, xsh), (long long)out);
+    if (c->be->device == DITTO_DEVICE_CPU || !test_selected(c, name))
+        return;
+    const int64_t in = xsh[2], rows = xsh[0] * xsh[1];
+    TT *x = tt_new_f16dev(c, 3, xsh), *w = tt_new_f16dev(c, 2, (int64_t[]){ out, in }), *b = tt_new_f32dev(c, 1, &out);
+    TT *y = tt_new_f32dev(c, 3, (int64_t[]){ xsh[0], xsh[1], out });
+    tt_fill_uniform(x, -1, 1);
+    tt_fill_uniform(w, -1, 1);
+    tt_fill_uniform(b, -1, 1);
+    tt_to_dev(x);   /* rounds the host values to float16 too */
+    tt_to_dev(w);
+    tt_to_dev(b);
+    tt_to_dev(y);
+    double *ref = ref_alloc(rows * out);
+    ref_linear(rows, in, out, tt_f32(x), tt_f32(w), tt_f32(b), false, ref);
+    const DittoLinearParams lp = { .tf32 = true };
+    int rc = ditto_op_linear_ex(c->be, &lp, &x->dev, &w->dev, &b->dev, &y->dev);
+    op_check(c, name, rc, y, ref, 4e-6, TOL_MAX);
+    free(ref);
+    tt_free(x);
+    tt_free(w);
+    tt_free(b);
+    tt_free(y);
+}
+
 static bool same_host_bits(const void *a, const void *b, size_t n)
 {
     return !memcmp(a, b, n);
@@ -418,6 +453,11 @@ static void test_linear(TestCtx *c)
     /* TF32 operands (as the LMDM feeds its tf32 linears): every backend at the float32 tolerance */
     linear_opts_case(c, (int64_t[]){ 2, 160, 512 }, 1024, true, false, false);
     linear_opts_case(c, (int64_t[]){ 1, 160, 1024 }, 512, true, true, false);
+    /* float16 operands, float32 output: the LMDM step's shapes (QK, V / out_proj, linear1, linear2) and an odd one */
+    linear_f16_operands_case(c, (int64_t[]){ 1, 160, 512 }, 1024);
+    linear_f16_operands_case(c, (int64_t[]){ 1, 160, 512 }, 512);
+    linear_f16_operands_case(c, (int64_t[]){ 2, 160, 1024 }, 512);
+    linear_f16_operands_case(c, (int64_t[]){ 2, 25, 36 }, 70);
     linear_opts_case(c, (int64_t[]){ 3, 7, 13 }, 5, true, false, false);
     linear_opts_case(c, (int64_t[]){ 2, 160, 512 }, 1024, true, true, true);
     linear_opts_case(c, (int64_t[]){ 1, 160, 1024 }, 512, true, false, true);

@@ -2,8 +2,9 @@
  * CUDA attention, rotary embedding and the fused pre-norm of rotary layers
  * (float32 or float16 storage, fp32 math).
  *
- * Attention, the LMDM shapes (float32, head dim 64, up to 128 keys, no mask,
- * rows of q/k/v with unit stride and 16-byte alignment): one block per
+ * Attention, the LMDM shapes (float32 q/k/v, head dim 64, up to 128 keys, no
+ * mask, rows of q/k/v with unit stride and 16-byte alignment; y float32 or
+ * float16): one block per
  * (batch, head, tile of QT query rows), QT/4 warps. The tile's Q, the head's
  * K and V go to shared memory with cp.async (K first, in its own group, so
  * the scores start while V is in flight). Each warp owns 4 query rows and its
@@ -520,14 +521,14 @@ static __global__ void __launch_bounds__(QT * 8) attention_tile_kernel(const __g
         y[3][0] = fmaf(p.w, v.x, y[3][0]);
         y[3][1] = fmaf(p.w, v.y, y[3][1]);
     }
-    float *yg = (float *)a.y + b * a.ys[0] + h * a.ys[1];
+    const int64_t yb = b * a.ys[0] + h * a.ys[1];
 #pragma unroll
     for (int r = 0; r < 4; r++) {
         const int64_t i = i0 + 4 * w + r;
         if (i < a.Lq) {
-            float *yr = yg + i * a.ys[2] + (int64_t)(2 * lane) * a.ys[3];
-            yr[0] = a.r32 ? ditto_tf32_round(y[r][0]) : y[r][0];
-            yr[a.ys[3]] = a.r32 ? ditto_tf32_round(y[r][1]) : y[r][1];
+            const int64_t yo = yb + i * a.ys[2] + (int64_t)(2 * lane) * a.ys[3];
+            ditto_st(a.y, yo, a.r32 ? ditto_tf32_round(y[r][0]) : y[r][0], a.yh);
+            ditto_st(a.y, yo + a.ys[3], a.r32 ? ditto_tf32_round(y[r][1]) : y[r][1], a.yh);
         }
     }
 }
@@ -558,7 +559,7 @@ static int attention_tile(DittoBackend *be, const AttnArgs &a, int64_t B, cudaSt
         const char *e = getenv("DITTO_CUDA_ATTN");
         off = e && !strcmp(e, "small");
     }
-    if (off || a.mask || a.qh || a.kh || a.vh || a.yh || a.D != ATT_T_D || a.Dv != ATT_T_D || a.Lk < 1 || a.Lk > ATT_T_MAXK)
+    if (off || a.mask || a.qh || a.kh || a.vh || a.D != ATT_T_D || a.Dv != ATT_T_D || a.Lk < 1 || a.Lk > ATT_T_MAXK)
         return 0;
     if (a.qs[3] != 1 || a.ks[3] != 1 || a.vs[3] != 1 || (uintptr_t)a.q % 16 || (uintptr_t)a.k % 16 || (uintptr_t)a.v % 16)
         return 0;
