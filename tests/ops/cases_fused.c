@@ -388,7 +388,7 @@ static void lnr_tf32_values(TestCtx *c, const char *name, TT *t)
  * apart at most where the float result sits at a rounding boundary: 2e-3),
  * and the outputs must be TF32 values.
  */
-static void lnr_run_opts(TestCtx *c, const char *name, LnrCase *k, bool want_a, bool want_ra, bool tf32_out)
+static void lnr_run_opts(TestCtx *c, const char *name, LnrCase *k, bool want_a, bool want_ra, bool tf32_out, bool out16)
 {
     const DittoTensor *h = &k->h.h;
     const int64_t n = ditto_tensor_numel(h);
@@ -400,8 +400,26 @@ static void lnr_run_opts(TestCtx *c, const char *name, LnrCase *k, bool want_a, 
             ra_ref[i] = ditto_tf32_round((float)ra_ref[i]);
         }
     }
-    const double tol = tf32_out ? 2e-3 : 1e-6, tol_max = tf32_out ? 2e-3 : 1e-5;
-    TT *a = want_a ? new_out(c, DITTO_F32, h->ndim, h->shape) : NULL, *ra = want_ra ? new_out(c, DITTO_F32, h->ndim, h->shape) : NULL;
+    if (out16) {
+        /* float16 outputs: one rounding of the float result; ra rotates the stored (rounded) a: within 2 float16 ulps */
+        for (int64_t i = 0; i < n; i++) {
+            a_ref[i] = ditto_half_to_f32(ditto_half_from_f32((float)a_ref[i]));
+            ra_ref[i] = ditto_half_to_f32(ditto_half_from_f32((float)ra_ref[i]));
+        }
+    }
+    const double tol = tf32_out || out16 ? 2e-3 : 1e-6, tol_max = tf32_out || out16 ? 2e-3 : 1e-5;
+    TT *a = NULL, *ra = NULL;
+    if (out16) {
+        a = want_a ? tt_new_f16dev(c, h->ndim, h->shape) : NULL;
+        ra = want_ra ? tt_new_f16dev(c, h->ndim, h->shape) : NULL;
+        if (a)
+            tt_to_dev(a);
+        if (ra)
+            tt_to_dev(ra);
+    } else {
+        a = want_a ? new_out(c, DITTO_F32, h->ndim, h->shape) : NULL;
+        ra = want_ra ? new_out(c, DITTO_F32, h->ndim, h->shape) : NULL;
+    }
     const DittoLnRotaryParams p = { .eps = LNR_EPS, .pos_offset = k->pos, .tf32_out = tf32_out };
     const bool film = k->y.h.data != NULL;
     int rc = ditto_op_layer_norm_rotary(c->be, &p, &k->h.d, film ? &k->y.d : NULL, film ? &k->sc.d : NULL, film ? &k->sh.d : NULL,
@@ -435,7 +453,7 @@ static void lnr_run_opts(TestCtx *c, const char *name, LnrCase *k, bool want_a, 
 
 static void lnr_run(TestCtx *c, const char *name, LnrCase *k, bool want_a, bool want_ra)
 {
-    lnr_run_opts(c, name, k, want_a, want_ra, false);
+    lnr_run_opts(c, name, k, want_a, want_ra, false, false);
 }
 
 static void lnr_free(LnrCase *k)
@@ -563,13 +581,23 @@ static void test_layer_norm_rotary(TestCtx *c)
     if (test_selected(c, "layer_norm_rotary/lmdm_tf32_out")) {
         LnrCase k;
         lnr_make(c, &k, 4, (int64_t[]){ 1, 2, 80, 512 }, true, true, 0);
-        lnr_run_opts(c, "layer_norm_rotary/lmdm_tf32_out", &k, true, true, true);
+        lnr_run_opts(c, "layer_norm_rotary/lmdm_tf32_out", &k, true, true, true, false);
+        lnr_free(&k);
+    }
+    /* float16 outputs from float32 h (the LMDM's float16 operands off the CPU): both, ra only, a only */
+    const char *const o16[3] = { "layer_norm_rotary/lmdm_out16", "layer_norm_rotary/lmdm_ra16", "layer_norm_rotary/lmdm_a16" };
+    for (int i = 0; i < 3; i++) {
+        if (c->be->device == DITTO_DEVICE_CPU || !test_selected(c, o16[i]))
+            continue;
+        LnrCase k;
+        lnr_make(c, &k, 4, (int64_t[]){ 1, 2, 80, 512 }, true, true, 0);
+        lnr_run_opts(c, o16[i], &k, i != 1, i != 2, false, true);
         lnr_free(&k);
     }
     if (test_selected(c, "layer_norm_rotary/wide_tf32_out")) {
         LnrCase k;
         lnr_make(c, &k, 3, (int64_t[]){ 1, 3, 2050 }, false, true, 2);
-        lnr_run_opts(c, "layer_norm_rotary/wide_tf32_out", &k, true, true, true);
+        lnr_run_opts(c, "layer_norm_rotary/wide_tf32_out", &k, true, true, true, false);
         lnr_free(&k);
     }
     lnr_seq(c, "layer_norm_rotary/seq_lmdm", 4, (int64_t[]){ 2, 2, 80, 512 }, 0);

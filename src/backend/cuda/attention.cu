@@ -4,18 +4,19 @@
  *
  * Attention, the LMDM shapes (float32 q/k/v, head dim 64, up to 128 keys, no
  * mask, rows of q/k/v with unit stride and 16-byte alignment; y float32 or
- * float16): one block per
- * (batch, head, tile of QT query rows), QT/4 warps. The tile's Q, the head's
- * K and V go to shared memory with cp.async (K first, in its own group, so
- * the scores start while V is in flight). Each warp owns 4 query rows and its
- * lanes the keys lane, lane+32, ...: the 4 x 4 scores of a thread come from
- * float4 shared loads (q broadcast, K rows padded to 68 floats: no bank
- * conflicts), fp32 products summed in order over the 64 dims. Softmax per row
- * stays in registers (warp max and sum; p = e * (1/sum) as the CPU does); the
- * probabilities go to shared memory transposed (4 rows of a key in one
- * float4), then each lane accumulates 2 output columns of the 4 rows over the
- * keys in order. QT is 16, or 8 when 16-row tiles would leave more than
- * half the SMs idle.
+ * float16): one block per (batch, head, tile of QT query rows), QT/2 warps.
+ * The tile's Q, the head's K and V go to shared memory with cp.async (K
+ * first, in its own group, so the scores start while V is in flight). Each
+ * warp owns 2 query rows and its lanes the keys lane, lane+32, ...: the 2 x 4
+ * scores of a thread come from float4 shared loads (q broadcast, K rows
+ * padded to 68 floats: no bank conflicts), fp32 products summed in order over
+ * the 64 dims. Softmax per row stays in registers (warp max and sum; p = e *
+ * (1/sum) as the CPU does); the probabilities go to shared memory transposed
+ * (2 rows of a key in one float2), then each lane accumulates 2 output
+ * columns of the 2 rows over the keys in order. The kernel is bound by the
+ * issue rate of its few warps per SM: 2 rows per warp (not 4) halve each
+ * warp's serial work and double the warps. QT is 16, or 8 when 16-row tiles
+ * would leave more than half the SMs idle.
  *
  * Attention, short key rows otherwise (K and V of a head fit in shared
  * memory): one block per (batch, head, tile of query rows) stages the head's
@@ -372,6 +373,7 @@ static __global__ void __launch_bounds__(ATT_SMALL_THREADS) attention_small_kern
 #define ATT_T_D 64                       /* head dim (q, k and v) */
 #define ATT_T_KP (ATT_T_D + 4)           /* K row pitch: float4 reads of different rows hit different banks */
 #define ATT_T_MAXK 128                   /* keys: 4 per lane */
+#define ATT_T_R 2                        /* query rows per warp (the P^T and y code is written for 2) */
 
 static size_t att_tile_smem(int qt, int64_t lk)
 {
@@ -404,10 +406,11 @@ static __device__ __forceinline__ void cp_wait()
 #endif
 }
 
+/* QT query rows per block, ATT_T_R per warp */
 template <int QT>
-static __global__ void __launch_bounds__(QT * 8) attention_tile_kernel(const __grid_constant__ AttnArgs a)
+static __global__ void __launch_bounds__(QT / ATT_T_R * 32) attention_tile_kernel(const __grid_constant__ AttnArgs a)
 {
-    constexpr int NT = QT * 8, PP = QT + 4, D4 = ATT_T_D / 4;
+    constexpr int R = ATT_T_R, NT = QT / R * 32, PP = QT + 4, D4 = ATT_T_D / 4;
     extern __shared__ __align__(16) float sm[];
     const int Lk = (int)a.Lk, nkc = (Lk + 31) / 32;
     float *qs = sm, *ks = qs + QT * ATT_T_D, *vs = ks + Lk * ATT_T_KP, *pt = vs + Lk * ATT_T_D;
@@ -437,30 +440,30 @@ static __global__ void __launch_bounds__(QT * 8) attention_tile_kernel(const __g
     cp_wait<1>();
     __syncthreads();
 
-    /* scores of rows 4w..4w+3 against keys lane + 32 c: s[r][c] = sum_d q[r][d] k[j][d], d in order */
-    float s[4][4];
+    /* scores of rows R w .. R w + R-1 against keys lane + 32 c: s[r][c] = sum_d q[r][d] k[j][d], d in order */
+    float s[R][4];
 #pragma unroll
-    for (int r = 0; r < 4; r++)
+    for (int r = 0; r < R; r++)
 #pragma unroll
         for (int c = 0; c < 4; c++)
             s[r][c] = 0.0f;
-    const float *q0 = qs + (4 * w) * ATT_T_D;
+    const float *q0 = qs + (R * w) * ATT_T_D;
     const float *kr[4];
 #pragma unroll
     for (int c = 0; c < 4; c++)
         kr[c] = ks + min(lane + 32 * c, Lk - 1) * ATT_T_KP;   /* keys past Lk read the last one, masked below */
 #pragma unroll 4
     for (int d = 0; d < ATT_T_D; d += 4) {
-        float4 qv[4];
+        float4 qv[R];
 #pragma unroll
-        for (int r = 0; r < 4; r++)
+        for (int r = 0; r < R; r++)
             qv[r] = *(const float4 *)(q0 + r * ATT_T_D + d);
 #pragma unroll
         for (int c = 0; c < 4; c++) {
             if (c < nkc) {
                 const float4 kv = *(const float4 *)(kr[c] + d);
 #pragma unroll
-                for (int r = 0; r < 4; r++) {
+                for (int r = 0; r < R; r++) {
                     s[r][c] = fmaf(qv[r].x, kv.x, s[r][c]);
                     s[r][c] = fmaf(qv[r].y, kv.y, s[r][c]);
                     s[r][c] = fmaf(qv[r].z, kv.z, s[r][c]);
@@ -471,7 +474,7 @@ static __global__ void __launch_bounds__(QT * 8) attention_tile_kernel(const __g
     }
     /* softmax per row over the warp: max subtracted, float sum, p = e * (1/sum) */
 #pragma unroll
-    for (int r = 0; r < 4; r++) {
+    for (int r = 0; r < R; r++) {
         float mx = -INFINITY;
 #pragma unroll
         for (int c = 0; c < 4; c++) {
@@ -496,35 +499,33 @@ static __global__ void __launch_bounds__(QT * 8) attention_tile_kernel(const __g
     for (int c = 0; c < 4; c++) {
         int j = lane + 32 * c;
         if (c < nkc && j < Lk)
-            *(float4 *)(pt + j * PP + 4 * w) = make_float4(s[0][c], s[1][c], s[2][c], s[3][c]);
+            *(float2 *)(pt + j * PP + R * w) = make_float2(s[0][c], s[1][c]);
     }
     cp_wait<0>();
     __syncthreads();   /* V in shared memory (P^T rows are the warp's own: ordered by the same barrier) */
 
     /* y[r][2 lane + t] = sum_j p[r][j] v[j][2 lane + t], j in order */
-    float y[4][2];
+    float y[R][2];
 #pragma unroll
-    for (int r = 0; r < 4; r++)
+    for (int r = 0; r < R; r++)
         y[r][0] = y[r][1] = 0.0f;
-    const float *pw = pt + 4 * w;
+    const float *pw = pt + R * w;
     const float *vc = vs + 2 * lane;
 #pragma unroll 4
     for (int j = 0; j < Lk; j++) {
-        const float4 p = *(const float4 *)(pw + j * PP);
+        const float2 p2 = *(const float2 *)(pw + j * PP);
+        const float p[R] = { p2.x, p2.y };
         const float2 v = *(const float2 *)(vc + j * ATT_T_D);
-        y[0][0] = fmaf(p.x, v.x, y[0][0]);
-        y[0][1] = fmaf(p.x, v.y, y[0][1]);
-        y[1][0] = fmaf(p.y, v.x, y[1][0]);
-        y[1][1] = fmaf(p.y, v.y, y[1][1]);
-        y[2][0] = fmaf(p.z, v.x, y[2][0]);
-        y[2][1] = fmaf(p.z, v.y, y[2][1]);
-        y[3][0] = fmaf(p.w, v.x, y[3][0]);
-        y[3][1] = fmaf(p.w, v.y, y[3][1]);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            y[r][0] = fmaf(p[r], v.x, y[r][0]);
+            y[r][1] = fmaf(p[r], v.y, y[r][1]);
+        }
     }
     const int64_t yb = b * a.ys[0] + h * a.ys[1];
 #pragma unroll
-    for (int r = 0; r < 4; r++) {
-        const int64_t i = i0 + 4 * w + r;
+    for (int r = 0; r < R; r++) {
+        const int64_t i = i0 + R * w + r;
         if (i < a.Lq) {
             const int64_t yo = yb + i * a.ys[2] + (int64_t)(2 * lane) * a.ys[3];
             ditto_st(a.y, yo, a.r32 ? ditto_tf32_round(y[r][0]) : y[r][0], a.yh);
@@ -591,9 +592,9 @@ static int attention_tile(DittoBackend *be, const AttnArgs &a, int64_t B, cudaSt
     }
     dim3 grid((unsigned)bhs, (unsigned)tiles);
     if (big)
-        attention_tile_kernel<16><<<grid, 16 * 8, smem, st>>>(a);
+        attention_tile_kernel<16><<<grid, 16 / ATT_T_R * 32, smem, st>>>(a);
     else
-        attention_tile_kernel<8><<<grid, 8 * 8, smem, st>>>(a);
+        attention_tile_kernel<8><<<grid, 8 / ATT_T_R * 32, smem, st>>>(a);
     DITTO_CUDA_LAUNCHED(be);
     return 1;
 }
@@ -898,6 +899,132 @@ static __global__ void __launch_bounds__(LNR_THREADS) k_layer_norm_rotary(const 
     }
 }
 
+/* Store the pair (v0, v1) at element 2k of a float32 or float16 row (8- or 4-byte aligned). */
+static __device__ __forceinline__ void st_pair(void *row, int k, float v0, float v1, bool f16)
+{
+    if (f16)
+        ((__half2 *)row)[k] = __floats2half2_rn(v0, v1);
+    else
+        ((float2 *)row)[k] = make_float2(v0, v1);
+}
+
+/*
+ * The same arithmetic as k_layer_norm_rotary, in the same order (so the
+ * same bits), for the LMDM's layouts: float32 h, y, scale, shift, weight,
+ * bias and freqs whose pairs are float2-aligned, contiguous outputs. The
+ * generic kernel loads and stores element by element through void pointers,
+ * so each FiLM element (and each output's weight, bias, frequency) waited
+ * for the store before it: about eight dependent memory round trips per
+ * thread. Here every load is issued first, the rotary's cos/sin are taken
+ * while the statistics reduce, and stores come last.
+ */
+template <int NP>
+static __global__ void __launch_bounds__(LNR_THREADS) k_lnr_vec(const __grid_constant__ LnRotArgs a)
+{
+    __shared__ double sh[LNR_THREADS / 32];
+    const int64_t row = blockIdx.x;
+    const int tid = threadIdx.x, half = (int)(a.C / 2);
+    float2 *hrow = (float2 *)((float *)a.h + row * a.C);
+    /* 32-bit index arithmetic (lnr_vec_ok: rows and dims fit): a 64-bit division is a long instruction sequence */
+    int64_t yo = 0, sco = 0, sho = 0;
+    if (a.y) {
+        uint32_t r = (uint32_t)row;
+        for (int d = a.nd - 2; d >= 0; d--) {
+            const uint32_t n = (uint32_t)a.shape[d], q = r / n, i = r - q * n;
+            r = q;
+            yo += i * a.ys[d];
+            sco += i * a.scs[d];
+            sho += i * a.shs[d];
+        }
+    }
+    const float2 *yr = (const float2 *)((const float *)a.y + yo), *scr = (const float2 *)((const float *)a.sc + sco);
+    const float2 *shr = (const float2 *)((const float *)a.sh + sho);
+    float2 x[NP], yv[NP], sv[NP], tv[NP], wv[NP], bv[NP];
+    float fq[NP];
+#pragma unroll
+    for (int j = 0; j < NP; j++) {
+        const int k = tid + LNR_THREADS * j;
+        if (k < half) {
+            x[j] = hrow[k];
+            if (a.y) {
+                yv[j] = yr[k];
+                sv[j] = scr[k];
+                tv[j] = shr[k];
+            }
+            if (a.w)
+                wv[j] = ((const float2 *)a.w)[k];
+            if (a.b)
+                bv[j] = ((const float2 *)a.b)[k];
+            if (a.ra)
+                fq[j] = a.freqs[k];
+        }
+    }
+    double acc = 0.0;
+#pragma unroll
+    for (int j = 0; j < NP; j++) {
+        if (tid + LNR_THREADS * j < half) {
+            if (a.y) {
+                /* FiLM as the film op: MUL, ADD shift, ADD residual, each rounded */
+                x[j].x = __fadd_rn(x[j].x, __fadd_rn(__fmul_rn(sv[j].x, yv[j].x), tv[j].x));
+                x[j].y = __fadd_rn(x[j].y, __fadd_rn(__fmul_rn(sv[j].y, yv[j].y), tv[j].y));
+                hrow[tid + LNR_THREADS * j] = x[j];
+            }
+            acc += (double)x[j].x;
+            acc += (double)x[j].y;
+        }
+    }
+    const float pos = (float)(a.pos_offset + (int64_t)((uint32_t)row % (uint32_t)a.L));
+    float cs[NP], sn[NP];
+#pragma unroll
+    for (int j = 0; j < NP; j++) {
+        cs[j] = 1.0f;
+        sn[j] = 0.0f;
+        if (a.ra && tid + LNR_THREADS * j < half) {
+            const float th = pos * fq[j];
+            cs[j] = cosf(th);
+            sn[j] = sinf(th);
+        }
+    }
+    const double mean = lnr_block_sum(acc, sh) / (double)a.C;
+    acc = 0.0;
+#pragma unroll
+    for (int j = 0; j < NP; j++) {
+        if (tid + LNR_THREADS * j < half) {
+            double d0 = (double)x[j].x - mean, d1 = (double)x[j].y - mean;
+            acc += d0 * d0;
+            acc += d1 * d1;
+        }
+    }
+    const double var = lnr_block_sum(acc, sh) / (double)a.C;
+    const float m_hi = (float)mean, m_lo = (float)(mean - (double)m_hi), rstd = (float)(1.0 / sqrt(var + a.eps));
+    const bool nh = a.a ? a.ah : a.rah;
+    void *arow = a.a ? (char *)a.a + (size_t)(row * a.C) * (a.ah ? 2 : 4) : NULL;
+    void *rrow = a.ra ? (char *)a.ra + (size_t)(row * a.C) * (a.rah ? 2 : 4) : NULL;
+#pragma unroll
+    for (int j = 0; j < NP; j++) {
+        const int k = tid + LNR_THREADS * j;
+        if (k < half) {
+            const float s0 = a.w ? rstd * wv[j].x : rstd, s1 = a.w ? rstd * wv[j].y : rstd;
+            float o0 = fmaf((x[j].x - m_hi) - m_lo, s0, a.b ? bv[j].x : 0.0f);
+            float o1 = fmaf((x[j].y - m_hi) - m_lo, s1, a.b ? bv[j].y : 0.0f);
+            if (arow) {
+                const bool r = a.r32 && !a.ah;
+                st_pair(arow, k, r ? ditto_tf32_round(o0) : o0, r ? ditto_tf32_round(o1) : o1, a.ah);
+            }
+            o0 = as_stored(o0, nh);
+            o1 = as_stored(o1, nh);
+            if (rrow) {
+                float r0 = __fsub_rn(__fmul_rn(o0, cs[j]), __fmul_rn(o1, sn[j])), r1 = __fadd_rn(__fmul_rn(o1, cs[j]), __fmul_rn(o0, sn[j]));
+                if (a.r32 && !a.rah) {
+                    r0 = ditto_tf32_round(r0);
+                    r1 = ditto_tf32_round(r1);
+                }
+                st_pair(rrow, k, r0, r1, a.rah);
+            }
+        }
+    }
+}
+
 /* x[i] = the nearest TF32 value of x[i]. */
 static __global__ void k_round_tf32(float *x, int64_t n)
 {
@@ -906,9 +1033,41 @@ static __global__ void k_round_tf32(float *x, int64_t n)
 }
 
 template <int NP>
-static void launch_lnr(const LnRotArgs &a, cudaStream_t st)
+static void launch_lnr(const LnRotArgs &a, bool vec, cudaStream_t st)
 {
-    k_layer_norm_rotary<NP><<<(unsigned)a.rows, LNR_THREADS, 0, st>>>(a);
+    if (vec)
+        k_lnr_vec<NP><<<(unsigned)a.rows, LNR_THREADS, 0, st>>>(a);
+    else
+        k_layer_norm_rotary<NP><<<(unsigned)a.rows, LNR_THREADS, 0, st>>>(a);
+}
+
+static bool al8(const void *p)
+{
+    return (uintptr_t)p % 8 == 0;
+}
+
+/* k_lnr_vec's layouts: float32 inputs whose pairs are float2-aligned (even strides, unit last stride), contiguous freqs. */
+static bool lnr_vec_ok(const LnRotArgs &k)
+{
+    if (k.rows > INT32_MAX || k.L > INT32_MAX)
+        return false;
+    for (int i = 0; i < k.nd; i++)
+        if (k.shape[i] > INT32_MAX)
+            return false;
+    if (k.hh || !al8(k.h) || (k.w && (k.wh || !al8(k.w))) || (k.b && (k.bh || !al8(k.b))) || (k.a && !al8(k.a)) || (k.ra && !al8(k.ra)))
+        return false;
+    if (k.ra && (k.fd.ndim != 1 || k.fd.stride[0] != 1))
+        return false;
+    if (k.y) {
+        if (k.yh || k.sch || k.shh || !al8(k.y) || !al8(k.sc) || !al8(k.sh))
+            return false;
+        if (k.ys[k.nd - 1] != 1 || k.scs[k.nd - 1] != 1 || k.shs[k.nd - 1] != 1)
+            return false;
+        for (int i = 0; i < k.nd - 1; i++)
+            if (k.ys[i] % 2 || k.scs[i] % 2 || k.shs[i] % 2)
+                return false;
+    }
+    return true;
 }
 
 /* Element strides of t broadcast to h's shape (same rank): 0 on its size-1 dims. */
@@ -1001,14 +1160,15 @@ static int cuda_layer_norm_rotary(DittoBackend *be, const DittoLnRotaryParams *p
         }
     }
     cudaStream_t st = ditto_cuda(be)->stream;
+    const bool vec = lnr_vec_ok(k);
     if (half <= LNR_THREADS)
-        launch_lnr<1>(k, st);
+        launch_lnr<1>(k, vec, st);
     else if (half <= 2 * LNR_THREADS)
-        launch_lnr<2>(k, st);
+        launch_lnr<2>(k, vec, st);
     else if (half <= 4 * LNR_THREADS)
-        launch_lnr<4>(k, st);
+        launch_lnr<4>(k, vec, st);
     else
-        launch_lnr<8>(k, st);
+        launch_lnr<8>(k, vec, st);
     DITTO_CUDA_LAUNCHED(be);
     return 0;
 }
