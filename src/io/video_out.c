@@ -23,6 +23,7 @@
 #include <libavformat/avformat.h>
 #include <libavutil/audio_fifo.h>
 #include <libavutil/channel_layout.h>
+#include <libavutil/hwcontext.h>
 #include <libavutil/opt.h>
 #include <libswresample/swresample.h>
 #endif
@@ -36,6 +37,7 @@ void ditto_video_writer_params_default(DittoVideoWriterParams *p)
     p->bitrate = 0;
     p->preset = NULL;
     p->threads = 0;
+    p->cuda_device = -1;
     p->audio_path = NULL;
     p->audio_bitrate = 0;
 }
@@ -56,6 +58,13 @@ int ditto_video_writer_write(DittoVideoWriter *w, const DittoYuvPlanes *frame)
     (void)w;
     (void)frame;
     return DITTO_ERR_UNSUPPORTED;
+}
+
+int ditto_video_writer_probe_nvenc(int cuda_device, const DittoLogger *log)
+{
+    (void)cuda_device;
+    (void)log;
+    return 0;
 }
 
 int ditto_video_writer_write_rgb(DittoVideoWriter *w, DittoThreadPool *pool, const uint8_t *rgb)
@@ -265,6 +274,17 @@ static int try_video_encoder(DittoVideoWriter *w, const AVCodec *codec, const Di
     if (w->oc->oformat->flags & AVFMT_GLOBALHEADER)
         c->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
     bool nvenc = strstr(codec->name, "nvenc") != NULL;
+    if (nvenc && p->cuda_device >= 0) {
+        /* the device's primary context (already made by the renderer), not a context of NVENC's own */
+        char dev[16];
+        AVDictionary *o = NULL;
+        AVBufferRef *hw = NULL;
+        snprintf(dev, sizeof dev, "%d", p->cuda_device);
+        av_dict_set(&o, "primary_ctx", "1", 0);
+        if (av_hwdevice_ctx_create(&hw, AV_HWDEVICE_TYPE_CUDA, dev, o, 0) >= 0)
+            c->hw_device_ctx = hw;   /* owned by c now */
+        av_dict_free(&o);
+    }
     int rc = 0;
     if (p->bitrate > 0) {
         c->bit_rate = p->bitrate;
@@ -311,6 +331,39 @@ static int try_video_encoder(DittoVideoWriter *w, const AVCodec *codec, const Di
     return 0;
 }
 
+/* h264_nvenc failed to open in this process: "auto" does not try it again (each try can cost a CUDA context) */
+static _Atomic bool nvenc_unusable;
+
+int ditto_video_writer_probe_nvenc(int cuda_device, const DittoLogger *log)
+{
+    const AVCodec *codec = avcodec_find_encoder_by_name("h264_nvenc");
+    if (!codec || nvenc_unusable)
+        return 0;
+    /* try_video_encoder's settings on a small frame; no file is involved */
+    DittoVideoWriter w;
+    memset(&w, 0, sizeof w);
+    if (log)
+        w.log = *log;
+    w.width = w.height = 256;
+    w.fps = 25;
+    AVFormatContext *oc = NULL;
+    if (avformat_alloc_output_context2(&oc, NULL, "mp4", NULL) < 0 || !oc)
+        return 0;
+    w.oc = oc;
+    DittoVideoWriterParams p;
+    ditto_video_writer_params_default(&p);
+    p.cuda_device = cuda_device;
+    char why[160] = "";
+    const int rc = try_video_encoder(&w, codec, &p, why, sizeof why);
+    if (rc < 0) {
+        nvenc_unusable = true;
+        ditto_log(&w.log, DITTO_LOG_DEBUG, "writer: h264_nvenc is not usable: %s", why);
+    }
+    avcodec_free_context(&w.venc);
+    avformat_free_context(oc);
+    return rc >= 0;
+}
+
 static int open_video(DittoVideoWriter *w, const DittoVideoWriterParams *p)
 {
     static const char *const auto_list[] = { "h264_nvenc", "libx264", NULL };
@@ -326,9 +379,15 @@ static int open_video(DittoVideoWriter *w, const DittoVideoWriterParams *p)
             return writer_fail(w, rc, "%s: cannot open the %s encoder: %s", w->path, p->encoder, why);
     } else {
         for (int i = 0; auto_list[i] && !w->venc; i++) {
+            const bool nv = !strcmp(auto_list[i], "h264_nvenc");
+            if (nv && nvenc_unusable)
+                continue;
             const AVCodec *codec = avcodec_find_encoder_by_name(auto_list[i]);
-            if (codec && try_video_encoder(w, codec, p, why, sizeof why) < 0)
+            if (codec && try_video_encoder(w, codec, p, why, sizeof why) < 0) {
                 ditto_log(&w->log, DITTO_LOG_DEBUG, "writer: %s is not usable: %s", auto_list[i], why);
+                if (nv)
+                    nvenc_unusable = true;
+            }
         }
         const AVCodec *any = w->venc ? NULL : avcodec_find_encoder(AV_CODEC_ID_H264);
         if (any && try_video_encoder(w, any, p, why, sizeof why) < 0)

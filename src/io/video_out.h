@@ -12,7 +12,11 @@
  * Encoder: "auto" tries h264_nvenc (NVENC, when the GPU and driver allow
  * it), then libx264, then any other H.264 encoder FFmpeg has; a name picks
  * that encoder only. Rate control: crf (libx264 -crf, NVENC -cq with VBR)
- * unless a bitrate is given.
+ * unless a bitrate is given. NVENC runs in the CUDA device's primary
+ * context when cuda_device is given (the one the renderer already holds):
+ * on its own it creates a context first, about 0.5 s on an H200, which has
+ * no NVENC and then fails. Once h264_nvenc has failed to open, "auto" skips
+ * it for the rest of the process.
  *
  * Audio: decoded with audio.h's reader, converted with libswresample to the
  * AAC encoder's sample format and a rate it supports (the file's own rate
@@ -55,6 +59,7 @@ typedef struct DittoVideoWriterParams {
     const char *preset;       /* encoder preset, NULL: DITTO_X264_DEFAULT_PRESET (x264_fast: _FAST_) for libx264, else the encoder's default ("p4") */
     bool x264_fast;           /* the frames come from a GPU: libx264's default preset is DITTO_X264_FAST_PRESET */
     int threads;              /* encoder threads, 0: automatic */
+    int cuda_device;          /* CUDA device of the frames (NVENC in its primary context), -1: none */
     const char *audio_path;   /* audio file to mux as AAC, or NULL for video only */
     int64_t audio_bitrate;    /* AAC bits per second, 0: 64 kb/s per channel */
     DittoLogger log;          /* errors and the chosen encoder (info) */
@@ -73,6 +78,15 @@ typedef struct DittoVideoWriter DittoVideoWriter;
  * encoder, the audio reader's codes), with one error line.
  */
 int ditto_video_writer_open(DittoVideoWriter **out, const char *path, int width, int height, const DittoVideoWriterParams *p);
+
+/*
+ * Whether h264_nvenc opens on cuda_device (in its primary context, on a
+ * small frame), remembered for the process: a later "auto" writer skips
+ * NVENC without trying when it did not. Meant for a thread running beside
+ * the model load, so the first render does not pay for the try (0.2-0.5 s
+ * where the GPU has no NVENC). Returns 1 usable, 0 not (or no FFmpeg).
+ */
+int ditto_video_writer_probe_nvenc(int cuda_device, const DittoLogger *log);
 
 /* Encode one frame given as yuv420p planes (width x height luma, ceil/2 chroma). */
 int ditto_video_writer_write(DittoVideoWriter *w, const DittoYuvPlanes *frame);

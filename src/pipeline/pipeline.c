@@ -64,6 +64,8 @@ struct DittoModels {
     DittoBackend *be;          /* warp, decoder, stitch, extractors */
     DittoBackend *be_motion;   /* LMDM and HuBERT: their own thread pool, so motion overlaps rendering */
     DittoBackend *be_post;     /* CPU: paste-back and colour conversion */
+    pthread_t probe;           /* ditto_video_writer_probe_nvenc beside the load (probing: running) */
+    bool probing;
     DittoWarp *warp;
     DittoDecoder *decoder;
     DittoStitch *stitch;
@@ -437,6 +439,23 @@ static int models_warmup(DittoModels *m, int B)
     return 0;
 }
 
+static void *probe_main(void *arg)
+{
+    DittoModels *m = arg;
+    const double t0 = ditto_now();
+    const int ok = ditto_video_writer_probe_nvenc(0, &m->log);
+    ditto_log(&m->log, DITTO_LOG_INFO, "models: NVENC %s (probed beside the load in %.2f s)", ok ? "usable" : "not usable", ditto_now() - t0);
+    return NULL;
+}
+
+static void join_probe(DittoModels *m)
+{
+    if (m->probing) {
+        pthread_join(m->probe, NULL);
+        m->probing = false;
+    }
+}
+
 int ditto_models_open(DittoModels **out, const DittoModelsParams *p)
 {
     if (!out || !p)
@@ -483,6 +502,9 @@ int ditto_models_open(DittoModels **out, const DittoModelsParams *p)
     }
     if ((rc = ditto_backend_cpu_open(&m->be_post, &bp)) < 0)
         goto fail;
+    /* whether NVENC opens, found beside the load instead of at the first render's writer */
+    if (m->be->device == DITTO_DEVICE_CUDA)
+        m->probing = pthread_create(&m->probe, NULL, probe_main, m) == 0;
     /*
      * On the CPU the network stages take turns (HuBERT and LMDM windows in
      * the motion worker, batches in the render worker): OpenBLAS threads
@@ -527,6 +549,7 @@ int ditto_models_open(DittoModels **out, const DittoModelsParams *p)
         goto fail;
     ditto_log(&m->log, DITTO_LOG_INFO, "models: render networks + LMDM %.2f s, HuBERT %.2f s, registration %.2f s, warm-up %.2f s", t_nets - t,
               t_hub - t_nets, t_reg - t_hub, ditto_now() - t_reg);
+    join_probe(m);
     if (m->synthetic)
         ditto_log(&m->log, DITTO_LOG_WARN,
                   "SYNTHETIC WEIGHTS: every network (and the HuBERT encoder) is random; the video shows noise where the face would "
@@ -543,6 +566,7 @@ void ditto_models_close(DittoModels **pm)
     if (!pm || !*pm)
         return;
     DittoModels *m = *pm;
+    join_probe(m);
     if (m->pinned)
         m->be->host_free(m->be, m->pinned);
     ditto_a2m_lmdm_close(&m->warm);
@@ -1562,6 +1586,7 @@ int ditto_render_file(DittoModels *m, const DittoRenderParams *p, DittoStats *st
         wp.bitrate = p->bitrate;
         wp.preset = p->preset;
         wp.x264_fast = m->be->device != DITTO_DEVICE_CPU;
+        wp.cuda_device = m->be->device == DITTO_DEVICE_CUDA ? 0 : -1;   /* the models' device (backend params: device 0) */
         wp.audio_path = p->audio;
         wp.log = p->log;
         DittoStats st;
@@ -1569,9 +1594,12 @@ int ditto_render_file(DittoModels *m, const DittoRenderParams *p, DittoStats *st
         rc = ditto_video_writer_open(&w, p->output, st.width, st.height, &wp);
     }
     int64_t total = ditto_audio_num_frames(n), done = 0;
+    double t_pull = 0;   /* waiting for finished frames */
     while (rc >= 0) {
         DittoFrame f;
+        const double tp = ditto_now();
         rc = ditto_session_pull_frame(s, &f);
+        t_pull += ditto_now() - tp;
         if (rc <= 0)
             break;
         if (p->on_frame && (rc = p->on_frame(p->cookie, &f)) < 0)
@@ -1588,6 +1616,9 @@ int ditto_render_file(DittoModels *m, const DittoRenderParams *p, DittoStats *st
     }
     if (rc >= 0 && done != total)
         rc = ditto_fail(lg, DITTO_ERR_BADSTATE, "render: %lld frames produced, %lld expected", (long long)done, (long long)total);
+    if (rc >= 0)
+        ditto_log(lg, DITTO_LOG_INFO, "render: the encoding thread waited %.3f s for finished frames and spent %.3f s in the writer", t_pull,
+                  t_encode);
     if (rc >= 0) {
         double te = ditto_now();
         rc = ditto_video_writer_finish(w);

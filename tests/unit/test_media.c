@@ -740,6 +740,31 @@ static void test_writer_preset(TestCtx *c)
     }
 }
 
+/*
+ * The NVENC probe: 0 or 1, remembered; an "auto" writer opened after it
+ * names h264_nvenc only when the probe found it usable (where it did not,
+ * auto falls through to libx264 without a second try).
+ */
+static void test_writer_probe(TestCtx *c)
+{
+    const int usable = ditto_video_writer_probe_nvenc(0, NULL);
+    const int again = ditto_video_writer_probe_nvenc(0, NULL);
+    char out[300];
+    tmp_path(out, sizeof out, "probe.mp4");
+    DittoVideoWriterParams p;
+    ditto_video_writer_params_default(&p);
+    LogCount lc;
+    p.log = counting(&lc);
+    p.log.level = DITTO_LOG_INFO;
+    DittoVideoWriter *w = NULL;
+    int rc = ditto_video_writer_open(&w, out, 64, 64, &p);
+    const bool nvenc = rc == 0 && strstr(lc.last, "h264_nvenc") != NULL;
+    ditto_video_writer_close(&w);
+    remove(out);
+    test_report(c, "writer.probe_nvenc", (usable == 0 || usable == 1) && again == usable && rc == 0 && (usable || !nvenc),
+                "probe %d then %d; auto writer rc %d: \"%s\"", usable, again, rc, lc.last);
+}
+
 /* Open a writer on path and push 3 frames; returns the first error. */
 static int try_write(const char *path, const char *audio, LogCount *lc, int frames, uint32_t noise_seed)
 {
@@ -1098,6 +1123,7 @@ int main(int argc, char **argv)
 #ifdef DITTO_HAVE_FFMPEG
     test_writer(&c);
     test_writer_preset(&c);
+    test_writer_probe(&c);
     test_writer_errors(&c);
 #else
     test_no_ffmpeg(&c);
