@@ -336,6 +336,7 @@ static _Atomic bool nvenc_unusable;
 
 int ditto_video_writer_probe_nvenc(int cuda_device, const DittoLogger *log)
 {
+    ditto_io_ffmpeg_quiet();   /* its failure is a result here, not a message */
     const AVCodec *codec = avcodec_find_encoder_by_name("h264_nvenc");
     if (!codec || nvenc_unusable)
         return 0;
