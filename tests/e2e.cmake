@@ -322,14 +322,15 @@ if(CMAKE_SCRIPT_MODE_FILE)
       fail("--help failed")
     endif()
     foreach(o --weights --aux --audio --avatar --output --seed --steps --emo --fade-in --fade-out --max-size --crf --bitrate --encoder
-              --preset --frame-hashes --backend --batch --precision --threads --quiet --verbose --help)
+              --preset --frame-hashes --backend --batch --precision --motion-precision --threads --quiet --verbose --help)
       string(FIND "${out}" "${o}" at_)
       if(at_ EQUAL -1)
         fail("--help does not explain ${o}")
       endif()
     endforeach()
     foreach(args_ "--weights;synthetic" "--weights;synthetic;--audio;a.wav;--avatar;b.png;-o;c.mp4;--batch;0"
-                  "--weights;synthetic;--audio;a.wav;--avatar;b.png;-o;c.mp4;--emo;joy" "--no-such-option")
+                  "--weights;synthetic;--audio;a.wav;--avatar;b.png;-o;c.mp4;--emo;joy"
+                  "--weights;synthetic;--audio;a.wav;--avatar;b.png;-o;c.mp4;--motion-precision;fp8" "--no-such-option")
       run(${DITTO_EXE} render ${args_})
       string(STRIP "${err}" e_)
       string(FIND "${e_}" "\n" nl_)

@@ -33,6 +33,8 @@ static void usage(FILE *f)
             "  --weights DIR    model folder, or synthetic:full (default), synthetic:small, synthetic\n"
             "  --backend NAME   cpu or cuda (default cpu)\n"
             "  --precision P    auto (default), fp32 or fp16: the render networks' storage\n"
+            "  --motion-precision P  auto (default), fp32 or fp16: the motion model's linears\n"
+            "                   (as ditto render --motion-precision)\n"
             "  --seconds S      audio length (default 15.755, the reference clip: 394 frames)\n"
             "  --steps N        DDIM steps (default 50)\n"
             "  --batch N        render batch (default 8)\n"
@@ -107,6 +109,7 @@ static int parity_cpu(const DittoModelsParams *mp0, const DittoSessionParams *sp
     DittoModelsParams mp = *mp0;
     mp.backend = "cpu";
     mp.precision = DITTO_PRECISION_FP32;
+    mp.motion_precision = DITTO_PRECISION_FP32;
     DittoModels *m = NULL;
     DittoSession *s = NULL;
     fprintf(stderr, "ditto bench: parity run on the cpu backend (%lld frames)...\n", (long long)k->n);
@@ -167,14 +170,15 @@ static int parity_cpu(const DittoModelsParams *mp0, const DittoSessionParams *sp
 int ditto_bench_e2e(int argc, char **argv)
 {
     const char *avatar = NULL, *weights = "synthetic:full", *backend = "cpu", *json = NULL;
-    int precision = DITTO_PRECISION_AUTO, steps = 50, batch = 8, threads = 0, rgb_sum = 0, verbose = 0, parity = 0;
+    int precision = DITTO_PRECISION_AUTO, motion_precision = DITTO_PRECISION_AUTO, steps = 50, batch = 8, threads = 0, rgb_sum = 0, verbose = 0, parity = 0;
     double seconds = 15.755;
     static const struct option opts[] = {
         { "e2e", required_argument, 0, 'e' },      { "weights", required_argument, 0, 'w' }, { "backend", required_argument, 0, 'b' },
         { "precision", required_argument, 0, 'p' }, { "seconds", required_argument, 0, 's' }, { "steps", required_argument, 0, 'n' },
         { "batch", required_argument, 0, 'B' },    { "threads", required_argument, 0, 't' }, { "json", required_argument, 0, 'j' },
         { "help", no_argument, 0, 'h' },           { "rgb-checksum", no_argument, 0, 'r' },
-        { "verbose", no_argument, 0, 'v' },        { "parity-cpu", required_argument, 0, 'P' }, { 0, 0, 0, 0 },
+        { "verbose", no_argument, 0, 'v' },        { "parity-cpu", required_argument, 0, 'P' },
+        { "motion-precision", required_argument, 0, 'M' }, { 0, 0, 0, 0 },
     };
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -190,12 +194,15 @@ int ditto_bench_e2e(int argc, char **argv)
         case 'w': weights = optarg; break;
         case 'b': backend = optarg; break;
         case 'p':
-            precision = !strcmp(optarg, "fp32") ? DITTO_PRECISION_FP32 : !strcmp(optarg, "fp16") ? DITTO_PRECISION_FP16 : DITTO_PRECISION_AUTO;
-            if (precision == DITTO_PRECISION_AUTO && strcmp(optarg, "auto")) {
-                fprintf(stderr, "ditto bench: --precision '%s': expected auto, fp32 or fp16\n", optarg);
+        case 'M': {
+            int *dst = c == 'p' ? &precision : &motion_precision;
+            *dst = !strcmp(optarg, "fp32") ? DITTO_PRECISION_FP32 : !strcmp(optarg, "fp16") ? DITTO_PRECISION_FP16 : DITTO_PRECISION_AUTO;
+            if (*dst == DITTO_PRECISION_AUTO && strcmp(optarg, "auto")) {
+                fprintf(stderr, "ditto bench: %s '%s': expected auto, fp32 or fp16\n", c == 'p' ? "--precision" : "--motion-precision", optarg);
                 return 2;
             }
             break;
+        }
         case 's': seconds = atof(optarg); break;
         case 'n': steps = atoi(optarg); break;
         case 'B': batch = atoi(optarg); break;
@@ -218,6 +225,7 @@ int ditto_bench_e2e(int argc, char **argv)
     mp.weights = weights;
     mp.backend = backend;
     mp.precision = precision;
+    mp.motion_precision = motion_precision;
     mp.threads = threads;
     mp.log = log;
     DittoModels *m = NULL;

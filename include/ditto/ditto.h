@@ -74,9 +74,22 @@ typedef struct DittoModelsParams {
      * DITTO_PRECISION_AUTO (default: float16 on "cuda", float32 on "cpu"),
      * DITTO_PRECISION_FP32, or DITTO_PRECISION_FP16 (GPU backends only; fp32
      * maths inside every op, coordinates and statistics in fp32). Avatar
-     * registration, HuBERT and the motion model stay float32.
+     * registration and HuBERT stay float32; the motion model: motion_precision.
      */
     int precision;
+    /**
+     * The motion model's (LMDM) decoder linears, 50 steps a window:
+     * DITTO_PRECISION_AUTO (default: as DITTO_PRECISION_FP16 when the render
+     * networks are float16, else float32), DITTO_PRECISION_FP32 (float32:
+     * the motion equals the CPU's to float rounding; about 45 ms a window
+     * on an H200), or DITTO_PRECISION_FP16 (TF32 products of operands held
+     * as float16 on a GPU: about 24 ms a window, the motion within rel-L2
+     * 1e-3 of float32; the sampler amplifies that, so frames can differ from
+     * a float32 render of the same seed (PSNR down to ~28 dB with synthetic
+     * weights); on the CPU the same operands rounded in float32, as the
+     * GPU's reference).
+     */
+    int motion_precision;
     /** CPU threads of each pipeline stage; <= 0: all cores (default). */
     int threads;
     /** Seed of the synthetic weights (0). */

@@ -65,6 +65,7 @@ struct DittoModels {
     DittoBackend *be_motion;   /* LMDM and HuBERT: their own thread pool, so motion overlaps rendering */
     DittoBackend *be_post;     /* CPU: paste-back and colour conversion */
     pthread_t probe;           /* ditto_video_writer_probe_nvenc beside the load (probing: running) */
+    int motion_precision;      /* DittoModelsParams.motion_precision */
     bool probing;
     DittoWarp *warp;
     DittoDecoder *decoder;
@@ -158,8 +159,8 @@ static int load_lmdm(DittoModels *m, const char *dir, uint64_t seed)
     DittoCatalog *cat = NULL;
     DittoLmdmParams lp;
     ditto_lmdm_params_default(&lp);
-    /* fp16 models (the GPU default): the LMDM decoder's linears on TF32 tensor cores; fp32 keeps exact float32 */
-    lp.tf32 = m->be->act_dtype == DITTO_F16;
+    /* fp16 models (the GPU default): the LMDM decoder's linears on tensor cores (TF32 operands); fp32 keeps exact float32 */
+    lp.tf32 = m->motion_precision == DITTO_PRECISION_FP16 || (m->motion_precision == DITTO_PRECISION_AUTO && m->be->act_dtype == DITTO_F16);
     int rc;
     const double t0 = ditto_now();
     if (m->synthetic) {
@@ -491,6 +492,11 @@ int ditto_models_open(DittoModels **out, const DittoModelsParams *p)
         rc = ditto_fail(&m->log, DITTO_ERR_INVAL, "precision %d: expected auto, fp32 or fp16", p->precision);
         goto fail;
     }
+    if (p->motion_precision < DITTO_PRECISION_AUTO || p->motion_precision > DITTO_PRECISION_FP16) {
+        rc = ditto_fail(&m->log, DITTO_ERR_INVAL, "motion precision %d: expected auto, fp32 or fp16", p->motion_precision);
+        goto fail;
+    }
+    m->motion_precision = p->motion_precision;
     DittoBackendParams bp_render = bp;
     /* the render stages are the session's throughput; motion runs windows ahead of them in the gaps */
     bp_render.high_priority = true;

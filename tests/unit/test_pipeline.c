@@ -309,7 +309,13 @@ static void test_sessions(TestCtx *c)
     DittoLogger quiet = { 0 };
     mp.log = quiet;
     DittoModels *m = NULL;
+    /* an unknown motion precision is refused at open */
+    mp.motion_precision = 7;
     int rc = ditto_models_open(&m, &mp);
+    test_report(c, "session.models.bad_motion_precision", rc == DITTO_ERR_INVAL && !m, "rc %d", rc);
+    ditto_models_close(&m);
+    mp.motion_precision = DITTO_PRECISION_AUTO;
+    rc = ditto_models_open(&m, &mp);
     test_report(c, "session.models", rc == 0 && ditto_models_synthetic(m), "rc %d", rc);
     if (rc < 0) {
         remove(avatar);
