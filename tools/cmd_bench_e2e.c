@@ -33,7 +33,7 @@ static void usage(FILE *f)
             "  --weights DIR    model folder, or synthetic:full (default), synthetic:small, synthetic\n"
             "  --backend NAME   cpu or cuda (default cpu)\n"
             "  --precision P    auto (default), fp32 or fp16: the render networks' storage\n"
-            "  --motion-precision P  auto (default), fp32 or fp16: the motion model's linears\n"
+            "  --motion-precision P  auto or fp32 (default), or fp16: the motion model's linears\n"
             "                   (as ditto render --motion-precision)\n"
             "  --seconds S      audio length (default 15.755, the reference clip: 394 frames)\n"
             "  --steps N        DDIM steps (default 50)\n"
