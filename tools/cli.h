@@ -18,4 +18,7 @@ int ditto_bench_lmdm(int argc, char **argv);
 int ditto_cmd_bake(int argc, char **argv);
 int ditto_cmd_render(int argc, char **argv);
 
+/* "auto", "fp32" or "fp16" -> DITTO_PRECISION_*; -1 for anything else (--precision, --motion-precision). */
+int ditto_cli_precision(const char *s);
+
 #endif

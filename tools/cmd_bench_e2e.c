@@ -196,8 +196,7 @@ int ditto_bench_e2e(int argc, char **argv)
         case 'p':
         case 'M': {
             int *dst = c == 'p' ? &precision : &motion_precision;
-            *dst = !strcmp(optarg, "fp32") ? DITTO_PRECISION_FP32 : !strcmp(optarg, "fp16") ? DITTO_PRECISION_FP16 : DITTO_PRECISION_AUTO;
-            if (*dst == DITTO_PRECISION_AUTO && strcmp(optarg, "auto")) {
+            if ((*dst = ditto_cli_precision(optarg)) < 0) {
                 fprintf(stderr, "ditto bench: %s '%s': expected auto, fp32 or fp16\n", c == 'p' ? "--precision" : "--motion-precision", optarg);
                 return 2;
             }

@@ -267,13 +267,7 @@ int ditto_cmd_render(int argc, char **argv)
         case 'p':
         case 'M': {
             int *dst = c == 'p' ? &precision : &motion_precision;
-            if (!strcmp(optarg, "auto"))
-                *dst = DITTO_PRECISION_AUTO;
-            else if (!strcmp(optarg, "fp32"))
-                *dst = DITTO_PRECISION_FP32;
-            else if (!strcmp(optarg, "fp16"))
-                *dst = DITTO_PRECISION_FP16;
-            else {
+            if ((*dst = ditto_cli_precision(optarg)) < 0) {
                 fprintf(stderr, "ditto render: %s '%s': expected auto, fp32 or fp16\n", c == 'p' ? "--precision" : "--motion-precision", optarg);
                 bad = 1;
             }

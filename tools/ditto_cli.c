@@ -8,6 +8,11 @@
 #include "ditto/ditto.h"
 #include "tools/cli.h"
 
+int ditto_cli_precision(const char *s)
+{
+    return !strcmp(s, "auto") ? DITTO_PRECISION_AUTO : !strcmp(s, "fp32") ? DITTO_PRECISION_FP32 : !strcmp(s, "fp16") ? DITTO_PRECISION_FP16 : -1;
+}
+
 static const DittoCommand commands[] = {
     { "render", "speech + portrait (or video loop, or .avatar) -> lip-synced talking-head MP4", ditto_cmd_render },
     { "info", "list the tensors of a .pth checkpoint", ditto_cmd_info },

@@ -529,8 +529,7 @@ static int make_step16(DittoLmdm *m, bool *on)
                 l1_v = max_row_l1(h + 2 * D * D, D, D);
             if (k == 4)
                 l1_w1 = max_row_l1(h, rows, cols);
-            for (int64_t e = 0; e < n; e++)
-                dst[e] = ditto_half_from_f32(h[e]);
+            ditto_convert(dst, DITTO_F16, h, DITTO_F32, (size_t)n);
             dst += n;
         }
         if (rc >= 0 && (rc = fetch_f32(m, &y->cross_attn.wv, h)) >= 0)

@@ -445,11 +445,17 @@ static int models_warmup(DittoModels *m, int B)
     return 0;
 }
 
+/* The CUDA device the models run on (their backends open device 0), or -1 off CUDA: where NVENC is tried. */
+static int models_cuda_device(const DittoModels *m)
+{
+    return m->be->device == DITTO_DEVICE_CUDA ? 0 : -1;
+}
+
 static void *probe_main(void *arg)
 {
     DittoModels *m = arg;
     const double t0 = ditto_now();
-    const int ok = ditto_video_writer_probe_nvenc(0, &m->log);
+    const int ok = ditto_video_writer_probe_nvenc(models_cuda_device(m), &m->log);
     ditto_log(&m->log, DITTO_LOG_INFO, "models: NVENC %s (probed beside the load in %.2f s)", ok ? "usable" : "not usable", ditto_now() - t0);
     return NULL;
 }
@@ -1597,7 +1603,7 @@ int ditto_render_file(DittoModels *m, const DittoRenderParams *p, DittoStats *st
         wp.bitrate = p->bitrate;
         wp.preset = p->preset;
         wp.x264_fast = m->be->device != DITTO_DEVICE_CPU;
-        wp.cuda_device = m->be->device == DITTO_DEVICE_CUDA ? 0 : -1;   /* the models' device (backend params: device 0) */
+        wp.cuda_device = models_cuda_device(m);
         wp.audio_path = p->audio;
         wp.log = p->log;
         DittoStats st;

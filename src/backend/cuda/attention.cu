@@ -555,12 +555,7 @@ static int sm_count(DittoBackend *be)
 /* Launch the tiled kernel when the shapes and layouts are its own; returns 1 if launched, 0 if not, or an error. */
 static int attention_tile(DittoBackend *be, const AttnArgs &a, int64_t B, cudaStream_t st)
 {
-    static int off = -1;   /* DITTO_CUDA_ATTN=small: the short-key kernel instead (measurement) */
-    if (off < 0) {
-        const char *e = getenv("DITTO_CUDA_ATTN");
-        off = e && !strcmp(e, "small");
-    }
-    if (off || a.mask || a.qh || a.kh || a.vh || a.D != ATT_T_D || a.Dv != ATT_T_D || a.Lk < 1 || a.Lk > ATT_T_MAXK)
+    if (a.mask || a.qh || a.kh || a.vh || a.D != ATT_T_D || a.Dv != ATT_T_D || a.Lk < 1 || a.Lk > ATT_T_MAXK)
         return 0;
     if (a.qs[3] != 1 || a.ks[3] != 1 || a.vs[3] != 1 || (uintptr_t)a.q % 16 || (uintptr_t)a.k % 16 || (uintptr_t)a.v % 16)
         return 0;
@@ -803,6 +798,45 @@ static __device__ __forceinline__ double lnr_block_sum(double v, double *sh)
     return t;
 }
 
+/* FiLM as the film op: MUL, ADD shift, ADD residual, each rounded */
+static __device__ __forceinline__ float lnr_film(float x, float sc, float y, float sh)
+{
+    return __fadd_rn(x, __fadd_rn(__fmul_rn(sc, y), sh));
+}
+
+/*
+ * The row's statistics from every thread's pairs v (pairs k = tid +
+ * LNR_THREADS j below half) and their sum: two-pass in double; the mean
+ * split into two floats for fmaf((x - hi) - lo, rstd w, b) as norm.cu's
+ * layer norm.
+ */
+template <int NP>
+static __device__ __forceinline__ void lnr_stats(const float (&v)[NP][2], int64_t half, double sum, double *sh, const LnRotArgs &a, float *m_hi,
+                                                 float *m_lo, float *rstd)
+{
+    const double mean = lnr_block_sum(sum, sh) / (double)a.C;
+    double acc = 0.0;
+#pragma unroll
+    for (int j = 0; j < NP; j++) {
+        if (threadIdx.x + (int64_t)LNR_THREADS * j < half) {
+            double d0 = (double)v[j][0] - mean, d1 = (double)v[j][1] - mean;
+            acc += d0 * d0;
+            acc += d1 * d1;
+        }
+    }
+    const double var = lnr_block_sum(acc, sh) / (double)a.C;
+    *m_hi = (float)mean;
+    *m_lo = (float)(mean - (double)*m_hi);
+    *rstd = (float)(1.0 / sqrt(var + a.eps));
+}
+
+/* The rotary of one normalised pair (each product rounded, as the CPU does). */
+static __device__ __forceinline__ void lnr_rotate(float o0, float o1, float cs, float sn, float *r0, float *r1)
+{
+    *r0 = __fsub_rn(__fmul_rn(o0, cs), __fmul_rn(o1, sn));
+    *r1 = __fadd_rn(__fmul_rn(o1, cs), __fmul_rn(o0, sn));
+}
+
 /*
  * A block per row (rows are short: 160 of 512 in the LMDM, so a warp per
  * row left most SMs idle and each lane 16 values to do in sequence);
@@ -841,11 +875,7 @@ static __global__ void __launch_bounds__(LNR_THREADS) k_layer_norm_rotary(const 
                 const int64_t c = 2 * k + t;
                 float x = ditto_ld(hrow, c, a.hh);
                 if (a.y) {
-                    /* FiLM as the film op: MUL, ADD shift, ADD residual, each rounded */
-                    float yv = ditto_ld(a.y, yo + c * yc, a.yh);
-                    float sc = ditto_ld(a.sc, sco + c * scc, a.sch);
-                    float sh = ditto_ld(a.sh, sho + c * shc, a.shh);
-                    x = __fadd_rn(x, __fadd_rn(__fmul_rn(sc, yv), sh));
+                    x = lnr_film(x, ditto_ld(a.sc, sco + c * scc, a.sch), ditto_ld(a.y, yo + c * yc, a.yh), ditto_ld(a.sh, sho + c * shc, a.shh));
                     ditto_st(hrow, c, x, a.hh);
                     x = as_stored(x, a.hh);
                 }
@@ -854,19 +884,8 @@ static __global__ void __launch_bounds__(LNR_THREADS) k_layer_norm_rotary(const 
             }
         }
     }
-    const double mean = lnr_block_sum(acc, sh) / (double)a.C;
-    acc = 0.0;
-#pragma unroll
-    for (int j = 0; j < NP; j++) {
-        if (tid + (int64_t)LNR_THREADS * j < half) {
-            double d0 = (double)v[j][0] - mean, d1 = (double)v[j][1] - mean;
-            acc += d0 * d0;
-            acc += d1 * d1;
-        }
-    }
-    const double var = lnr_block_sum(acc, sh) / (double)a.C;
-    /* as norm.cu: mean split into two floats, fmaf((x - hi) - lo, rstd w, b) */
-    const float m_hi = (float)mean, m_lo = (float)(mean - (double)m_hi), rstd = (float)(1.0 / sqrt(var + a.eps));
+    float m_hi, m_lo, rstd;
+    lnr_stats<NP>(v, half, acc, sh, a, &m_hi, &m_lo, &rstd);
     const bool nh = a.a ? a.ah : a.rah;   /* dtype the rotary reads the norm from */
     const float pos = (float)(a.pos_offset + l);
 #pragma unroll
@@ -886,8 +905,8 @@ static __global__ void __launch_bounds__(LNR_THREADS) k_layer_norm_rotary(const 
             }
             if (a.ra) {
                 float th = pos * a.freqs[freq_offset(&a.fd, k)];
-                float cs = cosf(th), sn = sinf(th);
-                float r0 = __fsub_rn(__fmul_rn(o[0], cs), __fmul_rn(o[1], sn)), r1 = __fadd_rn(__fmul_rn(o[1], cs), __fmul_rn(o[0], sn));
+                float r0, r1;
+                lnr_rotate(o[0], o[1], cosf(th), sinf(th), &r0, &r1);
                 if (a.r32 && !a.rah) {
                     r0 = ditto_tf32_round(r0);
                     r1 = ditto_tf32_round(r1);
@@ -940,7 +959,7 @@ static __global__ void __launch_bounds__(LNR_THREADS) k_lnr_vec(const __grid_con
     const float2 *yr = (const float2 *)((const float *)a.y + yo), *scr = (const float2 *)((const float *)a.sc + sco);
     const float2 *shr = (const float2 *)((const float *)a.sh + sho);
     float2 x[NP], yv[NP], sv[NP], tv[NP], wv[NP], bv[NP];
-    float fq[NP];
+    float fq[NP], v[NP][2];
 #pragma unroll
     for (int j = 0; j < NP; j++) {
         const int k = tid + LNR_THREADS * j;
@@ -964,11 +983,12 @@ static __global__ void __launch_bounds__(LNR_THREADS) k_lnr_vec(const __grid_con
     for (int j = 0; j < NP; j++) {
         if (tid + LNR_THREADS * j < half) {
             if (a.y) {
-                /* FiLM as the film op: MUL, ADD shift, ADD residual, each rounded */
-                x[j].x = __fadd_rn(x[j].x, __fadd_rn(__fmul_rn(sv[j].x, yv[j].x), tv[j].x));
-                x[j].y = __fadd_rn(x[j].y, __fadd_rn(__fmul_rn(sv[j].y, yv[j].y), tv[j].y));
+                x[j].x = lnr_film(x[j].x, sv[j].x, yv[j].x, tv[j].x);
+                x[j].y = lnr_film(x[j].y, sv[j].y, yv[j].y, tv[j].y);
                 hrow[tid + LNR_THREADS * j] = x[j];
             }
+            v[j][0] = x[j].x;
+            v[j][1] = x[j].y;
             acc += (double)x[j].x;
             acc += (double)x[j].y;
         }
@@ -985,18 +1005,8 @@ static __global__ void __launch_bounds__(LNR_THREADS) k_lnr_vec(const __grid_con
             sn[j] = sinf(th);
         }
     }
-    const double mean = lnr_block_sum(acc, sh) / (double)a.C;
-    acc = 0.0;
-#pragma unroll
-    for (int j = 0; j < NP; j++) {
-        if (tid + LNR_THREADS * j < half) {
-            double d0 = (double)x[j].x - mean, d1 = (double)x[j].y - mean;
-            acc += d0 * d0;
-            acc += d1 * d1;
-        }
-    }
-    const double var = lnr_block_sum(acc, sh) / (double)a.C;
-    const float m_hi = (float)mean, m_lo = (float)(mean - (double)m_hi), rstd = (float)(1.0 / sqrt(var + a.eps));
+    float m_hi, m_lo, rstd;
+    lnr_stats<NP>(v, half, acc, sh, a, &m_hi, &m_lo, &rstd);
     const bool nh = a.a ? a.ah : a.rah;
     void *arow = a.a ? (char *)a.a + (size_t)(row * a.C) * (a.ah ? 2 : 4) : NULL;
     void *rrow = a.ra ? (char *)a.ra + (size_t)(row * a.C) * (a.rah ? 2 : 4) : NULL;
@@ -1014,7 +1024,8 @@ static __global__ void __launch_bounds__(LNR_THREADS) k_lnr_vec(const __grid_con
             o0 = as_stored(o0, nh);
             o1 = as_stored(o1, nh);
             if (rrow) {
-                float r0 = __fsub_rn(__fmul_rn(o0, cs[j]), __fmul_rn(o1, sn[j])), r1 = __fadd_rn(__fmul_rn(o1, cs[j]), __fmul_rn(o0, sn[j]));
+                float r0, r1;
+                lnr_rotate(o0, o1, cs[j], sn[j], &r0, &r1);
                 if (a.r32 && !a.rah) {
                     r0 = ditto_tf32_round(r0);
                     r1 = ditto_tf32_round(r1);

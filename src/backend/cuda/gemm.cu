@@ -322,13 +322,8 @@ static bool aligned(const void *p, size_t a)
 static int lt_linear(DittoBackend *be, bool tf32, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y,
                      int64_t items, int64_t per, int64_t out, int64_t in)
 {
-    static int off = -1;   /* DITTO_CUDA_LT=0: the cublasGemmEx path only (measurement) */
-    if (off < 0) {
-        const char *e = getenv("DITTO_CUDA_LT");
-        off = e && !strcmp(e, "0");
-    }
     size_t ex = ditto_dtype_size(x->dtype), ey = ditto_dtype_size(y->dtype);
-    if (off || (bias && bias->dtype != y->dtype) || !aligned(x->data, LT_ALIGN) || !aligned(w->data, LT_ALIGN) ||
+    if ((bias && bias->dtype != y->dtype) || !aligned(x->data, LT_ALIGN) || !aligned(w->data, LT_ALIGN) ||
         !aligned(y->data, LT_ALIGN) || (bias && !aligned(bias->data, LT_ALIGN)) || (size_t)(per * in) * ex % LT_ALIGN ||
         (size_t)(per * out) * ey % LT_ALIGN)
         return 0;
