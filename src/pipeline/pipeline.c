@@ -358,7 +358,8 @@ static int warm_post(DittoModels *m)
     return rc < 0 ? ditto_fail(&m->log, rc, "warm-up of the paste-back: %s", ditto_strerror(rc)) : 0;
 }
 
-static int models_warmup(DittoModels *m, int B)
+/* The render networks at batch B: their convolution plans, and the arena size a session's first batch needs. */
+static int warm_render(DittoModels *m, int B)
 {
     DittoBackend *be = m->be;
     const DittoDType act = be->act_dtype;
@@ -406,6 +407,16 @@ static int models_warmup(DittoModels *m, int B)
         return ditto_fail(&m->log, rc, "warm-up of the render networks (batch %d): %s", B, ditto_strerror(rc));
 
     ditto_log(&m->log, DITTO_LOG_INFO, "models: warm-up of the render networks at batch %d %.2f s", B, ditto_now() - t0);
+    return 0;
+}
+
+/*
+ * The motion backend's warm-up (sampler, HuBERT): its own stream, handles
+ * and thread-local graph capture, so it runs beside the render warm-up.
+ */
+static int warm_motion(DittoModels *m)
+{
+    int rc;
     const double t1 = ditto_now();
     /* the motion sampler: window 0 op by op, window 1 captured */
     const DittoLmdmDims *d = ditto_lmdm_dims(m->lmdm);
@@ -433,6 +444,33 @@ static int models_warmup(DittoModels *m, int B)
     if (rc < 0)
         return ditto_fail(&m->log, rc, "warm-up of the HuBERT encoder: %s", ditto_strerror(rc));
     ditto_log(&m->log, DITTO_LOG_INFO, "models: warm-up of the HuBERT encoder (one call) %.3f s", ditto_now() - t2);
+    return 0;
+}
+
+typedef struct WarmJob {
+    DittoModels *m;
+    int rc;
+} WarmJob;
+
+static void *warm_motion_main(void *arg)
+{
+    WarmJob *j = arg;
+    j->rc = warm_motion(j->m);
+    return NULL;
+}
+
+static int models_warmup(DittoModels *m, int B)
+{
+    WarmJob job = { m, 0 };
+    pthread_t th;
+    const bool threaded = pthread_create(&th, NULL, warm_motion_main, &job) == 0;
+    int rc = warm_render(m, B);
+    if (threaded)
+        pthread_join(th, NULL);
+    else
+        job.rc = warm_motion(m);
+    DITTO_TRY(rc);
+    DITTO_TRY(job.rc);
     const double t3 = ditto_now();
     DITTO_TRY(ditto_registrar_warmup(m->reg));
     DITTO_TRY(warm_post(m));
