@@ -17,6 +17,15 @@
  * between layers; x goes back to NCHW once before conv_img. Shape comments
  * stay in NCHW order. NCHW elsewhere; ditto_decoder_set_layout and
  * DITTO_DECODER_LAYOUT override the choice.
+ *
+ * Sub-pixel SPADE convolutions in the up blocks: there mlp_shared reads the
+ * label map nearest-upsampled x2, so each output parity (ry, rx) sees only
+ * a 2x2 window of the map at half resolution, with the 3x3 taps that land
+ * on the same source pixel summed (ditto-architecture.md 5.5 gives the
+ * upsample-then-conv form; the two are equal in exact arithmetic). The four
+ * parities run as one 2x2 convolution (padding 1) with 4 x 128 outputs at
+ * half resolution, 4/9 of the multiply-adds, and a strided copy interleaves
+ * them; no full-resolution label map is made.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -49,8 +58,9 @@
  */
 typedef struct DecSpade {
     int64_t c;
-    DittoTensor shared_w;   /* <spade>.mlp_shared.0.weight (128,256,3,3) */
-    DittoTensor shared_b;   /* <spade>.mlp_shared.0.bias (128) */
+    bool phase;             /* in an up block: mlp_shared as the sub-pixel phase convolution */
+    DittoTensor shared_w;   /* <spade>.mlp_shared.0.weight (128,256,3,3); phase: (4*128,256,2,2), parity (ry,rx) in rows (2ry+rx)*128.. */
+    DittoTensor shared_b;   /* <spade>.mlp_shared.0.bias (128); phase: repeated for the 4 parities (4*128) */
     DittoTensor gb_w;       /* <spade>.mlp_gamma.weight ; <spade>.mlp_beta.weight (2c,128,3,3) */
     DittoTensor gb_b;       /* <spade>.mlp_gamma.bias ; <spade>.mlp_beta.bias (2c) */
 } DecSpade;
@@ -121,11 +131,63 @@ static bool dec_nhwc(const DittoDecoder *m)
 
 /* ---- load ---- */
 
-static void load_spade(DittoLoader *l, DecSpade *s, int64_t c, int64_t hidden, int64_t label, const char *key)
+/*
+ * Sub-pixel taps of a 3x3 convolution after a nearest x2 upsampling: output
+ * row 2q + r reads upsampled rows 2q + r - 1 + k (k = 0..2), i.e. source row
+ * q + floor((r - 1 + k) / 2), which is window row t = that - q - r + 1 of a
+ * 2x2 window starting at source row q + r - 1 (t in {0, 1}).
+ */
+static int phase_tap(int r, int k)
+{
+    const int num = r - 1 + k;   /* -1 .. 2 */
+    const int d = num < 0 ? -1 : num / 2;
+    return d - r + 1;
+}
+
+/* (O, C, 3, 3) -> (4O, C, 2, 2): for parity (ry, rx), rows (2ry + rx)O.., the 3x3 taps summed onto their window taps (in double). */
+typedef struct PhaseDims {
+    int64_t o, c;
+} PhaseDims;
+
+static void phase_weights(void *ctx, const float *w, float *pw)
+{
+    const PhaseDims *d = ctx;
+    for (int ry = 0; ry < 2; ry++)
+    for (int rx = 0; rx < 2; rx++)
+    for (int64_t o = 0; o < d->o; o++)
+    for (int64_t c = 0; c < d->c; c++) {
+        double acc[2][2] = { { 0, 0 }, { 0, 0 } };
+        const float *src = w + (o * d->c + c) * 9;
+        for (int ky = 0; ky < 3; ky++)
+            for (int kx = 0; kx < 3; kx++)
+                acc[phase_tap(ry, ky)][phase_tap(rx, kx)] += src[ky * 3 + kx];
+        float *dst = pw + (((int64_t)(2 * ry + rx) * d->o + o) * d->c + c) * 4;
+        for (int t = 0; t < 4; t++)
+            dst[t] = (float)acc[t / 2][t % 2];
+    }
+}
+
+/* (O) -> (4O): the bias of each parity */
+static void phase_bias(void *ctx, const float *b, float *pb)
+{
+    const PhaseDims *d = ctx;
+    for (int p = 0; p < 4; p++)
+        memcpy(pb + p * d->o, b, (size_t)d->o * sizeof(float));
+}
+
+static void load_spade(DittoLoader *l, DecSpade *s, int64_t c, int64_t hidden, int64_t label, bool phase, const char *key)
 {
     s->c = c;
-    ditto_loader_get(l, &s->shared_w, DITTO_SHAPE(hidden, label, 3, 3), "%s.mlp_shared.0.weight", key);
-    ditto_loader_get(l, &s->shared_b, DITTO_SHAPE(hidden), "%s.mlp_shared.0.bias", key);
+    s->phase = phase;
+    if (phase) {
+        PhaseDims pd = { hidden, label };
+        ditto_loader_get_map(l, &s->shared_w, DITTO_SHAPE(hidden, label, 3, 3), DITTO_SHAPE(4 * hidden, label, 2, 2), phase_weights, &pd,
+                             "%s.mlp_shared.0.weight", key);
+        ditto_loader_get_map(l, &s->shared_b, DITTO_SHAPE(hidden), DITTO_SHAPE(4 * hidden), phase_bias, &pd, "%s.mlp_shared.0.bias", key);
+    } else {
+        ditto_loader_get(l, &s->shared_w, DITTO_SHAPE(hidden, label, 3, 3), "%s.mlp_shared.0.weight", key);
+        ditto_loader_get(l, &s->shared_b, DITTO_SHAPE(hidden), "%s.mlp_shared.0.bias", key);
+    }
     char gw[128], bw[128], gbias[128], bbias[128];
     snprintf(gw, sizeof gw, "%s.mlp_gamma.weight", key);
     snprintf(bw, sizeof bw, "%s.mlp_beta.weight", key);
@@ -135,8 +197,8 @@ static void load_spade(DittoLoader *l, DecSpade *s, int64_t c, int64_t hidden, i
     ditto_loader_get_cat(l, &s->gb_b, 2, (const char *const[]){ gbias, bbias }, DITTO_SHAPE(c));
 }
 
-/* SPADEResnetBlock at key with input channels fin; fmid and fout from conv_0 / conv_1. */
-static void load_block(DittoDecoder *m, DittoLoader *l, DecBlock *b, int64_t fin, const char *key)
+/* SPADEResnetBlock at key with input channels fin; fmid and fout from conv_0 / conv_1; up: after a nearest x2 (sub-pixel SPADEs). */
+static void load_block(DittoDecoder *m, DittoLoader *l, DecBlock *b, int64_t fin, bool up, const char *key)
 {
     const DittoCatalogEntry *e0 = ditto_loader_peek_rank(l, 4, "%s.conv_0.weight_orig", key);
     const DittoCatalogEntry *e1 = ditto_loader_peek_rank(l, 4, "%s.conv_1.weight_orig", key);
@@ -152,13 +214,13 @@ static void load_block(DittoDecoder *m, DittoLoader *l, DecBlock *b, int64_t fin
     ditto_loader_get(l, &b->conv_1_b, DITTO_SHAPE(b->fout), "%s.conv_1.bias", key);
     char sub[96];
     snprintf(sub, sizeof sub, "%s.norm_0", key);
-    load_spade(l, &b->norm_0, fin, m->c_hidden, m->c_in, sub);
+    load_spade(l, &b->norm_0, fin, m->c_hidden, m->c_in, up, sub);
     snprintf(sub, sizeof sub, "%s.norm_1", key);
-    load_spade(l, &b->norm_1, b->fmid, m->c_hidden, m->c_in, sub);
+    load_spade(l, &b->norm_1, b->fmid, m->c_hidden, m->c_in, up, sub);
     if (b->learned_shortcut) {
         ditto_loader_get_sn(l, &b->conv_s_w, DITTO_SHAPE(b->fout, fin, 1, 1), "%s.conv_s", key);
         snprintf(sub, sizeof sub, "%s.norm_s", key);
-        load_spade(l, &b->norm_s, fin, m->c_hidden, m->c_in, sub);
+        load_spade(l, &b->norm_s, fin, m->c_hidden, m->c_in, up, sub);
     }
 }
 
@@ -198,12 +260,12 @@ int ditto_decoder_load(DittoDecoder **out, DittoBackend *be, DittoCatalog *cat)
     ditto_loader_get(&l, &m->fc_b, DITTO_SHAPE(m->c_fc), "fc.bias");
     for (int i = 0; i < m->nmiddle && !l.err; i++) {
         snprintf(key, sizeof key, "G_middle_%d", i);
-        load_block(m, &l, &m->middle[i], c_last, key);
+        load_block(m, &l, &m->middle[i], c_last, false, key);
         c_last = m->middle[i].fout;
     }
     for (int i = 0; i < m->nup && !l.err; i++) {
         snprintf(key, sizeof key, "up_%d", i);
-        load_block(m, &l, &m->up[i], c_last, key);
+        load_block(m, &l, &m->up[i], c_last, true, key);
         c_last = m->up[i].fout;
     }
     /* conv_img: Sequential(conv 3x3 -> 3 r^2, PixelShuffle(r)), or a plain conv to 3 channels */
@@ -309,6 +371,47 @@ static int upsample_nhwc(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
     return ditto_op_copy(be, &xv, &yv);
 }
 
+/*
+ * The hidden activation of a sub-pixel SPADE from its phase convolution's
+ * output p, (B,h+1,w+1,4C) channels-last or (B,4C,h+1,w+1): parity (ry, rx)
+ * sits in channels (2ry + rx)C.. at window offset (ry, rx), so
+ * y[b, 2qy+ry, 2qx+rx, c] = p[b, qy+ry, qx+rx, (2ry+rx)C + c], an affine
+ * view of p: one strided copy into y, (B,2h,2w,C) or (B,C,2h,2w), seen as
+ * (B,h,2,w,2,C) or (B,C,h,2,w,2). Channels-last rows whose bytes are a
+ * multiple of 8 move as 8-byte elements.
+ */
+static int phase_interleave(DittoBackend *be, bool nhwc, const DittoTensor *p, DittoTensor *y)
+{
+    const int64_t B = y->shape[0], h = dim_h(y, nhwc) / 2, w = dim_w(y, nhwc) / 2;
+    int64_t C = y->shape[nhwc ? 3 : 1];
+    if (dim_h(y, nhwc) % 2 || dim_w(y, nhwc) % 2 || p->shape[0] != B || p->shape[nhwc ? 3 : 1] != 4 * C || dim_h(p, nhwc) != h + 1 ||
+        dim_w(p, nhwc) != w + 1 || p->dtype != y->dtype || !ditto_tensor_is_contiguous(p) || !ditto_tensor_is_contiguous(y))
+        return ditto_fail(&be->log, DITTO_ERR_SHAPE, "decoder: sub-pixel interleave of mismatched tensors");
+    DittoDType dt = p->dtype;
+    int64_t shape[6], st[6];
+    if (nhwc) {
+        const size_t row = (size_t)C * ditto_dtype_size(dt);
+        if (row % 8 == 0 && ((uintptr_t)p->data | (uintptr_t)y->data) % 8 == 0) {
+            dt = DITTO_I64;
+            C = (int64_t)(row / 8);
+        }
+        const int64_t sw = 4 * C, sh = (w + 1) * sw;
+        const int64_t sh6[6] = { B, h, 2, w, 2, C }, st6[6] = { (h + 1) * sh, sh, sh + 2 * C, sw, sw + C, 1 };
+        memcpy(shape, sh6, sizeof shape);
+        memcpy(st, st6, sizeof st);
+    } else {
+        const int64_t sh = w + 1, sc = (h + 1) * sh;
+        const int64_t sh6[6] = { B, C, h, 2, w, 2 }, st6[6] = { 4 * C * sc, sc, sh, sh + 2 * C * sc, 1, 1 + C * sc };
+        memcpy(shape, sh6, sizeof shape);
+        memcpy(st, st6, sizeof st);
+    }
+    DittoTensor pv = ditto_tensor(p->data, dt, 6, shape), yv = ditto_tensor(y->data, dt, 6, shape);
+    memcpy(pv.stride, st, sizeof st);
+    pv.device = p->device;
+    yv.device = y->device;
+    return ditto_op_copy(be, &pv, &yv);
+}
+
 /* Report activation x under name, as (B,C,H,W): channels-last ones through a contiguous NCHW copy in scratch. */
 static int tap_act(DittoBackend *be, DittoArena *ws, bool nhwc, const DittoTap *tap, const char *name, const DittoTensor *x)
 {
@@ -332,7 +435,8 @@ static int tap_act(DittoBackend *be, DittoArena *ws, bool nhwc, const DittoTap *
 /*
  * SPADE: y = instance_norm(x) * (1 + gamma(seg)) + beta(seg), then
  * LeakyReLU(0.2) when lrelu (what follows norm_0 / norm_1 in the block);
- * seg already at y's size; x at y's size or smaller by integer factors (read
+ * seg at y's size, or at half of it for a sub-pixel SPADE (s->phase: the
+ * map before the nearest x2); x at y's size or smaller by integer factors (read
  * nearest-upsampled by spade_norm); scratch in act. The gamma / beta
  * convolution runs without its bias, which spade_norm adds as it reads gb
  * (gb, the largest tensor of the block, is written once and read once).
@@ -347,11 +451,21 @@ static int spade(DittoBackend *be, DittoArena *ws, DittoDType act, bool nhwc, co
     pad1_relu.relu = true;
     const DittoSpadeParams sp = { DEC_IN_EPS, lrelu, DEC_LRELU, nhwc };
     DittoArenaMark top = ditto_arena_mark(ws);
-    DittoTensor actv, gb;
+    DittoTensor actv, gb, ph;
     int rc;
-    TRY(new_act(ws, act, nhwc, B, s->shared_w.shape[0], H, W, &actv));
+    if (s->phase) {
+        const int64_t hid = s->shared_w.shape[0] / 4;
+        TRY(new_act(ws, act, nhwc, B, hid, H, W, &actv));
+        DittoArenaMark mk = ditto_arena_mark(ws);
+        TRY(new_act(ws, act, nhwc, B, 4 * hid, H / 2 + 1, W / 2 + 1, &ph));
+        TRY(ditto_op_conv(be, &pad1_relu, seg, &s->shared_w, &s->shared_b, &ph));         /* the 4 parities (B,4*128,H/2+1,W/2+1) */
+        TRY(phase_interleave(be, nhwc, &ph, &actv));                                       /* relu(mlp_shared(x2(seg))) (B,128,H,W) */
+        ditto_arena_release(ws, mk);
+    } else {
+        TRY(new_act(ws, act, nhwc, B, s->shared_w.shape[0], H, W, &actv));
+        TRY(ditto_op_conv(be, &pad1_relu, seg, &s->shared_w, &s->shared_b, &actv));        /* relu(mlp_shared) (B,128,H,W) */
+    }
     TRY(new_act(ws, act, nhwc, B, 2 * C, H, W, &gb));
-    TRY(ditto_op_conv(be, &pad1_relu, seg, &s->shared_w, &s->shared_b, &actv));            /* relu(mlp_shared) (B,128,H,W) */
     TRY(ditto_op_conv(be, &pad1, &actv, &s->gb_w, NULL, &gb));                             /* mlp_gamma ; mlp_beta (B,2C,H,W), no bias */
     TRY(ditto_op_spade_norm(be, &sp, x, &gb, &s->gb_b, y));                                /* norm(x) * (1 + gamma) + beta [, lrelu] */
 done:
@@ -384,10 +498,17 @@ static int resblock(DittoDecoder *m, DittoArena *ws, bool nhwc, const DecBlock *
     int rc;
     if (b->learned_shortcut && y->data == x->data)
         return ditto_fail(&be->log, DITTO_ERR_INVAL, "decoder: a block with a learned shortcut cannot run in place");
-    /* seg = F.interpolate(feature, size=(H,W), mode='nearest'), shared by the block's SPADEs */
-    if (dim_h(feature, nhwc) != H || dim_w(feature, nhwc) != W) {
-        TRY(new_act(ws, m->act, nhwc, B, m->c_in, H, W, &seg));
-        TRY(nhwc ? upsample_nhwc(be, feature, &seg) : ditto_op_upsample_nearest(be, feature, &seg));   /* (B,256,H,W) */
+    /*
+     * seg = F.interpolate(feature, size=(H,W), mode='nearest'), shared by the
+     * block's SPADEs; sub-pixel SPADEs (up blocks) read it before the last x2,
+     * at (H/2,W/2)
+     */
+    const int64_t sf = b->norm_0.phase ? 2 : 1;
+    if (H % sf || W % sf)
+        return ditto_fail(&be->log, DITTO_ERR_SHAPE, "decoder: an up block's output must have an even size");
+    if (dim_h(feature, nhwc) != H / sf || dim_w(feature, nhwc) != W / sf) {
+        TRY(new_act(ws, m->act, nhwc, B, m->c_in, H / sf, W / sf, &seg));
+        TRY(nhwc ? upsample_nhwc(be, feature, &seg) : ditto_op_upsample_nearest(be, feature, &seg));   /* (B,256,H/sf,W/sf) */
     }
     /* x_s = conv_s(norm_s(x)) if fin != fout, else x */
     if (b->learned_shortcut) {
@@ -475,13 +596,14 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
     /*
      * The rest on chunks of items (DEC_UP_BUDGET; everything when taps are
      * read, which want whole-batch tensors). Per item at the last up block:
-     * seg, y, conv_0 out, SPADE out and scratch (hidden + 2 fin); x2(x) is never stored.
+     * seg at half size, y, conv_0 out, SPADE out and scratch (hidden + 2 fin;
+     * the phase output, about hidden, is gone before the 2 fin); x2(x) is never stored.
      */
     const int64_t H0 = H, W0 = W;
     int64_t chunk = B;
     if (!tap) {
         const int64_t f = (int64_t)1 << m->nup, last = m->nup - 1;
-        int64_t ch = m->c_in + m->up[last].fin + m->up[last].fout + m->up[last].fmid + m->c_hidden + 2 * m->up[last].fin;
+        int64_t ch = (m->c_in + 3) / 4 + m->up[last].fin + m->up[last].fout + m->up[last].fmid + m->c_hidden + 2 * m->up[last].fin;
         size_t per_item = (size_t)(ch * H0 * f * W0 * f) * ditto_dtype_size(m->act);
         chunk = per_item ? (int64_t)((m->up_budget ? m->up_budget : DEC_UP_BUDGET) / per_item) : B;
         chunk = chunk < 1 ? 1 : chunk > B ? B : chunk;

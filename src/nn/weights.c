@@ -281,6 +281,38 @@ int ditto_loader_get_cat(DittoLoader *l, DittoTensor *out, int n, const char *co
     return l->err;
 }
 
+int ditto_loader_get_map(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape, int out_ndim, const int64_t *out_shape,
+                         DittoLoaderMap fn, void *ctx, const char *fmt, ...)
+{
+    memset(out, 0, sizeof *out);
+    if (l->err)
+        return l->err;
+    if (out_ndim < 1 || out_ndim > DITTO_MAX_DIMS)
+        return ditto_loader_fail(l, DITTO_ERR_INVAL, "bad shape of a mapped parameter");
+    char key[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vkey(l, key, sizeof key, fmt, ap);
+    va_end(ap);
+    DittoCatalogEntry *e = expect(l, key, ndim, shape);
+    if (!e)
+        return l->err;
+    float *in = read_host(l, e);
+    if (!in)
+        return l->err;
+    DittoTensor t = ditto_tensor(NULL, DITTO_F32, out_ndim, out_shape);
+    float *mapped = ditto_malloc_aligned((size_t)ditto_tensor_numel(&t) * sizeof(float) + 1);
+    if (!mapped) {
+        ditto_loader_fail(l, DITTO_ERR_NOMEM, "out of memory for parameters");
+    } else {
+        fn(ctx, in, mapped);
+        bind(l, out, out_ndim, out_shape, mapped, l->dtype);
+    }
+    ditto_free_aligned(mapped);
+    ditto_free_aligned(in);
+    return l->err;
+}
+
 int ditto_loader_skip(DittoLoader *l, const char *fmt, ...)
 {
     if (l->err)

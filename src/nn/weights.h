@@ -67,6 +67,15 @@ int ditto_loader_get(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *
  * an input (SPADE's gamma and beta), so they run as one.
  */
 int ditto_loader_get_cat(DittoLoader *l, DittoTensor *out, int n, const char *const *keys, int ndim, const int64_t *shape);
+/*
+ * Bind prefix+key (exactly shape) through a host transform: fn(ctx, in, out)
+ * maps its float32 values to those of a tensor of out_shape, which is bound
+ * in l->dtype (rounded once). For weights that are rearranged or combined at
+ * load (the decoder's sub-pixel SPADE convolutions).
+ */
+typedef void (*DittoLoaderMap)(void *ctx, const float *in, float *out);
+int ditto_loader_get_map(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape, int out_ndim, const int64_t *out_shape,
+                         DittoLoaderMap fn, void *ctx, const char *fmt, ...) DITTO_LOADER_PRINTF(9, 10);
 /* Mark prefix+key as known without loading it (e.g. num_batches_tracked); missing is an error. */
 int ditto_loader_skip(DittoLoader *l, const char *fmt, ...) DITTO_LOADER_PRINTF(2, 3);
 /*
