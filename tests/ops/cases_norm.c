@@ -388,6 +388,12 @@ void test_ops_norm(TestCtx *c)
         }
         spade_case_up(c, 4, (const int64_t[]){ 2, 16, 12, 24 }, true, 1000, false, nhwc, SPADE_BIAS, 2, false);
     }
+    /*
+     * channels-last with C / 8 dividing the block (CUDA: a thread keeps its 8
+     * channels): more positions than the grid covers in one step (the
+     * strided loop), 3 items, upsampled
+     */
+    spade_case_up(c, 4, (const int64_t[]){ 3, 55, 55, 64 }, true, 0, false, true, SPADE_BIAS, 2, false);
     /* large common offset: catches single-pass float variance */
     norm_case(c, NK_BATCH, 4, s4b, 0, 2, 1000, 1e-5f);
     norm_case(c, NK_INSTANCE, 4, s4b, 0, 2, 1000, 1e-5f);

@@ -360,7 +360,11 @@ static __global__ void k_spade_h8(const __half *x, const __half *gb, const void 
 #define SPN_ROWS 512
 #define SPN_TILE 64
 
-/* part (N*C, 2, splits): sum of d and of d^2, d = x - x[n, 0, c], over the split's positions. grid (splits, C/64, N), 256 threads. */
+/*
+ * part (2, splits, N*C): sum of d and of d^2, d = x - x[n, 0, c], over the
+ * split's positions (set-minor, so k_spade_nhwc_final's reads of one split
+ * are coalesced). grid (splits, C/64, N), 256 threads.
+ */
 static __global__ void k_spade_nhwc_stats(const __half *x, double *part, int64_t R, int64_t C, int splits)
 {
     __shared__ double sh[2][32][SPN_TILE + 1];
@@ -409,7 +413,7 @@ static __global__ void k_spade_nhwc_stats(const __half *x, double *part, int64_t
             double acc = 0.0;
             for (int r = 0; r < 32; r++)
                 acc += sh[which][r][cl];
-            part[((n * C + c) * 2 + which) * splits + blockIdx.x] = acc;
+            part[((int64_t)which * splits + blockIdx.x) * gridDim.z * C + n * C + c] = acc;
         }
     }
 }
@@ -419,11 +423,12 @@ static __global__ void k_spade_nhwc_final(const __half *x, const double *part, f
                                           float eps)
 {
     for (int64_t s = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; s < NC; s += (int64_t)gridDim.x * blockDim.x) {
-        const double *p1 = part + s * 2 * splits, *p2 = p1 + splits;
+        const double *p1 = part + s, *p2 = part + (int64_t)splits * NC + s;
         double s1 = 0.0, s2 = 0.0;
+#pragma unroll 4
         for (int k = 0; k < splits; k++) {
-            s1 += p1[k];
-            s2 += p2[k];
+            s1 += p1[(int64_t)k * NC];
+            s2 += p2[(int64_t)k * NC];
         }
         const float pivot = __half2float(x[s / C * R * C + s % C]);
         const double dm = s1 / (double)R, msq = s2 / (double)R;
@@ -483,6 +488,51 @@ static __global__ void k_spade_nhwc_apply(const __half *x, const __half *gb, con
             spade_bias(bias, bh, C, (int64_t)(cv * 8) + 2 * j + 1, &bg1, &bb1);
             float v0 = fmaf((fx.x - ms[2 * j]) * rs[2 * j], 1.0f + (fg.x + bg0), fb.x + bb0);
             float v1 = fmaf((fx.y - ms[2 * j + 1]) * rs[2 * j + 1], 1.0f + (fg.y + bg1), fb.y + bb1);
+            if (act) {
+                v0 = v0 < 0.0f ? v0 * slope : v0;
+                v1 = v1 < 0.0f ? v1 * slope : v1;
+            }
+            ho[j] = __floats2half2_rn(v0, v1);
+        }
+        *(uint4 *)(y + t * Ci + cv * 8) = o;
+    }
+}
+
+/*
+ * k_spade_nhwc_apply with each thread's channels fixed, for C / 8 = CV
+ * dividing the block: thread j keeps channel vector j % CV, loads its 8
+ * channels' statistics and biases once (k_spade_nhwc_apply reloads these 32
+ * values per position, which bound it by load instructions, not by DRAM) and
+ * walks positions j / CV + i * (block / CV) of item blockIdx.y over the
+ * grid's blocks. The same expression, so the same bits.
+ */
+#define SPN_APPLY_BLOCKS 1024   /* about 8 resident blocks of 256 threads per SM on the H200's 132 */
+
+template <typename I>
+static __global__ void k_spade_nhwc_rows(const __half *x, const __half *gb, const void *bias, bool bh, __half *y, const float *stat, int64_t R,
+                                         int64_t Rx, SpadeUp up, int64_t C, int64_t NC, bool act, float slope)
+{
+    const I Ci = (I)C, CV = Ci / 8, cv = (I)threadIdx.x % CV, n = (I)blockIdx.y, Ri = (I)R, Rxi = (I)Rx;
+    const I W = (I)up.W, wx = (I)up.wx, fh = (I)up.fh, fw = (I)up.fw;
+    const I per = (I)blockDim.x / CV;   /* positions a block covers per step */
+    float ms[8], rs[8], bg[8], bb[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        ms[j] = stat[n * Ci + cv * 8 + j];
+        rs[j] = stat[NC + n * Ci + cv * 8 + j];
+        spade_bias(bias, bh, C, (int64_t)(cv * 8 + j), &bg[j], &bb[j]);
+    }
+    for (I k = (I)blockIdx.x * per + (I)threadIdx.x / CV; k < Ri; k += per * (I)gridDim.x) {
+        const I t = n * Ri + k, tx = up.up ? n * Rxi + k / W / fh * wx + k % W / fw : t;
+        uint4 u = *(const uint4 *)(x + tx * Ci + cv * 8);
+        uint4 g = *(const uint4 *)(gb + t * 2 * Ci + cv * 8), b = *(const uint4 *)(gb + t * 2 * Ci + Ci + cv * 8), o;
+        const __half2 *hx = (const __half2 *)&u, *hg = (const __half2 *)&g, *hb = (const __half2 *)&b;
+        __half2 *ho = (__half2 *)&o;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float2 fx = __half22float2(hx[j]), fg = __half22float2(hg[j]), fb = __half22float2(hb[j]);
+            float v0 = fmaf((fx.x - ms[2 * j]) * rs[2 * j], 1.0f + (fg.x + bg[2 * j]), fb.x + bb[2 * j]);
+            float v1 = fmaf((fx.y - ms[2 * j + 1]) * rs[2 * j + 1], 1.0f + (fg.y + bg[2 * j + 1]), fb.y + bb[2 * j + 1]);
             if (act) {
                 v0 = v0 < 0.0f ? v0 * slope : v0;
                 v1 = v1 < 0.0f ? v1 * slope : v1;
@@ -595,7 +645,16 @@ static int spade_nhwc(DittoBackend *be, const DittoSpadeParams *p, const DittoTe
         const void *bp = bias ? bias->data : NULL;
         __half *yh = (__half *)y->data;
         const __half *gh = (const __half *)gb->data;
-        if (2 * NC * R + (int64_t)blocks * NORM_THREADS < (int64_t)UINT32_MAX)   /* every element index and the loop's last step */
+        const int64_t CV = C / 8;
+        if (CV <= NORM_THREADS && NORM_THREADS % CV == 0) {
+            /* fixed channels a thread: blocks of an item cover its positions, SPN_APPLY_BLOCKS in all */
+            const int64_t per = NORM_THREADS / CV, need = (R + per - 1) / per, share = SPN_APPLY_BLOCKS / N > 0 ? SPN_APPLY_BLOCKS / N : 1;
+            const dim3 grid_r((unsigned)(need < share ? need : share), (unsigned)N);
+            if (2 * NC * R + (int64_t)NORM_THREADS * SPN_APPLY_BLOCKS * 2 < (int64_t)UINT32_MAX)
+                k_spade_nhwc_rows<uint32_t><<<grid_r, NORM_THREADS, 0, st>>>(xh, gh, bp, is_h(bias), yh, stat, R, Rx, up, C, NC, p->act, p->slope);
+            else
+                k_spade_nhwc_rows<int64_t><<<grid_r, NORM_THREADS, 0, st>>>(xh, gh, bp, is_h(bias), yh, stat, R, Rx, up, C, NC, p->act, p->slope);
+        } else if (2 * NC * R + (int64_t)blocks * NORM_THREADS < (int64_t)UINT32_MAX)   /* every element index and the loop's last step */
             k_spade_nhwc_apply<uint32_t><<<blocks, NORM_THREADS, 0, st>>>(xh, gh, bp, is_h(bias), yh, stat, R, Rx, up, C, NC, nvec, p->act,
                                                                            p->slope);
         else
