@@ -374,12 +374,10 @@ static int dense_motion(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, co
     const int64_t K = m->num_kp, K1 = K + 1, c = m->c_compress, P = m->c_pred;
     const DittoConvParams pad0 = ditto_nn_conv_pad(0), pad3 = ditto_nn_conv_pad(3);
     DittoArenaMark top = ditto_arena_mark(ws), mk;
-    DittoTensor motion, hg_in, pred, mask;
-    DittoTensor cmp, feat, zero, kpd, kps, kpd6, kps6, grid6, gd, gs, tmp, deformed, deformed6, deformed_p, heat6, hg_in6;
-    DittoTensor motion_v, mask6, def6, pred2d, heat, logits;
+    DittoTensor hg_in, pred, mask, cmp, feat, pred2d, logits;
     const DittoDType act = m->act;
+    const DittoMotionParams mp = { DITTO_WARP_KP_VARIANCE };
     int rc;
-    TRY(ditto_nn_new_f32(ws, &motion, DITTO_SHAPE(B, K1, D, H, W, 3)));
     TRY(ditto_nn_new(ws, act, &hg_in, DITTO_SHAPE(B, K1 * (c + 1), D, H, W)));
     mk = ditto_arena_mark(ws);
 
@@ -402,45 +400,12 @@ static int dense_motion(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, co
     }
 
     /*
-     * Sparse motions and heatmaps. A zero keypoint row prepended to both sets
-     * gives the identity motion S_0 = G - 0 + 0 = G and the all-zero heatmap
-     * H_0 = g(G) - g(G) = 0 exactly, so both come out of one broadcast each.
+     * Heatmaps, sparse motions and the deformed features in one pass, with a
+     * zero keypoint prepended to both sets (the identity motion S_0 = G and
+     * the all-zero heatmap): hg_in[:, m*5] = g(G - kp_d[m]) - g(G - kp_s[m]),
+     * hg_in[:, m*5 + 1 + j] = grid_sample(feat[:, j], G - kp_d[m] + kp_s[m]).
      */
-    TRY(ditto_nn_new_f32(ws, &zero, DITTO_SHAPE(B, 1, 3)));
-    TRY(ditto_nn_new_f32(ws, &kpd, DITTO_SHAPE(B, K1, 3)));
-    TRY(ditto_nn_new_f32(ws, &kps, DITTO_SHAPE(B, K1, 3)));
-    TRY(ditto_op_fill(be, 0.0f, &zero));
-    TRY(ditto_op_concat(be, 1, 2, (const DittoTensor *const[]){ &zero, kp_driving }, &kpd));  /* (B,22,3) */
-    TRY(ditto_op_concat(be, 1, 2, (const DittoTensor *const[]){ &zero, kp_source }, &kps));   /* (B,22,3) */
-    TRY(ditto_tensor_reshape(&kpd, DITTO_SHAPE(B, K1, 1, 1, 1, 3), &kpd6));
-    TRY(ditto_tensor_reshape(&kps, DITTO_SHAPE(B, K1, 1, 1, 1, 3), &kps6));
-    TRY(ditto_tensor_reshape(&m->grid, DITTO_SHAPE(1, 1, D, H, W, 3), &grid6));
-    TRY(ditto_nn_new_f32(ws, &gd, DITTO_SHAPE(B, K1, D, H, W, 1)));
-    TRY(ditto_nn_new_f32(ws, &gs, DITTO_SHAPE(B, K1, D, H, W, 1)));
-    TRY(ditto_nn_new_f32(ws, &tmp, DITTO_SHAPE(B, K1, D, H, W, 3)));
-    heat = gd;
-    if (act != DITTO_F32)
-        TRY(ditto_nn_new(ws, act, &heat, DITTO_SHAPE(B, K1, D, H, W, 1)));
-    TRY(ditto_op_binary(be, DITTO_BINARY_SUB, &grid6, &kpd6, &motion));                       /* G - kp_driving (B,22,16,64,64,3) */
-    TRY(gaussian(be, &motion, DITTO_WARP_KP_VARIANCE, &gd));                                   /* gaussian_driving (B,22,16,64,64,1) */
-    TRY(ditto_op_binary(be, DITTO_BINARY_SUB, &grid6, &kps6, &tmp));                          /* G - kp_source */
-    TRY(gaussian(be, &tmp, DITTO_WARP_KP_VARIANCE, &gs));                                      /* gaussian_source */
-    TRY(ditto_op_binary(be, DITTO_BINARY_SUB, &gd, &gs, &heat));                              /* heatmap (B,22,16,64,64,1), act */
-    TRY(ditto_op_binary(be, DITTO_BINARY_ADD, &motion, &kps6, &motion));                      /* sparse motions G - kp_d + kp_s */
-
-    /*
-     * Deformed features: the K+1 grids are stacked along the output depth, so
-     * one grid_sample of the compressed volume samples every motion:
-     * out[:, :, m*D + d] = grid_sample(feat, S_m)[:, :, d].
-     */
-    TRY(ditto_tensor_reshape(&motion, DITTO_SHAPE(B, K1 * D, H, W, 3), &motion_v));
-    TRY(ditto_nn_new(ws, act, &deformed, DITTO_SHAPE(B, c, K1 * D, H, W)));
-    TRY(ditto_op_grid_sample(be, false, &feat, &motion_v, &deformed));                       /* (B,4,22*16,64,64), float32 grid */
-    TRY(ditto_tensor_reshape(&deformed, DITTO_SHAPE(B, c, K1, D, H, W), &deformed6));
-    TRY(ditto_tensor_permute(&deformed6, (const int[]){ 0, 2, 1, 3, 4, 5 }, &deformed_p));     /* (B,22,4,16,64,64) view */
-    TRY(ditto_tensor_reshape(&heat, DITTO_SHAPE(B, K1, 1, D, H, W), &heat6));                 /* (B,22,1,16,64,64) */
-    TRY(ditto_tensor_reshape(&hg_in, DITTO_SHAPE(B, K1, c + 1, D, H, W), &hg_in6));
-    TRY(ditto_op_concat(be, 2, 2, (const DittoTensor *const[]){ &heat6, &deformed_p }, &hg_in6)); /* (B,22,5,16,64,64) */
+    TRY(ditto_op_motion_input(be, &mp, &m->grid, kp_driving, kp_source, &feat, &hg_in, NULL));  /* (B,22*5,16,64,64) */
     ditto_arena_release(ws, mk);
     ditto_tap(tap, "dm_hourglass_in", &hg_in);                                                /* (B,110,16,64,64) */
 
@@ -449,20 +414,19 @@ static int dense_motion(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, co
     TRY(hourglass(m, ws, &hg_in, &pred));                                                     /* (B,142,16,64,64) */
     ditto_tap(tap, "dm_hourglass_out", &pred);
 
-    /* mask = softmax(mask(prediction), dim=1): logits act, the mask float32 (in place when act is float32) */
-    TRY(ditto_nn_new_f32(ws, &mask, DITTO_SHAPE(B, K1, D, H, W)));
-    logits = mask;
-    if (act != DITTO_F32)
-        TRY(ditto_nn_new(ws, act, &logits, DITTO_SHAPE(B, K1, D, H, W)));
+    /*
+     * mask = softmax(mask(prediction), dim=1) over the K+1 motions, then
+     * deformation = sum_m mask_m * S_m (the motions recomputed from the
+     * keypoints): one pass over the logits; the float32 mask is only written
+     * when a tap reads it
+     */
+    TRY(ditto_nn_new(ws, act, &logits, DITTO_SHAPE(B, K1, D, H, W)));
     TRY(ditto_op_conv(be, &pad3, &pred, &m->mask_w, &m->mask_b, &logits));                    /* (B,22,16,64,64) */
-    TRY(ditto_op_softmax(be, 1, &logits, &mask));
-    ditto_tap(tap, "dm_mask", &mask);
-
-    /* deformation = sum_m mask_m * S_m */
-    TRY(ditto_tensor_reshape(&mask, DITTO_SHAPE(B, K1, D, H, W, 1), &mask6));
-    TRY(ditto_tensor_reshape(deformation, DITTO_SHAPE(B, 1, D, H, W, 3), &def6));
-    TRY(ditto_op_binary(be, DITTO_BINARY_MUL, &motion, &mask6, &motion));                     /* (B,22,16,64,64,3), float32 */
-    TRY(ditto_op_reduce(be, DITTO_REDUCE_SUM, 1, &motion, &def6));                            /* (B,1,16,64,64,3), float32 */
+    if (tap && tap->fn)
+        TRY(ditto_nn_new_f32(ws, &mask, DITTO_SHAPE(B, K1, D, H, W)));
+    TRY(ditto_op_motion_deform(be, &mp, &m->grid, kp_driving, kp_source, &logits, deformation, tap && tap->fn ? &mask : NULL)); /* (B,16,64,64,3) */
+    if (tap && tap->fn)
+        ditto_tap(tap, "dm_mask", &mask);
     ditto_tap(tap, "dm_deformation", deformation);                                            /* (B,16,64,64,3) */
 
     /* occlusion_map = sigmoid(occlusion(prediction viewed (B, 142*16, 64, 64))) */

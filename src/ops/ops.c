@@ -1,6 +1,7 @@
 /* Op front ends: shape/dtype rules shared by every backend, then dispatch. */
 #include "ops/ops.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -499,6 +500,81 @@ int ditto_op_grid_sample(DittoBackend *be, bool align_corners, const DittoTensor
             return bad_shape(be, DITTO_OP_GRID_SAMPLE, "y spatial dims != grid dims", y, grid);
     DittoGridSampleParams p = { align_corners };
     CALL(DITTO_OP_GRID_SAMPLE, x, y, be->ops.grid_sample(be, &p, x, grid, y));
+}
+
+/* float32 tensor of exactly this shape, contiguous, on the backend's device (NULL passes when optional) */
+static int check_f32_shape(DittoBackend *be, DittoOp op, const char *name, const DittoTensor *t, int ndim, const int64_t *shape, bool optional)
+{
+    if (!t)
+        return optional ? 0 : bad_arg(be, op, "a required tensor is NULL");
+    DITTO_TRY(check_float(be, op, name, t));
+    DITTO_TRY(check_contig(be, op, name, t));
+    if (t->dtype != DITTO_F32)
+        return ditto_fail(&be->log, DITTO_ERR_INVAL, "op %s: %s must be float32", ditto_op_name(op), name);
+    DittoTensor want = ditto_tensor(NULL, DITTO_F32, ndim, shape);
+    if (!ditto_tensor_same_shape(t, &want))
+        return ditto_fail(&be->log, DITTO_ERR_SHAPE, "op %s: %s has shape %s, expected %s", ditto_op_name(op), name, SHAPE(t), SHAPE(&want));
+    return 0;
+}
+
+/* The grid (D,H,W,3) and keypoints (N,K,3) of motion_input / motion_deform; D, H, W, N, K out. */
+static int check_motion(DittoBackend *be, DittoOp op, const DittoMotionParams *p, const DittoTensor *grid, const DittoTensor *kp_d,
+                        const DittoTensor *kp_s, int64_t *dhw, int64_t *N, int64_t *K)
+{
+    if (!p || !grid || !kp_d || !kp_s)
+        return DITTO_ERR_INVAL;
+    if (!(p->variance > 0.0) || !isfinite(p->variance))
+        return bad_arg(be, op, "the Gaussian variance must be positive and finite");
+    if (grid->ndim != 4 || kp_d->ndim != 3)
+        return bad_shape(be, op, "grid (D,H,W,3) and kp_d (N,K,3)", grid, kp_d);
+    DITTO_TRY(check_f32_shape(be, op, "grid", grid, 4, (const int64_t[]){ grid->shape[0], grid->shape[1], grid->shape[2], 3 }, false));
+    DITTO_TRY(check_f32_shape(be, op, "kp_d", kp_d, 3, (const int64_t[]){ kp_d->shape[0], kp_d->shape[1], 3 }, false));
+    DITTO_TRY(check_f32_shape(be, op, "kp_s", kp_s, 3, kp_d->shape, false));
+    for (int i = 0; i < 3; i++)
+        dhw[i] = grid->shape[i];
+    *N = kp_d->shape[0];
+    *K = kp_d->shape[1];
+    if (dhw[0] < 1 || dhw[1] < 1 || dhw[2] < 1 || *N < 1)
+        return bad_shape(be, op, "grid and keypoints must not be empty", grid, kp_d);
+    return 0;
+}
+
+int ditto_op_motion_input(DittoBackend *be, const DittoMotionParams *p, const DittoTensor *grid, const DittoTensor *kp_d, const DittoTensor *kp_s,
+                          const DittoTensor *feat, DittoTensor *y, DittoTensor *motion)
+{
+    NEED(DITTO_OP_MOTION_INPUT, motion_input);
+    int64_t dhw[3] = { 0, 0, 0 }, N = 0, K = 0;
+    DITTO_TRY(check_motion(be, DITTO_OP_MOTION_INPUT, p, grid, kp_d, kp_s, dhw, &N, &K));
+    if (!feat || !y)
+        return DITTO_ERR_INVAL;
+    DITTO_TRY(check_dense(be, DITTO_OP_MOTION_INPUT, 2, (const char *const[]){ "feat", "y" }, (const DittoTensor *const[]){ feat, y }));
+    if (feat->ndim != 5 || feat->shape[0] != N || feat->shape[1] < 1 || feat->shape[2] != dhw[0] || feat->shape[3] != dhw[1] ||
+        feat->shape[4] != dhw[2])
+        return bad_shape(be, DITTO_OP_MOTION_INPUT, "feat (N,c,D,H,W) against grid (D,H,W,3)", feat, grid);
+    const int64_t ys[5] = { N, (K + 1) * (feat->shape[1] + 1), dhw[0], dhw[1], dhw[2] };
+    DittoTensor want = ditto_tensor(NULL, y->dtype, 5, ys);
+    if (!ditto_tensor_same_shape(y, &want))
+        return bad_shape(be, DITTO_OP_MOTION_INPUT, "y must be (N,(K+1)(c+1),D,H,W)", y, &want);
+    DITTO_TRY(check_f32_shape(be, DITTO_OP_MOTION_INPUT, "motion", motion, 6, (const int64_t[]){ N, K + 1, dhw[0], dhw[1], dhw[2], 3 }, true));
+    CALL(DITTO_OP_MOTION_INPUT, feat, y, be->ops.motion_input(be, p, grid, kp_d, kp_s, feat, y, motion));
+}
+
+int ditto_op_motion_deform(DittoBackend *be, const DittoMotionParams *p, const DittoTensor *grid, const DittoTensor *kp_d, const DittoTensor *kp_s,
+                           const DittoTensor *logits, DittoTensor *deformation, DittoTensor *mask)
+{
+    NEED(DITTO_OP_MOTION_DEFORM, motion_deform);
+    int64_t dhw[3] = { 0, 0, 0 }, N = 0, K = 0;
+    DITTO_TRY(check_motion(be, DITTO_OP_MOTION_DEFORM, p, grid, kp_d, kp_s, dhw, &N, &K));
+    if (!logits || !deformation)
+        return DITTO_ERR_INVAL;
+    DITTO_TRY(check_dense(be, DITTO_OP_MOTION_DEFORM, 1, (const char *const[]){ "logits" }, (const DittoTensor *const[]){ logits }));
+    const int64_t ls[5] = { N, K + 1, dhw[0], dhw[1], dhw[2] };
+    DittoTensor want = ditto_tensor(NULL, logits->dtype, 5, ls);
+    if (!ditto_tensor_same_shape(logits, &want))
+        return bad_shape(be, DITTO_OP_MOTION_DEFORM, "logits must be (N,K+1,D,H,W)", logits, &want);
+    DITTO_TRY(check_f32_shape(be, DITTO_OP_MOTION_DEFORM, "deformation", deformation, 5, (const int64_t[]){ N, dhw[0], dhw[1], dhw[2], 3 }, false));
+    DITTO_TRY(check_f32_shape(be, DITTO_OP_MOTION_DEFORM, "mask", mask, 5, ls, true));
+    CALL(DITTO_OP_MOTION_DEFORM, logits, deformation, be->ops.motion_deform(be, p, grid, kp_d, kp_s, logits, deformation, mask));
 }
 
 int ditto_op_concat(DittoBackend *be, int axis, int n, const DittoTensor *const *xs, DittoTensor *y)

@@ -173,6 +173,11 @@ typedef struct DittoGridSampleParams {
     bool align_corners;      /* padding is zeros, interpolation (tri)linear */
 } DittoGridSampleParams;
 
+/* The dense motion network's keypoint fields (motion_input, motion_deform). */
+typedef struct DittoMotionParams {
+    double variance;         /* of the keypoint Gaussians (0.01) */
+} DittoMotionParams;
+
 typedef struct DittoAttentionParams {
     float scale;             /* 0 means 1/sqrt(head_dim) */
     bool tf32_out;           /* float32 y rounded to the nearest TF32 value (ditto_tf32_round): input of a tf32 linear */
@@ -309,6 +314,10 @@ typedef struct DittoOps {
     int (*ddim_step)(struct DittoBackend *be, const DittoDdimStepParams *p, const DittoTensor *cond, const DittoTensor *uncond, const DittoTensor *x, const DittoTensor *z, DittoTensor *x0, DittoTensor *eps, DittoTensor *x_next);
     int (*layer_norm_rotary)(struct DittoBackend *be, const DittoLnRotaryParams *p, DittoTensor *h, const DittoTensor *y, const DittoTensor *scale, const DittoTensor *shift,
                              const DittoTensor *w, const DittoTensor *b, const DittoTensor *freqs, DittoTensor *a, DittoTensor *ra);
+    int (*motion_input)(struct DittoBackend *be, const DittoMotionParams *p, const DittoTensor *grid, const DittoTensor *kp_d, const DittoTensor *kp_s,
+                        const DittoTensor *feat, DittoTensor *y, DittoTensor *motion);
+    int (*motion_deform)(struct DittoBackend *be, const DittoMotionParams *p, const DittoTensor *grid, const DittoTensor *kp_d, const DittoTensor *kp_s,
+                         const DittoTensor *logits, DittoTensor *deformation, DittoTensor *mask);
 } DittoOps;
 
 bool ditto_ops_has(const DittoOps *ops, DittoOp op);
@@ -383,6 +392,32 @@ int ditto_pool_out_shape(const DittoPoolParams *p, const DittoTensor *x, int64_t
 int ditto_op_pixel_shuffle(struct DittoBackend *be, int factor, const DittoTensor *x, DittoTensor *y);
 /* PyTorch grid_sample, zeros padding: 2-D x (N,C,H,W) grid (N,Ho,Wo,2) -> (N,C,Ho,Wo); 3-D x (N,C,D,H,W) grid (N,Do,Ho,Wo,3) -> (N,C,Do,Ho,Wo). grid last axis is (x, y[, z]). */
 int ditto_op_grid_sample(struct DittoBackend *be, bool align_corners, const DittoTensor *x, const DittoTensor *grid, DittoTensor *y);
+/*
+ * The dense motion network's hourglass input in one pass (WarpingNetwork,
+ * ditto-architecture.md 5.4 steps 2-4). grid (D,H,W,3) float32, the (x,y,z)
+ * of each point of the volume; kp_d, kp_s (N,K,3) float32; feat (N,c,D,H,W).
+ * Motion m in 0..K (m = 0: a zero keypoint in both sets) at grid point G:
+ *   t = G - kp_d[m], u = G - kp_s[m], S_m = t + kp_s[m]      (float32)
+ *   heat_m = e(t) - e(u), e(v) = expf(a * |v|^2), a = (float)(-0.5 / variance),
+ *            |v|^2 summed in double over (x, y, z) and rounded to float32
+ *   y[n, m(c+1)] = heat_m, y[n, m(c+1) + 1 + j] = grid_sample(feat[n, j], S_m)
+ *            (trilinear, zeros padding, align_corners false)
+ * y (N,(K+1)(c+1),D,H,W); motion (N,K+1,D,H,W,3) float32, or NULL, gets S.
+ * These are the float32 operations of the unfused chain (sub, sum of
+ * squares, scale, exp, sub, add, grid_sample), element for element.
+ */
+int ditto_op_motion_input(struct DittoBackend *be, const DittoMotionParams *p, const DittoTensor *grid, const DittoTensor *kp_d, const DittoTensor *kp_s,
+                          const DittoTensor *feat, DittoTensor *y, DittoTensor *motion);
+/*
+ * deformation[n,d,h,w] = sum over m of mask_m * S_m with mask = softmax over
+ * m of logits[n,:,d,h,w] and S_m as motion_input defines it (recomputed from
+ * grid and keypoints). logits (N,K+1,D,H,W); deformation (N,D,H,W,3) float32;
+ * mask (N,K+1,D,H,W) float32, or NULL, gets the softmax. As the unfused
+ * chain: max, expf(l - max), their sum in double, mask = (float)(e * (1 / sum))
+ * in double; each float32 product mask_m * S_m summed over m in double.
+ */
+int ditto_op_motion_deform(struct DittoBackend *be, const DittoMotionParams *p, const DittoTensor *grid, const DittoTensor *kp_d, const DittoTensor *kp_s,
+                           const DittoTensor *logits, DittoTensor *deformation, DittoTensor *mask);
 /* y = concat(xs, axis); inputs may be strided. */
 int ditto_op_concat(struct DittoBackend *be, int axis, int n, const DittoTensor *const *xs, DittoTensor *y);
 /*

@@ -1,6 +1,7 @@
 /*
  * CPU oracle for the resampling family: nearest upsampling, avg/max pooling,
- * pixel shuffle and grid_sample (2-D bilinear, 3-D trilinear, zeros padding).
+ * pixel shuffle, grid_sample (2-D bilinear, 3-D trilinear, zeros padding)
+ * and the warp network's fused keypoint fields (motion_input, motion_deform).
  * fp32 data; shapes are checked by the front ends in ops/ops.c, so only
  * internal invariants remain here. 1-D and 2-D spatial layouts are handled as
  * 3-D ones with leading extents of 1.
@@ -352,8 +353,142 @@ static int cpu_grid_sample(DittoBackend *be, const DittoGridSampleParams *p, con
     return 0;
 }
 
+/* ---- motion_input, motion_deform: the dense motion network's keypoint fields ---- */
+
+/*
+ * Sparse motion S = (G - kd) + ks and Gaussian exponent arguments of one
+ * motion at grid point g: the float32 operations of the unfused chain
+ * (binary sub, reduce sum of squares in double, affine by a, binary add).
+ */
+static void motion_point(const float *g, const float *kd, const float *ks, float a, float *S, float *ad, float *as)
+{
+    float t[3], u[3];
+    double qd = 0.0, qs = 0.0;
+    for (int i = 0; i < 3; i++) {
+        t[i] = g[i] - kd[i];
+        u[i] = g[i] - ks[i];
+        qd += (double)t[i] * t[i];
+        qs += (double)u[i] * u[i];
+        S[i] = t[i] + ks[i];
+    }
+    *ad = a * (float)qd;
+    *as = a * (float)qs;
+}
+
+typedef struct MotionCtx {
+    const float *grid, *kd, *ks;     /* grid (D,H,W,3), kd / ks (N,K,3) */
+    const float *x;                  /* motion_input: feat (N,c,D,H,W); motion_deform: logits (N,K+1,D,H,W) */
+    float *y, *motion;               /* motion_input: y (N,(K+1)(c+1),D,H,W), S (N,K+1,D,H,W,3) or NULL */
+    float *deform, *mask;            /* motion_deform: (N,D,H,W,3), (N,K+1,D,H,W) or NULL */
+    float a;                         /* (float)(-0.5 / variance) */
+    int64_t N, K, c, D, H, W;
+    int64_t units;                   /* motion_input: N (K+1) D slices; motion_deform: N D slices */
+    int ntasks;
+} MotionCtx;
+
+/* m = 0 is the zero keypoint of both sets */
+static const float *motion_kp(const float *kp, int64_t n, int64_t K, int64_t m)
+{
+    static const float zero[3] = { 0.0f, 0.0f, 0.0f };
+    return m == 0 ? zero : kp + (n * K + m - 1) * 3;
+}
+
+/* One task = a range of (n, m, d) slices: heatmap and the c deformed feature channels of each point. */
+static void motion_input_task(void *arg, int t)
+{
+    const MotionCtx *mc = arg;
+    const int64_t K1 = mc->K + 1, HW = mc->H * mc->W, vol = mc->D * HW, c1 = mc->c + 1;
+    const GridCtx g = { .C = mc->c, .D = mc->D, .H = mc->H, .W = mc->W, .three_d = true, .align_corners = false };
+    int64_t lo, hi;
+    task_range(mc->units, mc->ntasks, t, &lo, &hi);
+    for (int64_t u = lo; u < hi; u++) {
+        const int64_t d = u % mc->D, m = u / mc->D % K1, n = u / mc->D / K1;
+        const float *kd = motion_kp(mc->kd, n, mc->K, m), *ks = motion_kp(mc->ks, n, mc->K, m);
+        const float *xn = mc->x + n * mc->c * vol;
+        float *yh = mc->y + (n * K1 * c1 + m * c1) * vol + d * HW;   /* channel m(c+1), depth d */
+        for (int64_t p = 0; p < HW; p++) {
+            float S[3], ad, as;
+            motion_point(mc->grid + (d * HW + p) * 3, kd, ks, mc->a, S, &ad, &as);
+            yh[p] = expf(ad) - expf(as);
+            if (mc->motion)
+                for (int i = 0; i < 3; i++)
+                    mc->motion[(((n * K1 + m) * mc->D + d) * HW + p) * 3 + i] = S[i];
+            int64_t off[8];
+            float w[8];
+            const int nt = point_taps(&g, S, off, w);
+            for (int64_t j = 0; j < mc->c; j++) {
+                const float *xc = xn + j * vol;
+                float acc = 0.0f;
+                for (int k = 0; k < nt; k++)
+                    acc += xc[off[k]] * w[k];
+                yh[(1 + j) * vol + p] = acc;
+            }
+        }
+    }
+}
+
+static int cpu_motion_input(DittoBackend *be, const DittoMotionParams *p, const DittoTensor *grid, const DittoTensor *kp_d, const DittoTensor *kp_s,
+                            const DittoTensor *feat, DittoTensor *y, DittoTensor *motion)
+{
+    MotionCtx mc = { .grid = grid->data, .kd = kp_d->data, .ks = kp_s->data, .x = feat->data, .y = y->data,
+                     .motion = motion ? motion->data : NULL, .a = (float)(-0.5 / p->variance), .N = kp_d->shape[0], .K = kp_d->shape[1],
+                     .c = feat->shape[1], .D = grid->shape[0], .H = grid->shape[1], .W = grid->shape[2] };
+    mc.units = mc.N * (mc.K + 1) * mc.D;
+    mc.ntasks = task_count(mc.units);
+    ditto_pool_run(be->pool, mc.ntasks, motion_input_task, &mc);
+    return 0;
+}
+
+/* One task = a range of (n, d) slices: the softmax over the K+1 logits of each point, then the mask-weighted motion. */
+static void motion_deform_task(void *arg, int t)
+{
+    const MotionCtx *mc = arg;
+    const int64_t K1 = mc->K + 1, HW = mc->H * mc->W, vol = mc->D * HW;
+    int64_t lo, hi;
+    task_range(mc->units, mc->ntasks, t, &lo, &hi);
+    for (int64_t u = lo; u < hi; u++) {
+        const int64_t d = u % mc->D, n = u / mc->D;
+        for (int64_t p = 0; p < HW; p++) {
+            const float *l = mc->x + n * K1 * vol + d * HW + p;   /* logit m at l[m * vol] */
+            const float *g = mc->grid + (d * HW + p) * 3;
+            float mx = -INFINITY;
+            double sum = 0.0, acc[3] = { 0.0, 0.0, 0.0 };
+            for (int64_t m = 0; m < K1; m++)
+                mx = l[m * vol] > mx ? l[m * vol] : mx;
+            for (int64_t m = 0; m < K1; m++)
+                sum += expf(l[m * vol] - mx);
+            const double inv = 1.0 / sum;
+            for (int64_t m = 0; m < K1; m++) {
+                const float mk = (float)(expf(l[m * vol] - mx) * inv);
+                float S[3], ad, as;
+                motion_point(g, motion_kp(mc->kd, n, mc->K, m), motion_kp(mc->ks, n, mc->K, m), mc->a, S, &ad, &as);
+                for (int i = 0; i < 3; i++)
+                    acc[i] += S[i] * mk;
+                if (mc->mask)
+                    mc->mask[n * K1 * vol + m * vol + d * HW + p] = mk;
+            }
+            for (int i = 0; i < 3; i++)
+                mc->deform[((n * mc->D + d) * HW + p) * 3 + i] = (float)acc[i];
+        }
+    }
+}
+
+static int cpu_motion_deform(DittoBackend *be, const DittoMotionParams *p, const DittoTensor *grid, const DittoTensor *kp_d, const DittoTensor *kp_s,
+                             const DittoTensor *logits, DittoTensor *deformation, DittoTensor *mask)
+{
+    MotionCtx mc = { .grid = grid->data, .kd = kp_d->data, .ks = kp_s->data, .x = logits->data, .deform = deformation->data,
+                     .mask = mask ? mask->data : NULL, .a = (float)(-0.5 / p->variance), .N = kp_d->shape[0], .K = kp_d->shape[1],
+                     .D = grid->shape[0], .H = grid->shape[1], .W = grid->shape[2] };
+    mc.units = mc.N * mc.D;
+    mc.ntasks = task_count(mc.units);
+    ditto_pool_run(be->pool, mc.ntasks, motion_deform_task, &mc);
+    return 0;
+}
+
 void ditto_cpu_init_sample(DittoOps *ops)
 {
+    ops->motion_input = cpu_motion_input;
+    ops->motion_deform = cpu_motion_deform;
     ops->upsample_nearest = cpu_upsample_nearest;
     ops->pool = cpu_pool;
     ops->pixel_shuffle = cpu_pixel_shuffle;

@@ -1,6 +1,7 @@
 /*
- * CUDA resampling family: nearest upsampling, avg/max pooling, pixel shuffle
- * and grid_sample (2-D bilinear, 3-D trilinear, zeros padding). float32 or
+ * CUDA resampling family: nearest upsampling, avg/max pooling, pixel shuffle,
+ * grid_sample (2-D bilinear, 3-D trilinear, zeros padding) and the warp
+ * network's fused keypoint fields (motion_input, motion_deform). float32 or
  * float16 storage (x and y independently), fp32 math; grid_sample's grid is
  * always float32. One thread per output element (per output point for
  * grid_sample, looping over channels), grid-stride loops, int64 indices.
@@ -271,55 +272,66 @@ typedef struct GridArgs {
 } GridArgs;
 
 /*
- * One thread per output point: its taps once, then every channel. Tap order
- * is PyTorch's (and the CPU's): z0 before z1, then (y0,x0), (y0,x1), (y1,x0),
- * (y1,x1); weights wx*wy*wz left to right; corners outside are skipped.
+ * Taps of one point gp (x, y[, z]) of an input (D, H, W): the offset of its
+ * first corner, the 8 weights and a bit per corner inside. Tap order is
+ * PyTorch's (and the CPU's): z0 before z1, then (y0,x0), (y0,x1), (y1,x0),
+ * (y1,x1); weights wx*wy*wz left to right; corners outside are left out.
  */
+static __device__ __forceinline__ unsigned point_taps(const float *gp, bool three_d, bool align_corners, int64_t D, int64_t H, int64_t W,
+                                                      int64_t *base, float w[8])
+{
+    Axis ax, ay, az;
+    az.i0 = 0;
+    az.w0 = 1.0f;
+    az.w1 = 0.0f;
+    az.ok0 = true;
+    az.ok1 = false;
+    *base = 0;
+    bool any = axis_taps(unnormalize(gp[0], W, align_corners), W, &ax) && axis_taps(unnormalize(gp[1], H, align_corners), H, &ay) &&
+               (!three_d || axis_taps(unnormalize(gp[2], D, align_corners), D, &az));
+    unsigned valid = 0;
+    if (any) {
+        *base = (az.i0 * H + ay.i0) * W + ax.i0;
+        const float wyx[4] = { __fmul_rn(ax.w0, ay.w0), __fmul_rn(ax.w1, ay.w0), __fmul_rn(ax.w0, ay.w1), __fmul_rn(ax.w1, ay.w1) };
+        const bool okx[2] = { ax.ok0, ax.ok1 }, oky[2] = { ay.ok0, ay.ok1 }, okz[2] = { az.ok0, az.ok1 };
+        const float wz[2] = { az.w0, az.w1 };
+#pragma unroll
+        for (int kz = 0; kz < 2; kz++) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                int q = kz * 4 + k;
+                w[q] = three_d ? __fmul_rn(wyx[k], wz[kz]) : wyx[k];
+                if (okz[kz] && oky[k >> 1] && okx[k & 1] && (kz == 0 || three_d))
+                    valid |= 1u << q;
+            }
+        }
+    }
+    return valid;
+}
+
+/* sum over the valid taps of x[xc + tap offset] * w, in tap order (tap (kz, k) at xc + kz HW + (k >> 1) W + (k & 1)) */
+static __device__ __forceinline__ float tap_sum(const void *x, bool xh, int64_t xc, int64_t HW, int64_t W, unsigned valid, const float w[8])
+{
+    float acc = 0.0f;
+#pragma unroll
+    for (int q = 0; q < 8; q++)
+        if (valid >> q & 1u)
+            acc = __fadd_rn(acc, __fmul_rn(ditto_ld(x, xc + (q >> 2) * HW + (q >> 1 & 1) * W + (q & 1), xh), w[q]));
+    return acc;
+}
+
+/* One thread per output point: its taps once, then every channel. */
 static __global__ void grid_sample_kernel(const __grid_constant__ GridArgs g)
 {
     const int nsd = g.three_d ? 3 : 2;
     const int64_t HW = g.H * g.W, in_plane = g.D * HW;
     GRID_LOOP(t, g.total) {
-        int64_t n = t / g.P, p = t - n * g.P;
-        const float *gp = g.grid + t * nsd;
-        Axis ax, ay, az;
-        az.i0 = 0;
-        az.w0 = 1.0f;
-        az.w1 = 0.0f;
-        az.ok0 = true;
-        az.ok1 = false;
-        bool any = axis_taps(unnormalize(gp[0], g.W, g.align_corners), g.W, &ax) &&
-                   axis_taps(unnormalize(gp[1], g.H, g.align_corners), g.H, &ay) &&
-                   (!g.three_d || axis_taps(unnormalize(gp[2], g.D, g.align_corners), g.D, &az));
-        int64_t base = 0;
+        int64_t n = t / g.P, p = t - n * g.P, base;
         float w[8];
-        unsigned valid = 0;
-        if (any) {
-            base = (az.i0 * g.H + ay.i0) * g.W + ax.i0;
-            const float wyx[4] = { __fmul_rn(ax.w0, ay.w0), __fmul_rn(ax.w1, ay.w0), __fmul_rn(ax.w0, ay.w1), __fmul_rn(ax.w1, ay.w1) };
-            const bool okx[2] = { ax.ok0, ax.ok1 }, oky[2] = { ay.ok0, ay.ok1 }, okz[2] = { az.ok0, az.ok1 };
-            const float wz[2] = { az.w0, az.w1 };
-#pragma unroll
-            for (int kz = 0; kz < 2; kz++) {
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    int q = kz * 4 + k;
-                    w[q] = g.three_d ? __fmul_rn(wyx[k], wz[kz]) : wyx[k];
-                    if (okz[kz] && oky[k >> 1] && okx[k & 1] && (kz == 0 || g.three_d))
-                        valid |= 1u << q;
-                }
-            }
-        }
+        const unsigned valid = point_taps(g.grid + t * nsd, g.three_d, g.align_corners, g.D, g.H, g.W, &base, w);
         const int64_t xn = n * g.C * in_plane + base, yn = n * g.C * g.P + p;
-        for (int64_t c = 0; c < g.C; c++) {
-            const int64_t xc = xn + c * in_plane;   /* tap (kz, k) at xc + kz HW + (k >> 1) W + (k & 1) */
-            float acc = 0.0f;
-#pragma unroll
-            for (int q = 0; q < 8; q++)
-                if (valid >> q & 1u)
-                    acc = __fadd_rn(acc, __fmul_rn(ditto_ld(g.x, xc + (q >> 2) * HW + (q >> 1 & 1) * g.W + (q & 1), g.xh), w[q]));
-            ditto_st(g.y, yn + c * g.P, acc, g.yh);
-        }
+        for (int64_t c = 0; c < g.C; c++)
+            ditto_st(g.y, yn + c * g.P, tap_sum(g.x, g.xh, xn + c * in_plane, HW, g.W, valid, w), g.yh);
     }
 }
 
@@ -351,8 +363,158 @@ static int cuda_grid_sample(DittoBackend *be, const DittoGridSampleParams *p, co
     return 0;
 }
 
+/* ---- motion_input, motion_deform: the dense motion network's keypoint fields ---- */
+
+/*
+ * Sparse motion S = (G - kd) + ks and the Gaussians' exponent arguments of
+ * one motion at grid point g: the CPU's float32 and double operations, each
+ * rounded as there (no contractions).
+ */
+static __device__ __forceinline__ void motion_point(const float *g, const float *kd, const float *ks, float a, float S[3], float *ad, float *as)
+{
+    double qd = 0.0, qs = 0.0;
+#pragma unroll
+    for (int i = 0; i < 3; i++) {
+        const float t = __fsub_rn(g[i], kd[i]), u = __fsub_rn(g[i], ks[i]);
+        qd = __dadd_rn(qd, __dmul_rn((double)t, (double)t));
+        qs = __dadd_rn(qs, __dmul_rn((double)u, (double)u));
+        S[i] = __fadd_rn(t, ks[i]);
+    }
+    *ad = __fmul_rn(a, __double2float_rn(qd));
+    *as = __fmul_rn(a, __double2float_rn(qs));
+}
+
+typedef struct MotionArgs {
+    const float *grid, *kd, *ks;      /* grid (D,H,W,3), kd / ks (N,K,3) */
+    const void *x;                    /* motion_input: feat (N,c,D,H,W); motion_deform: logits (N,K+1,D,H,W) */
+    void *y;                          /* motion_input: (N,(K+1)(c+1),D,H,W) */
+    float *motion, *deform, *mask;    /* (N,K+1,D,H,W,3) or NULL; (N,D,H,W,3); (N,K+1,D,H,W) or NULL */
+    bool xh, yh;
+    float a;                          /* (float)(-0.5 / variance) */
+    int64_t K, c, D, H, W;
+    int64_t total;                    /* points: N (K+1) D H W, or N D H W */
+} MotionArgs;
+
+/* a zero keypoint for m = 0 */
+static __device__ __forceinline__ void motion_kps(const MotionArgs &a, int64_t n, int64_t m, float kd[3], float ks[3])
+{
+#pragma unroll
+    for (int i = 0; i < 3; i++) {
+        kd[i] = m == 0 ? 0.0f : a.kd[(n * a.K + m - 1) * 3 + i];
+        ks[i] = m == 0 ? 0.0f : a.ks[(n * a.K + m - 1) * 3 + i];
+    }
+}
+
+/* A thread per (n, m, position): the heatmap and the c deformed feature channels of motion m. */
+static __global__ void motion_input_kernel(const __grid_constant__ MotionArgs a)
+{
+    const int64_t HW = a.H * a.W, vol = a.D * HW, K1 = a.K + 1, c1 = a.c + 1;
+    GRID_LOOP(t, a.total) {
+        const int64_t p = t % vol, nm = t / vol, m = nm % K1, n = nm / K1;
+        float kd[3], ks[3], S[3], ad, as, w[8];
+        motion_kps(a, n, m, kd, ks);
+        motion_point(a.grid + p * 3, kd, ks, a.a, S, &ad, &as);
+        const int64_t yb = (nm * c1) * vol + p;   /* channel m(c+1) of item n */
+        ditto_st(a.y, yb, __fsub_rn(expf(ad), expf(as)), a.yh);
+        if (a.motion)
+            for (int i = 0; i < 3; i++)
+                a.motion[t * 3 + i] = S[i];
+        int64_t base;
+        const unsigned valid = point_taps(S, true, false, a.D, a.H, a.W, &base, w);
+        const int64_t xn = n * a.c * vol + base;
+        for (int64_t j = 0; j < a.c; j++)
+            ditto_st(a.y, yb + (1 + j) * vol, tap_sum(a.x, a.xh, xn + j * vol, HW, a.W, valid, w), a.yh);
+    }
+}
+
+static int cuda_motion_input(DittoBackend *be, const DittoMotionParams *p, const DittoTensor *grid, const DittoTensor *kp_d, const DittoTensor *kp_s,
+                             const DittoTensor *feat, DittoTensor *y, DittoTensor *motion)
+{
+    MotionArgs a;
+    memset(&a, 0, sizeof a);
+    DITTO_TRY(float_dtype(be, "motion_input", "feat", feat, &a.xh));
+    DITTO_TRY(float_dtype(be, "motion_input", "y", y, &a.yh));
+    a.grid = (const float *)grid->data;
+    a.kd = (const float *)kp_d->data;
+    a.ks = (const float *)kp_s->data;
+    a.x = feat->data;
+    a.y = y->data;
+    a.motion = motion ? (float *)motion->data : NULL;
+    a.a = (float)(-0.5 / p->variance);
+    a.K = kp_d->shape[1];
+    a.c = feat->shape[1];
+    a.D = grid->shape[0];
+    a.H = grid->shape[1];
+    a.W = grid->shape[2];
+    a.total = kp_d->shape[0] * (a.K + 1) * a.D * a.H * a.W;
+    motion_input_kernel<<<ditto_cuda_blocks(a.total, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(a);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+/*
+ * A thread per (n, position): the softmax over the K+1 logits (max, expf of
+ * the differences summed in double, e * (1 / sum) in double), then the
+ * mask-weighted sum of the recomputed motions in double, as the CPU.
+ */
+static __global__ void motion_deform_kernel(const __grid_constant__ MotionArgs a)
+{
+    const int64_t vol = a.D * a.H * a.W, K1 = a.K + 1;
+    GRID_LOOP(t, a.total) {
+        const int64_t p = t % vol, n = t / vol, l0 = n * K1 * vol + p;   /* logit m at l0 + m vol */
+        float mx = -INFINITY;
+        for (int64_t m = 0; m < K1; m++) {
+            const float l = ditto_ld(a.x, l0 + m * vol, a.xh);
+            mx = l > mx ? l : mx;
+        }
+        double sum = 0.0, acc[3] = { 0.0, 0.0, 0.0 };
+        for (int64_t m = 0; m < K1; m++)
+            sum = __dadd_rn(sum, (double)expf(__fsub_rn(ditto_ld(a.x, l0 + m * vol, a.xh), mx)));
+        const double inv = __ddiv_rn(1.0, sum);
+        for (int64_t m = 0; m < K1; m++) {
+            const float mk = __double2float_rn(__dmul_rn((double)expf(__fsub_rn(ditto_ld(a.x, l0 + m * vol, a.xh), mx)), inv));
+            float kd[3], ks[3], S[3], ad, as;
+            motion_kps(a, n, m, kd, ks);
+            motion_point(a.grid + p * 3, kd, ks, a.a, S, &ad, &as);
+#pragma unroll
+            for (int i = 0; i < 3; i++)
+                acc[i] = __dadd_rn(acc[i], (double)__fmul_rn(S[i], mk));
+            if (a.mask)
+                a.mask[l0 + m * vol] = mk;
+        }
+#pragma unroll
+        for (int i = 0; i < 3; i++)
+            a.deform[t * 3 + i] = __double2float_rn(acc[i]);
+    }
+}
+
+static int cuda_motion_deform(DittoBackend *be, const DittoMotionParams *p, const DittoTensor *grid, const DittoTensor *kp_d, const DittoTensor *kp_s,
+                              const DittoTensor *logits, DittoTensor *deformation, DittoTensor *mask)
+{
+    MotionArgs a;
+    memset(&a, 0, sizeof a);
+    DITTO_TRY(float_dtype(be, "motion_deform", "logits", logits, &a.xh));
+    a.grid = (const float *)grid->data;
+    a.kd = (const float *)kp_d->data;
+    a.ks = (const float *)kp_s->data;
+    a.x = logits->data;
+    a.deform = (float *)deformation->data;
+    a.mask = mask ? (float *)mask->data : NULL;
+    a.a = (float)(-0.5 / p->variance);
+    a.K = kp_d->shape[1];
+    a.D = grid->shape[0];
+    a.H = grid->shape[1];
+    a.W = grid->shape[2];
+    a.total = kp_d->shape[0] * a.D * a.H * a.W;
+    motion_deform_kernel<<<ditto_cuda_blocks(a.total, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(a);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
 void ditto_cuda_init_sample(DittoOps *ops)
 {
+    ops->motion_input = cuda_motion_input;
+    ops->motion_deform = cuda_motion_deform;
     ops->upsample_nearest = cuda_upsample_nearest;
     ops->pool = cuda_pool;
     ops->pixel_shuffle = cuda_pixel_shuffle;
