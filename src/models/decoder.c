@@ -542,6 +542,23 @@ done:
     return rc;
 }
 
+/*
+ * Items per chunk of up block i at output size (H, W) within budget bytes
+ * (B with taps). Per item: seg at half size, y, conv_0 out, SPADE out and
+ * scratch (hidden + 2 fin; the phase output, about hidden, is gone before
+ * the 2 fin); x2(x) is never stored.
+ */
+static int64_t up_chunk(const DittoDecoder *m, int i, int64_t B, int64_t H, int64_t W, size_t budget, const DittoTap *tap)
+{
+    if (tap)
+        return B;
+    const DecBlock *b = &m->up[i];
+    const int64_t ch = (m->c_in + 3) / 4 + b->fin + b->fout + b->fmid + m->c_hidden + 2 * b->fin;
+    const size_t per_item = (size_t)(ch * H * W) * ditto_dtype_size(m->act);
+    int64_t chunk = per_item ? (int64_t)(budget / per_item) : B;
+    return chunk < 1 ? 1 : chunk > B ? B : chunk;
+}
+
 int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *feature, DittoTensor *img, const DittoTap *tap)
 {
     DittoBackend *be = m->be;
@@ -594,20 +611,36 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
     }
 
     /*
-     * The rest on chunks of items (DEC_UP_BUDGET; everything when taps are
-     * read, which want whole-batch tensors). Per item at the last up block:
-     * seg at half size, y, conv_0 out, SPADE out and scratch (hidden + 2 fin;
-     * the phase output, about hidden, is gone before the 2 fin); x2(x) is never stored.
+     * The up blocks on chunks of items (DEC_UP_BUDGET; everything when taps
+     * are read, which want whole-batch tensors), each level in chunks its own
+     * size allows: the blocks before the last one level by level over all
+     * items (their outputs, a quarter of the last level's per item, kept for
+     * all), the last with conv_img item chunk by item chunk.
      */
-    const int64_t H0 = H, W0 = W;
-    int64_t chunk = B;
-    if (!tap) {
-        const int64_t f = (int64_t)1 << m->nup, last = m->nup - 1;
-        int64_t ch = (m->c_in + 3) / 4 + m->up[last].fin + m->up[last].fout + m->up[last].fmid + m->c_hidden + 2 * m->up[last].fin;
-        size_t per_item = (size_t)(ch * H0 * f * W0 * f) * ditto_dtype_size(m->act);
-        chunk = per_item ? (int64_t)((m->up_budget ? m->up_budget : DEC_UP_BUDGET) / per_item) : B;
-        chunk = chunk < 1 ? 1 : chunk > B ? B : chunk;
+    const size_t budget = m->up_budget ? m->up_budget : DEC_UP_BUDGET;
+    for (int i = 0; i + 1 < m->nup; i++) {
+        H *= 2;
+        W *= 2;
+        const int64_t chunk = up_chunk(m, i, B, H, W, budget, tap);
+        TRY(new_act(ws, m->act, nhwc, B, m->up[i].fout, H, W, &y));
+        for (int64_t i0 = 0; i0 < B; i0 += chunk) {
+            const int64_t nb = B - i0 < chunk ? B - i0 : chunk;
+            DittoArenaMark ck = ditto_arena_mark(ws);
+            DittoTensor xc, featc, yc;
+            TRY(ditto_tensor_slice(&x, 0, i0, i0 + nb, 1, &xc));
+            TRY(ditto_tensor_slice(&feat, 0, i0, i0 + nb, 1, &featc));
+            TRY(ditto_tensor_slice(&y, 0, i0, i0 + nb, 1, &yc));
+            TRY(resblock(m, ws, nhwc, &m->up[i], &xc, &featc, &yc));                        /* (B,256,128,128) from x2(x) for up_0 */
+            ditto_arena_release(ws, ck);
+        }
+        x = y;
+        snprintf(name, sizeof name, "up_%d_out", i);
+        TRY(tap_act(be, ws, nhwc, tap, name, &x));
     }
+    const int last = m->nup - 1;
+    H *= 2;
+    W *= 2;
+    const int64_t chunk = up_chunk(m, last, B, H, W, budget, tap);
     const DittoTensor xall = x;
     for (int64_t i0 = 0; i0 < B; i0 += chunk) {
         const int64_t nb = B - i0 < chunk ? B - i0 : chunk;
@@ -616,19 +649,11 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
         TRY(ditto_tensor_slice(&xall, 0, i0, i0 + nb, 1, &xc));
         TRY(ditto_tensor_slice(&feat, 0, i0, i0 + nb, 1, &featc));
         TRY(ditto_tensor_slice(img, 0, i0, i0 + nb, 1, &imgc));
-        x = xc;
-        H = H0;
-        W = W0;
-        /* x = up_i(up(x), seg) */
-        for (int i = 0; i < m->nup; i++) {
-            H *= 2;
-            W *= 2;
-            TRY(new_act(ws, m->act, nhwc, nb, m->up[i].fout, H, W, &y));
-            TRY(resblock(m, ws, nhwc, &m->up[i], &x, &featc, &y));                          /* (B,256,128,128) from x2(x) for up_0 */
-            x = y;
-            snprintf(name, sizeof name, "up_%d_out", i);
-            TRY(tap_act(be, ws, nhwc, tap, name, &x));
-        }
+        TRY(new_act(ws, m->act, nhwc, nb, m->up[last].fout, H, W, &y));
+        TRY(resblock(m, ws, nhwc, &m->up[last], &xc, &featc, &y));                          /* (B,64,256,256) for up_1 */
+        x = y;
+        snprintf(name, sizeof name, "up_%d_out", last);
+        TRY(tap_act(be, ws, nhwc, tap, name, &x));
 
         /*
          * x = conv_img(leaky_relu(x, 0.2)); conv_img = conv 3x3 -> PixelShuffle(2).
