@@ -95,6 +95,15 @@ static void test_copy(TestCtx *c)
         copy_case(c, "copy/large_contig", view_of(x), 3, x->host.shape);
         tt_free(x);
     }
+    {
+        /* contiguous rows of 16 / 8 values, whole 16-byte runs (CUDA moves them 16 bytes a thread) */
+        TT *x = new_rand(c, 3, (int64_t[]){ 6, 4, 16 }, -3, 3);
+        View v = view_permute(view_of(x), (int[]){ 1, 0, 2 });
+        copy_case(c, "copy/rows16_permute", v, 3, v.h.shape);
+        View s2 = view_slice(view_reshape(view_of(x), 3, (int64_t[]){ 12, 4, 8 }), 0, 1, 12, 2);
+        copy_case(c, "copy/rows16_slice", s2, 3, s2.h.shape);
+        tt_free(x);
+    }
     if (test_selected(c, "copy/into_strided")) {
         /* y is a permuted view covering a whole (5,3,4) tensor */
         TT *x = new_rand(c, 3, (int64_t[]){ 3, 5, 4 }, -3, 3);

@@ -137,7 +137,8 @@ static __device__ __forceinline__ void copy_bytes(void *y, int64_t oy, const voi
     case 1: ((uint8_t *)y)[oy] = ((const uint8_t *)x)[ox]; break;
     case 2: ((uint16_t *)y)[oy] = ((const uint16_t *)x)[ox]; break;
     case 4: ((uint32_t *)y)[oy] = ((const uint32_t *)x)[ox]; break;
-    default: ((uint64_t *)y)[oy] = ((const uint64_t *)x)[ox]; break;
+    case 8: ((uint64_t *)y)[oy] = ((const uint64_t *)x)[ox]; break;
+    default: ((uint4 *)y)[oy] = ((const uint4 *)x)[ox]; break;   /* 16 (copy_same_shape's vector path) */
     }
 }
 
@@ -163,18 +164,47 @@ static __global__ void copy_kernel(const __grid_constant__ EwDims d, void *y, in
     }
 }
 
+/*
+ * v = t as 16-byte elements when its innermost axis is contiguous, that
+ * row's bytes and every other stride's are multiples of 16 and the data is
+ * 16-byte aligned; false otherwise.
+ */
+static bool vec16_view(const DittoTensor *t, DittoTensor *v)
+{
+    const int nd = t->ndim;
+    const int64_t size = (int64_t)ditto_dtype_size(t->dtype);
+    if (nd < 1 || t->stride[nd - 1] != 1 || (t->shape[nd - 1] * size) % 16 || (uintptr_t)t->data % 16)
+        return false;
+    *v = *t;
+    for (int i = 0; i < nd - 1; i++) {
+        if ((t->stride[i] * size) % 16)
+            return false;
+        v->stride[i] = t->stride[i] * size / 16;
+    }
+    v->shape[nd - 1] = t->shape[nd - 1] * size / 16;
+    return true;
+}
+
 /* x and y of the same shape, any strides and dtypes. */
 static int copy_same_shape(DittoBackend *be, const DittoTensor *x, const DittoTensor *y)
 {
+    bool ints = (x->dtype == DITTO_I64 || x->dtype == DITTO_I32) && (y->dtype == DITTO_I64 || y->dtype == DITTO_I32);
+    int mode = x->dtype == y->dtype ? 0 : ints ? 1 : 2;
+    int size = (int)ditto_dtype_size(y->dtype);
+    /* raw copies of whole 16-byte runs (channels-last rows moved by upsampling, interleaving, concat): a 16-byte element a thread */
+    DittoTensor xv, yv;
+    if (mode == 0 && vec16_view(x, &xv) && vec16_view(y, &yv)) {
+        x = &xv;
+        y = &yv;
+        size = 16;
+    }
     const DittoTensor *t[2] = { y, x };
     EwDims d;
     ew_init(&d, 2, t);
     if (d.numel <= 0)
         return 0;
-    bool ints = (x->dtype == DITTO_I64 || x->dtype == DITTO_I32) && (y->dtype == DITTO_I64 || y->dtype == DITTO_I32);
-    int mode = x->dtype == y->dtype ? 0 : ints ? 1 : 2;
     copy_kernel<<<ew_blocks(d.numel), EW_THREADS, 0, ditto_cuda(be)->stream>>>(
-        d, y->data, (int)y->dtype, x->data, (int)x->dtype, mode, (int)ditto_dtype_size(y->dtype));
+        d, y->data, (int)y->dtype, x->data, (int)x->dtype, mode, size);
     DITTO_CUDA_LAUNCHED(be);
     return 0;
 }
