@@ -395,6 +395,23 @@ typedef struct MotionArgs {
     int64_t total;                    /* points: N (K+1) D H W, or N D H W */
 } MotionArgs;
 
+/* The fields both ops share: grid, keypoints, x, a, K and the volume. */
+static MotionArgs motion_args(const DittoMotionParams *p, const DittoTensor *grid, const DittoTensor *kp_d, const DittoTensor *kp_s, const DittoTensor *x)
+{
+    MotionArgs a;
+    memset(&a, 0, sizeof a);
+    a.grid = (const float *)grid->data;
+    a.kd = (const float *)kp_d->data;
+    a.ks = (const float *)kp_s->data;
+    a.x = x->data;
+    a.a = (float)(-0.5 / p->variance);
+    a.K = kp_d->shape[1];
+    a.D = grid->shape[0];
+    a.H = grid->shape[1];
+    a.W = grid->shape[2];
+    return a;
+}
+
 /* a zero keypoint for m = 0 */
 static __device__ __forceinline__ void motion_kps(const MotionArgs &a, int64_t n, int64_t m, float kd[3], float ks[3])
 {
@@ -430,22 +447,12 @@ static __global__ void motion_input_kernel(const __grid_constant__ MotionArgs a)
 static int cuda_motion_input(DittoBackend *be, const DittoMotionParams *p, const DittoTensor *grid, const DittoTensor *kp_d, const DittoTensor *kp_s,
                              const DittoTensor *feat, DittoTensor *y, DittoTensor *motion)
 {
-    MotionArgs a;
-    memset(&a, 0, sizeof a);
+    MotionArgs a = motion_args(p, grid, kp_d, kp_s, feat);
     DITTO_TRY(float_dtype(be, "motion_input", "feat", feat, &a.xh));
     DITTO_TRY(float_dtype(be, "motion_input", "y", y, &a.yh));
-    a.grid = (const float *)grid->data;
-    a.kd = (const float *)kp_d->data;
-    a.ks = (const float *)kp_s->data;
-    a.x = feat->data;
     a.y = y->data;
     a.motion = motion ? (float *)motion->data : NULL;
-    a.a = (float)(-0.5 / p->variance);
-    a.K = kp_d->shape[1];
     a.c = feat->shape[1];
-    a.D = grid->shape[0];
-    a.H = grid->shape[1];
-    a.W = grid->shape[2];
     a.total = kp_d->shape[0] * (a.K + 1) * a.D * a.H * a.W;
     motion_input_kernel<<<ditto_cuda_blocks(a.total, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(a);
     DITTO_CUDA_LAUNCHED(be);
@@ -491,20 +498,10 @@ static __global__ void motion_deform_kernel(const __grid_constant__ MotionArgs a
 static int cuda_motion_deform(DittoBackend *be, const DittoMotionParams *p, const DittoTensor *grid, const DittoTensor *kp_d, const DittoTensor *kp_s,
                               const DittoTensor *logits, DittoTensor *deformation, DittoTensor *mask)
 {
-    MotionArgs a;
-    memset(&a, 0, sizeof a);
+    MotionArgs a = motion_args(p, grid, kp_d, kp_s, logits);
     DITTO_TRY(float_dtype(be, "motion_deform", "logits", logits, &a.xh));
-    a.grid = (const float *)grid->data;
-    a.kd = (const float *)kp_d->data;
-    a.ks = (const float *)kp_s->data;
-    a.x = logits->data;
     a.deform = (float *)deformation->data;
     a.mask = mask ? (float *)mask->data : NULL;
-    a.a = (float)(-0.5 / p->variance);
-    a.K = kp_d->shape[1];
-    a.D = grid->shape[0];
-    a.H = grid->shape[1];
-    a.W = grid->shape[2];
     a.total = kp_d->shape[0] * a.D * a.H * a.W;
     motion_deform_kernel<<<ditto_cuda_blocks(a.total, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(a);
     DITTO_CUDA_LAUNCHED(be);
