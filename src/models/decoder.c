@@ -144,11 +144,11 @@ static int phase_tap(int r, int k)
     return d - r + 1;
 }
 
-/* (O, C, 3, 3) -> (4O, C, 2, 2): for parity (ry, rx), rows (2ry + rx)O.., the 3x3 taps summed onto their window taps (in double). */
 typedef struct PhaseDims {
-    int64_t o, c;
+    int64_t o, c;            /* mlp_shared's outputs and inputs */
 } PhaseDims;
 
+/* (O, C, 3, 3) -> (4O, C, 2, 2): for parity (ry, rx), rows (2ry + rx)O.., the 3x3 taps summed onto their window taps (in double). */
 static void phase_weights(void *ctx, const float *w, float *pw)
 {
     const PhaseDims *d = ctx;
