@@ -466,6 +466,14 @@ static bool all_finite(const float *v, int64_t n)
     return true;
 }
 
+/* (rows, cols) float16 at p on the model's device */
+static DittoTensor dev_f16(const DittoLmdm *m, uint16_t *p, int64_t rows, int64_t cols)
+{
+    DittoTensor t = ditto_tensor(p, DITTO_F16, DITTO_SHAPE(rows, cols));
+    t.device = m->be->device;
+    return t;
+}
+
 /*
  * The float16 operands of the per-step linears (DittoLmdm.op16). First a
  * bound on every value that would be stored as float16, from the weights:
@@ -558,30 +566,18 @@ static int make_step16(DittoLmdm *m, bool *on)
     ditto_free(h16);
     if (rc < 0)
         return ditto_fail(&m->be->log, rc, "lmdm: cannot make the float16 copies of the decoder weights");
-    uint16_t *base = m->step16_buf.ptr;
+    uint16_t *p = m->step16_buf.ptr;
     for (int i = 0; i < d->layers; i++) {
         LmdmDecLayer *y = &m->dec[i];
-        uint16_t *p = base + per * i;
-        DittoTensor t = ditto_tensor(p, DITTO_F16, DITTO_SHAPE(3 * D, D));
-        t.device = m->be->device;
-        y->self_attn.s_wqk = view_slice(&t, 0, 0, 2 * D);
-        y->self_attn.s_wv = view_slice(&t, 0, 2 * D, 3 * D);
-        p += 3 * D * D;
-        t = ditto_tensor(p, DITTO_F16, DITTO_SHAPE(D, D));
-        t.device = m->be->device;
-        y->self_attn.s_out = t;
-        t.data = p += D * D;
-        y->cross_attn.s_wq = t;
-        t.data = p += D * D;
-        y->cross_attn.s_out = t;
-        p += D * D;
-        t = ditto_tensor(p, DITTO_F16, DITTO_SHAPE(ff, D));
-        t.device = m->be->device;
-        y->s_w1 = t;
-        p += ff * D;
-        t = ditto_tensor(p, DITTO_F16, DITTO_SHAPE(D, ff));
-        t.device = m->be->device;
-        y->s_w2 = t;
+        const DittoTensor in16 = dev_f16(m, p, 3 * D, D);
+        y->self_attn.s_wqk = view_slice(&in16, 0, 0, 2 * D);
+        y->self_attn.s_wv = view_slice(&in16, 0, 2 * D, 3 * D);
+        y->self_attn.s_out = dev_f16(m, p += 3 * D * D, D, D);
+        y->cross_attn.s_wq = dev_f16(m, p += D * D, D, D);
+        y->cross_attn.s_out = dev_f16(m, p += D * D, D, D);
+        y->s_w1 = dev_f16(m, p += D * D, ff, D);
+        y->s_w2 = dev_f16(m, p += ff * D, D, ff);
+        p += D * ff;
     }
     *on = true;
     return 0;

@@ -281,13 +281,6 @@ static int load_networks(DittoModels *m, const char *dir, uint64_t s0)
 }
 
 /*
- * GPU warm-up (DittoModelsParams.warmup_batch): one warp + decoder pass of
- * B frames of zeros creates and checks the convolution plans of that batch
- * size (kept by the backend), and the model set's own sampler of the
- * default step count samples two windows (op by op, then captured), so a
- * session's first frames do not wait for either.
- */
-/*
  * The model set's page-locked ring memory, at least n bytes (grow-only).
  * Allocating page-locked memory takes long (about 10 ms per 20 MB) and
  * holds up every other CUDA call of the process meanwhile, so the warm-up
@@ -459,6 +452,16 @@ static void *warm_motion_main(void *arg)
     return NULL;
 }
 
+/*
+ * GPU warm-up (DittoModelsParams.warmup_batch): one warp + decoder pass of
+ * B frames of zeros creates and checks the convolution plans of that batch
+ * size (kept by the backend), and the model set's own sampler of the
+ * default step count samples two windows (op by op, then captured), so a
+ * session's first frames do not wait for either. The render part and the
+ * motion part (sampler, then HuBERT's first call) run at once on their own
+ * backends; then the registration networks, the device paste-back and the
+ * frame ring memory.
+ */
 static int models_warmup(DittoModels *m, int B)
 {
     WarmJob job = { m, 0 };

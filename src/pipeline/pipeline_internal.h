@@ -59,7 +59,6 @@ typedef struct DittoRendererConfig {
 int ditto_renderer_open(DittoRenderer **out, const DittoRendererConfig *c);
 void ditto_renderer_close(DittoRenderer **r);
 
-/* Busy time of the render stages, seconds (backend synchronised). */
 /*
  * With graphs and an arena presized at open, capture the full-batch warp
  * and decoder graphs now, before the first batch (nothing runs): the render
@@ -69,6 +68,7 @@ void ditto_renderer_close(DittoRenderer **r);
  */
 int ditto_renderer_prepare(DittoRenderer *r);
 
+/* Busy time of the render stages, seconds (backend synchronised). */
 typedef struct DittoRenderTimes {
     double stitch, warp, decode, putback, color;
 } DittoRenderTimes;

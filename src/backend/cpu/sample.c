@@ -375,6 +375,13 @@ static void motion_point(const float *g, const float *kd, const float *ks, float
     *as = a * (float)qs;
 }
 
+/* The sparse motion alone, S = (G - kd) + ks (motion_deform: no Gaussians). */
+static void sparse_motion(const float *g, const float *kd, const float *ks, float *S)
+{
+    for (int i = 0; i < 3; i++)
+        S[i] = (g[i] - kd[i]) + ks[i];
+}
+
 typedef struct MotionCtx {
     const float *grid, *kd, *ks;     /* grid (D,H,W,3), kd / ks (N,K,3) */
     const float *x;                  /* motion_input: feat (N,c,D,H,W); motion_deform: logits (N,K+1,D,H,W) */
@@ -460,8 +467,8 @@ static void motion_deform_task(void *arg, int t)
             const double inv = 1.0 / sum;
             for (int64_t m = 0; m < K1; m++) {
                 const float mk = (float)(expf(l[m * vol] - mx) * inv);
-                float S[3], ad, as;
-                motion_point(g, motion_kp(mc->kd, n, mc->K, m), motion_kp(mc->ks, n, mc->K, m), mc->a, S, &ad, &as);
+                float S[3];
+                sparse_motion(g, motion_kp(mc->kd, n, mc->K, m), motion_kp(mc->ks, n, mc->K, m), S);
                 for (int i = 0; i < 3; i++)
                     acc[i] += S[i] * mk;
                 if (mc->mask)

@@ -384,6 +384,14 @@ static __device__ __forceinline__ void motion_point(const float *g, const float 
     *as = __fmul_rn(a, __double2float_rn(qs));
 }
 
+/* The sparse motion alone, S = (G - kd) + ks (motion_deform: no Gaussians). */
+static __device__ __forceinline__ void sparse_motion(const float *g, const float *kd, const float *ks, float S[3])
+{
+#pragma unroll
+    for (int i = 0; i < 3; i++)
+        S[i] = __fadd_rn(__fsub_rn(g[i], kd[i]), ks[i]);
+}
+
 typedef struct MotionArgs {
     const float *grid, *kd, *ks;      /* grid (D,H,W,3), kd / ks (N,K,3) */
     const void *x;                    /* motion_input: feat (N,c,D,H,W); motion_deform: logits (N,K+1,D,H,W) */
@@ -480,9 +488,9 @@ static __global__ void motion_deform_kernel(const __grid_constant__ MotionArgs a
         const double inv = __ddiv_rn(1.0, sum);
         for (int64_t m = 0; m < K1; m++) {
             const float mk = __double2float_rn(__dmul_rn((double)expf(__fsub_rn(ditto_ld(a.x, l0 + m * vol, a.xh), mx)), inv));
-            float kd[3], ks[3], S[3], ad, as;
+            float kd[3], ks[3], S[3];
             motion_kps(a, n, m, kd, ks);
-            motion_point(a.grid + p * 3, kd, ks, a.a, S, &ad, &as);
+            sparse_motion(a.grid + p * 3, kd, ks, S);
 #pragma unroll
             for (int i = 0; i < 3; i++)
                 acc[i] = __dadd_rn(acc[i], (double)__fmul_rn(S[i], mk));
