@@ -75,6 +75,9 @@ if ls .carry/debs/*.deb >/dev/null 2>&1; then
     export LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 export DITTO_SHARED="$PWD/.carry/shared"
+# tuned cuDNN engine choices (conv.cu): a fresh file per run, so the first run tunes and the later ones reuse it
+export DITTO_CACHE_DIR="${DITTO_CACHE_DIR:-$OUT/cache}"
+rm -f "$DITTO_CACHE_DIR/conv-engines.txt"
 
 log "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (+uncommitted changes)'), source tree $(tree_hash)"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee -a "$OUT/summary.txt"

@@ -99,6 +99,7 @@ int ditto_cuda_workspace(DittoBackend *be, size_t n, void **out)
             cu->workspace_size = 0;
         }
         size_t want = n < ((size_t)32 << 20) ? ((size_t)32 << 20) : n;
+        ditto_log(&be->log, DITTO_LOG_DEBUG, "cuda: workspace grows to %.1f MB", want / 1048576.0);
         DITTO_CUDA_CHECK(be, cudaMalloc(&cu->workspace, want));
         pthread_mutex_lock(&cu->alloc_lock);
         cu->workspace_size = want;

@@ -23,6 +23,15 @@
  * backend. Checks and workspace growth happen on first use, outside graph
  * capture (a plan first seen while capturing stays item by item).
  *
+ * Engines: the legacy algorithms reach only some of cuDNN's Hopper kernels
+ * (a 1x1 conv at 256x256 ran 10x slower than the best). So each channels-
+ * last f16 geometry is tuned once (tune_engines): the legacy plan against
+ * the graph API's heuristic engines (conv_graph.h), timed on hashed
+ * operands, keeping an engine only when it is 10 % faster and gives the
+ * same bits per item as its one-item plan. The choice holds for the
+ * geometry at every item count and is kept on disk (engine_file_append), so
+ * later processes run the same kernels. DITTO_CUDNN_ENGINES selects it.
+ *
  * NCHW path (f32; f16 with groups or asymmetric padding): y is prefilled
  * with the bias and cuDNN adds the convolution onto it (beta = 1), one
  * rounding per output; with asymmetric padding each item is first copied
@@ -47,11 +56,16 @@
  * strategy for measurements (nchw also sends channels-last tensors through
  * the transposes).
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/conv_graph.h"
 
 extern "C" {
 #include "core/mem.h"
@@ -81,11 +95,24 @@ typedef struct ConvPlan {
     int64_t cp, op;
     int batch_ok;             /* nhwc plans with N > 1: each item bit-identical to the N = 1 plan (1), not (0), unchecked (-1) */
     int64_t pin[3];           /* input extents cuDNN sees (padded when pre_pad) */
+    CgPlan *cg;               /* nhwc: the graph-API plan that runs instead of algo (NULL: the legacy call) */
 } ConvPlan;
+
+/* The graph-API engines for one geometry, in the order plans try them (make_key with nb = 0). */
+#define CONV_MAX_ENGINES 8
+typedef struct ConvEngines {
+    int64_t key[KEY_LEN];
+    int n;
+    CgEngine eng[CONV_MAX_ENGINES];
+    bool tuned;               /* the choice of tune_engines (n = 0: legacy, 1: eng[0]), timed here or read from the file */
+} ConvEngines;
 
 struct DittoCudaConvCache {
     ConvPlan *plans;
     int n, cap;
+    ConvEngines *engines;
+    int neng, capeng;
+    bool file_read;           /* the tuned choices on disk were read (engine_file) */
 };
 
 static void conv_geom(const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *y, ConvGeom *g)
@@ -151,6 +178,7 @@ static void plan_destroy(ConvPlan *pl)
     pl->xd = pl->yd = NULL;
     pl->wd = NULL;
     pl->cd = NULL;
+    ditto_cg_plan_free(&pl->cg);
 }
 
 void ditto_cuda_conv_cache_free(DittoCuda *cu)
@@ -161,6 +189,7 @@ void ditto_cuda_conv_cache_free(DittoCuda *cu)
     for (int i = 0; i < c->n; i++)
         plan_destroy(&c->plans[i]);
     ditto_free(c->plans);
+    ditto_free(c->engines);
     ditto_free(c);
     cu->conv_cache = NULL;
 }
@@ -228,7 +257,11 @@ static int64_t round8(int64_t c)
     return (c + 7) / 8 * 8;
 }
 
-static int plan_setup(DittoBackend *be, const ConvGeom *g, DittoDType dt, int64_t nb, bool nhwc, ConvPlan *pl)
+static int plan_graph(DittoBackend *be, const ConvGeom *g, int64_t nb, ConvPlan *pl);
+static int engine_mode(void);
+
+/* The legacy descriptors and algorithm of a plan of nb items. */
+static int plan_setup_legacy(DittoBackend *be, const ConvGeom *g, DittoDType dt, int64_t nb, bool nhwc, ConvPlan *pl)
 {
     bool f16 = dt == DITTO_F16;
     cudnnDataType_t ddt = f16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
@@ -291,6 +324,13 @@ static int plan_setup(DittoBackend *be, const ConvGeom *g, DittoDType dt, int64_
         if (odim[j] != ydim[j])
             return ditto_fail(&be->log, DITTO_ERR_BACKEND, "op conv: cuDNN output dim %d is %d, expected %d", j, odim[j], ydim[j]);
     return plan_choose(be, pl, f16);
+}
+
+/* Channels-last f16 plans may then run a graph-API engine instead (engine_mode). */
+static int plan_setup(DittoBackend *be, const ConvGeom *g, DittoDType dt, int64_t nb, bool nhwc, ConvPlan *pl)
+{
+    DITTO_TRY(plan_setup_legacy(be, g, dt, nb, nhwc, pl));
+    return nhwc && dt == DITTO_F16 && g->G == 1 && !pl->pre_pad && engine_mode() ? plan_graph(be, g, nb, pl) : 0;
 }
 
 static int plan_get(DittoBackend *be, const ConvGeom *g, DittoDType dt, int64_t nb, bool nhwc, ConvPlan **out)
@@ -444,6 +484,464 @@ static __global__ void k_count_diff(const uint16_t *a, const uint16_t *b, int64_
         atomicAdd(count, c);
 }
 
+/* y = conv(x, w) with plan p (beta 0); cw: p->ws bytes of workspace. */
+static cudnnStatus_t plan_exec(DittoBackend *be, const ConvPlan *p, const void *x, const void *w, void *y, void *cw)
+{
+    if (p->cg)
+        return ditto_cg_exec(be, p->cg, x, w, y, p->ws ? cw : NULL);
+    const float one = 1.0f, zero = 0.0f;
+    return cudnnConvolutionForward(ditto_cuda(be)->cudnn, &one, p->xd, x, p->wd, w, p->cd, p->algo, p->ws ? cw : NULL, p->ws, &zero,
+                                   p->yd, y);
+}
+
+static int plan_run(DittoBackend *be, const ConvPlan *p, const void *x, const void *w, void *y, void *cw)
+{
+    cudnnStatus_t st = plan_exec(be, p, x, w, y, cw);
+    return st == CUDNN_STATUS_SUCCESS ? 0 : ditto_cudnn_fail(be, st, p->cg ? "cudnnBackendExecute (conv)" : "cudnnConvolutionForward",
+                                                             __FILE__, __LINE__);
+}
+
+/* ---- graph-API engines (conv_graph.h) for the channels-last f16 plans ---- */
+
+/*
+ * DITTO_CUDNN_ENGINES picks the kernels of the channels-last f16 plans:
+ * "tune" (default): per geometry, the fastest of the legacy algorithm and
+ * the graph API's heuristic engines (mode B) that gives the same bits per
+ * item at every item count, timed once when the geometry is first planned;
+ * "heuristic": the first usable engine of heuristics mode A, untimed;
+ * "legacy": the cudnnConvolutionForward algorithm alone.
+ */
+enum { ENG_LEGACY, ENG_TUNE, ENG_HEURISTIC };
+
+static int engine_mode(void)
+{
+    static int m = -1;
+    if (m < 0) {
+        const char *e = getenv("DITTO_CUDNN_ENGINES");
+        m = e && !strcmp(e, "legacy") ? ENG_LEGACY : e && !strcmp(e, "heuristic") ? ENG_HEURISTIC : ENG_TUNE;
+    }
+    return m;
+}
+
+static size_t nhwc_chunk_bytes(void);
+
+static void cg_conv(const ConvGeom *g, int64_t cp, int64_t op, int64_t n, CgConv *cv)
+{
+    cv->nsd = g->ns == 1 ? 2 : g->ns;
+    cv->n = n;
+    cv->c = cp;
+    cv->o = op;
+    for (int i = 0; i < 3; i++) {
+        cv->in[i] = g->in[i];
+        cv->k[i] = g->k[i];
+        cv->out[i] = g->out[i];
+        cv->s[i] = g->s[i];
+        cv->d[i] = g->d[i];
+        cv->pad[i] = g->pb[i];
+    }
+}
+
+/* Hashed operands for timing and bit checks: x (n items), w, y (n items), y1 (one item). */
+typedef struct TuneBufs {
+    __half *x, *w, *y, *y1;
+    int64_t item_x, item_y;
+    unsigned int *cnt;
+} TuneBufs;
+
+/* Mean ms of three runs of plan p (legacy when p->cg is NULL) after one untimed; < 0 when it does not run. */
+static int time_plan(DittoBackend *be, const ConvPlan *p, const TuneBufs *t, cudaEvent_t e0, cudaEvent_t e1, float *ms)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    void *ws = NULL;
+    *ms = -1.0f;
+    if (p->ws)
+        DITTO_TRY(ditto_cuda_workspace(be, p->ws, &ws));
+    for (int r = 0; r < 4; r++) {
+        if (r == 1)
+            cudaEventRecord(e0, cu->stream);
+        if (plan_exec(be, p, t->x, t->w, t->y, ws) != CUDNN_STATUS_SUCCESS)
+            return 0;
+    }
+    cudaEventRecord(e1, cu->stream);
+    float v = 0.0f;
+    if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&v, e0, e1) != cudaSuccess)
+        return ditto_cuda_fail(be, cudaGetLastError(), "cudaEventElapsedTime (engine timing)", __FILE__, __LINE__);
+    *ms = v / 3.0f;
+    return 0;
+}
+
+/* *same: plan p over its n items gives, for each, the bits of plan one run on that item alone. */
+static int same_per_item(DittoBackend *be, const ConvPlan *p, const ConvPlan *one, int64_t n, const TuneBufs *t, bool *same)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    void *ws = NULL;
+    const size_t need = p->ws > one->ws ? p->ws : one->ws;
+    *same = false;
+    if (need)
+        DITTO_TRY(ditto_cuda_workspace(be, need, &ws));
+    cudaMemsetAsync(t->cnt, 0, sizeof *t->cnt, cu->stream);
+    if (plan_exec(be, p, t->x, t->w, t->y, ws) != CUDNN_STATUS_SUCCESS)
+        return 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (plan_exec(be, one, t->x + i * t->item_x, t->w, t->y1, ws) != CUDNN_STATUS_SUCCESS)
+            return 0;
+        k_count_diff<<<ditto_cuda_blocks(t->item_y, 256), 256, 0, cu->stream>>>((const uint16_t *)(t->y + i * t->item_y),
+                                                                                 (const uint16_t *)t->y1, t->item_y, t->cnt);
+    }
+    unsigned int host = 1;
+    if (cudaMemcpyAsync(&host, t->cnt, sizeof host, cudaMemcpyDeviceToHost, cu->stream) != cudaSuccess ||
+        cudaStreamSynchronize(cu->stream) != cudaSuccess)
+        return ditto_cuda_fail(be, cudaGetLastError(), "cudaMemcpyAsync (engine check)", __FILE__, __LINE__);
+    *same = host == 0;
+    return 0;
+}
+
+/*
+ * Tune e for geometry g at n items (engine_mode "tune"): time the legacy
+ * plan and each heuristic engine, then keep the fastest engine whose plan
+ * over n items matches its one-item plan bit for bit, when it beats the
+ * legacy plan by 10 % (near ties keep the legacy kernels, so small timing
+ * noise rarely changes the choice); else e->n = 0 (legacy). Never while
+ * capturing: then e keeps the heuristics' order.
+ */
+static int tune_engines(DittoBackend *be, const ConvGeom *g, int64_t cp, int64_t op, int64_t n, ConvEngines *e)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    DITTO_CUDA_CHECK(be, cudaStreamIsCapturing(cu->stream, &cs));
+    if (cs != cudaStreamCaptureStatusNone)
+        return 0;
+    TuneBufs t;
+    t.item_x = cp * g->in_vol;
+    t.item_y = op * g->out_vol;
+    const int64_t nw = op * cp * g->k_vol, nx = n * t.item_x, ny = n * t.item_y;
+    char *buf = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    ConvPlan legacy, cand, one;
+    memset(&legacy, 0, sizeof legacy);
+    memset(&cand, 0, sizeof cand);
+    memset(&one, 0, sizeof one);
+    float ms[CONV_MAX_ENGINES], ms_legacy = -1.0f;
+    int rc = 0, pick = -1;
+    if (cudaMalloc(&buf, (size_t)(nx + nw + ny + t.item_y) * 2 + 256) != cudaSuccess || cudaEventCreate(&e0) != cudaSuccess ||
+        cudaEventCreate(&e1) != cudaSuccess) {
+        rc = ditto_cuda_fail(be, cudaGetLastError(), "cudaMalloc (engine timing)", __FILE__, __LINE__);
+        goto done;
+    }
+    t.x = (__half *)buf;
+    t.w = t.x + nx;
+    t.y = t.w + nw;
+    t.y1 = t.y + ny;
+    t.cnt = (unsigned int *)(buf + ((size_t)(nx + nw + ny + t.item_y) * 2 + 15) / 16 * 16);
+    k_fill_hash<<<ditto_cuda_blocks(nx + nw, 256), 256, 0, cu->stream>>>(t.x, nx + nw, 0x2545f491u);
+    DITTO_CUDA_LAUNCHED(be);
+    rc = plan_setup_legacy(be, g, DITTO_F16, n, true, &legacy);
+    if (!rc)
+        rc = time_plan(be, &legacy, &t, e0, e1, &ms_legacy);   /* timed again after the engines: the faster of the two counts */
+    for (int i = 0; i < e->n && !rc; i++) {
+        cand.ws = 0;
+        ms[i] = -1.0f;
+        CgConv cv;
+        cg_conv(g, cp, op, n, &cv);
+        rc = ditto_cg_plan(be, &cv, &e->eng[i], CONV_WS_LIMIT, &cand.cg);
+        if (!rc && cand.cg) {
+            cand.ws = cand.cg->ws;
+            rc = time_plan(be, &cand, &t, e0, e1, &ms[i]);
+        }
+        ditto_cg_plan_free(&cand.cg);
+    }
+    if (!rc) {
+        float again = -1.0f;
+        rc = time_plan(be, &legacy, &t, e0, e1, &again);
+        if (again >= 0.0f && (ms_legacy < 0.0f || again < ms_legacy))
+            ms_legacy = again;
+    }
+    /* fastest first among the engines that beat the legacy plan by 10 %, until one keeps its bits per item */
+    while (!rc) {
+        int best = -1;
+        for (int i = 0; i < e->n; i++)
+            if (ms[i] >= 0.0f && (ms_legacy < 0.0f || ms[i] < 0.9f * ms_legacy) && (best < 0 || ms[i] < ms[best]))
+                best = i;
+        if (best < 0)
+            break;
+        CgConv cv;
+        cg_conv(g, cp, op, n, &cv);
+        bool same = false;
+        rc = ditto_cg_plan(be, &cv, &e->eng[best], CONV_WS_LIMIT, &cand.cg);
+        cv.n = 1;
+        if (!rc && cand.cg)
+            rc = ditto_cg_plan(be, &cv, &e->eng[best], CONV_WS_LIMIT, &one.cg);
+        if (!rc && cand.cg && one.cg) {
+            cand.ws = cand.cg->ws;
+            one.ws = one.cg->ws;
+            rc = n > 1 ? same_per_item(be, &cand, &one, n, &t, &same) : 0;
+            same = same || n == 1;
+        }
+        ditto_cg_plan_free(&cand.cg);
+        ditto_cg_plan_free(&one.cg);
+        if (same) {
+            pick = best;
+            break;
+        }
+        ms[best] = -1.0f;
+    }
+    if (!rc) {
+        ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: C %lld O %lld k %lldx%lldx%lld in %lldx%lldx%lld at %lld items: legacy %.1f us, %s",
+                  (long long)g->C, (long long)g->O, (long long)g->k[0], (long long)g->k[1], (long long)g->k[2], (long long)g->in[0],
+                  (long long)g->in[1], (long long)g->in[2], (long long)n, 1000.0 * ms_legacy,
+                  pick < 0 ? "kept" : "engine taken");
+        if (pick >= 0) {
+            ditto_log(&be->log, DITTO_LOG_DEBUG, "conv:   engine %lld at %.1f us", (long long)e->eng[pick].index, 1000.0 * ms[pick]);
+            e->eng[0] = e->eng[pick];
+            e->n = 1;
+        } else {
+            e->n = 0;
+        }
+        e->tuned = true;
+    }
+done:
+    plan_destroy(&legacy);
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    cudaFree(buf);
+    return rc;
+}
+
+/*
+ * Tuned choices persist on disk, so later processes on this machine run the
+ * same kernels (and bits) without timing again: DITTO_CACHE_DIR, else
+ * $XDG_CACHE_HOME/ditto, else ~/.cache/ditto; file conv-engines.txt, one
+ * line per geometry, appended:
+ *   v1|<device>|<cuDNN version>|<the 25 key numbers, comma-separated>|legacy
+ *   v1|<device>|<cuDNN version>|<key>|<engine index>|<knob type>:<value>,...
+ * Lines of another device or cuDNN version, and malformed ones, are
+ * skipped; without a writable directory choices last for the process.
+ */
+#define ENGINE_FILE "conv-engines.txt"
+#define ENGINE_FILE_MAX ((size_t)1 << 20)
+
+static int engine_dir(char *dir, size_t n)
+{
+    const char *d = getenv("DITTO_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    int k = d && *d ? snprintf(dir, n, "%s", d) : x && *x ? snprintf(dir, n, "%s/ditto", x) : h && *h ? snprintf(dir, n, "%s/.cache/ditto", h) : -1;
+    return k > 0 && (size_t)k < n ? 0 : -1;
+}
+
+/* "<device>|<cuDNN version>" with the device name's separators and blanks replaced. */
+static void engine_scope(DittoBackend *be, char *out, size_t n)
+{
+    cudaDeviceProp prop;
+    const char *name = cudaGetDeviceProperties(&prop, ditto_cuda(be)->device) == cudaSuccess ? prop.name : "unknown";
+    char dev[256];
+    size_t i = 0;
+    for (; name[i] && i + 1 < sizeof dev; i++)
+        dev[i] = name[i] == '|' || name[i] == ',' || (unsigned char)name[i] <= ' ' ? '_' : name[i];
+    dev[i] = 0;
+    snprintf(out, n, "%s|%zu", dev, cudnnGetVersion());
+}
+
+/* Parse "a,b,...": exactly n integers into v. */
+static bool parse_ints(const char *s, int64_t *v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char *end;
+        errno = 0;
+        long long x = strtoll(s, &end, 10);
+        if (end == s || errno || (i + 1 < n ? *end != ',' : *end != 0))
+            return false;
+        v[i] = x;
+        s = end + 1;
+    }
+    return true;
+}
+
+/* One line (no newline) of the file into e when it belongs to scope. */
+static bool parse_choice(char *line, const char *scope, ConvEngines *e)
+{
+    const size_t ls = strlen(scope);
+    if (strncmp(line, "v1|", 3) || strncmp(line + 3, scope, ls) || line[3 + ls] != '|')
+        return false;
+    char *key = line + 4 + ls, *rest = strchr(key, '|');
+    if (!rest)
+        return false;
+    *rest++ = 0;
+    memset(e, 0, sizeof *e);
+    if (!parse_ints(key, e->key, KEY_LEN))
+        return false;
+    e->tuned = true;
+    if (!strcmp(rest, "legacy"))
+        return true;
+    char *knobs = strchr(rest, '|');
+    if (!knobs)
+        return false;
+    *knobs++ = 0;
+    CgEngine *g = &e->eng[0];
+    if (!parse_ints(rest, &g->index, 1) || g->index < 0)
+        return false;
+    for (char *k = knobs; *k;) {   /* "type:value," ... */
+        char *end;
+        if (g->nknobs == CG_MAX_KNOBS)
+            return false;
+        errno = 0;
+        long long t = strtoll(k, &end, 10);
+        if (end == k || *end != ':' || errno || t < 0)
+            return false;
+        k = end + 1;
+        long long v = strtoll(k, &end, 10);
+        if (end == k || (*end != ',' && *end) || errno)
+            return false;
+        g->knob_type[g->nknobs] = t;
+        g->knob_value[g->nknobs++] = v;
+        k = *end ? end + 1 : end;
+    }
+    e->n = 1;
+    return true;
+}
+
+static int engines_grow(DittoBackend *be, DittoCudaConvCache *c)
+{
+    if (c->neng < c->capeng)
+        return 0;
+    int cap = c->capeng ? 2 * c->capeng : 32;
+    ConvEngines *p = (ConvEngines *)ditto_realloc(c->engines, sizeof(ConvEngines) * (size_t)cap);
+    if (!p)
+        return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op conv: cannot grow the engine cache");
+    c->engines = p;
+    c->capeng = cap;
+    return 0;
+}
+
+/* The choices of this device and cuDNN version from the file, once per backend (a missing file is no error). */
+static int engine_file_read(DittoBackend *be, DittoCudaConvCache *c)
+{
+    c->file_read = true;
+    char dir[4096], path[4200], scope[300];
+    if (engine_dir(dir, sizeof dir) < 0 || snprintf(path, sizeof path, "%s/" ENGINE_FILE, dir) >= (int)sizeof path)
+        return 0;
+    engine_scope(be, scope, sizeof scope);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    char *buf = (char *)ditto_malloc(ENGINE_FILE_MAX + 1);
+    size_t len = buf ? fread(buf, 1, ENGINE_FILE_MAX, f) : 0;
+    fclose(f);
+    if (!buf)
+        return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op conv: out of memory reading %s", path);
+    buf[len] = 0;
+    int got = 0, rc = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(buf, "\n", &save); line && !rc; line = strtok_r(NULL, "\n", &save)) {
+        ConvEngines e;
+        if (!parse_choice(line, scope, &e))
+            continue;
+        bool dup = false;
+        for (int i = 0; i < c->neng && !dup; i++)
+            dup = !memcmp(c->engines[i].key, e.key, sizeof e.key);
+        if (dup || (rc = engines_grow(be, c)) < 0)
+            continue;
+        c->engines[c->neng++] = e;
+        got++;
+    }
+    ditto_free(buf);
+    ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: %d tuned engine choices read from %s", got, path);
+    return rc;
+}
+
+/* Append e's choice to the file (best effort: the choice stays in this process either way). */
+static void engine_file_append(DittoBackend *be, const ConvEngines *e)
+{
+    char dir[4096], path[4200], scope[300], line[1024];
+    if (engine_dir(dir, sizeof dir) < 0 || snprintf(path, sizeof path, "%s/" ENGINE_FILE, dir) >= (int)sizeof path)
+        return;
+    /* the directory and its parent (e.g. ~/.cache/ditto) */
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent) {
+        *slash = 0;
+        mkdir(parent, 0755);
+    }
+    mkdir(dir, 0755);
+    engine_scope(be, scope, sizeof scope);
+    size_t k = (size_t)snprintf(line, sizeof line, "v1|%s|", scope);
+    for (int i = 0; i < KEY_LEN && k < sizeof line; i++)
+        k += (size_t)snprintf(line + k, sizeof line - k, "%s%lld", i ? "," : "", (long long)e->key[i]);
+    if (k < sizeof line && e->n == 0) {
+        k += (size_t)snprintf(line + k, sizeof line - k, "|legacy\n");
+    } else if (k < sizeof line) {
+        k += (size_t)snprintf(line + k, sizeof line - k, "|%lld|", (long long)e->eng[0].index);
+        for (int i = 0; i < e->eng[0].nknobs && k < sizeof line; i++)
+            k += (size_t)snprintf(line + k, sizeof line - k, "%s%lld:%lld", i ? "," : "", (long long)e->eng[0].knob_type[i],
+                                  (long long)e->eng[0].knob_value[i]);
+        if (k < sizeof line)
+            k += (size_t)snprintf(line + k, sizeof line - k, "\n");
+    }
+    if (k >= sizeof line)
+        return;
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0644);
+    if (fd < 0) {
+        ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: cannot keep tuned engine choices in %s: %s", path, strerror(errno));
+        return;
+    }
+    if (write(fd, line, k) != (ssize_t)k)   /* one write: concurrent appends do not interleave */
+        ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: cannot write %s: %s", path, strerror(errno));
+    close(fd);
+}
+
+/*
+ * The engines for g's geometry, whatever the item count: chosen once at the
+ * item count of a full channels-last chunk, so the choice depends on the
+ * geometry alone and every plan of it runs the same kernels.
+ */
+static int conv_engines(DittoBackend *be, const ConvGeom *g, int64_t cp, int64_t op, const ConvEngines **out)
+{
+    DittoCudaConvCache *c = ditto_cuda(be)->conv_cache;   /* plan_get made it */
+    const bool tune = engine_mode() == ENG_TUNE;
+    if (tune && !c->file_read)
+        DITTO_TRY(engine_file_read(be, c));
+    int64_t key[KEY_LEN];
+    make_key(g, DITTO_F16, 0, true, key);
+    for (int i = 0; i < c->neng; i++) {
+        if (!memcmp(c->engines[i].key, key, sizeof key)) {
+            *out = &c->engines[i];
+            return 0;
+        }
+    }
+    DITTO_TRY(engines_grow(be, c));
+    ConvEngines *e = &c->engines[c->neng];
+    memset(e, 0, sizeof *e);
+    memcpy(e->key, key, sizeof key);
+    const size_t item = (size_t)(cp * g->in_vol + op * g->out_vol) * 2;
+    int64_t n = (int64_t)(nhwc_chunk_bytes() / (item ? item : 1));
+    n = n < 1 ? 1 : n > 8 ? 8 : n;
+    CgConv cv;
+    cg_conv(g, cp, op, n, &cv);
+    DITTO_TRY(ditto_cg_engines(be, &cv, tune, e->eng, CONV_MAX_ENGINES, &e->n));
+    if (tune)
+        DITTO_TRY(tune_engines(be, g, cp, op, n, e));
+    if (e->tuned)
+        engine_file_append(be, e);
+    c->neng++;
+    *out = e;
+    return 0;
+}
+
+/* pl runs the first of its geometry's engines that plans at nb items, else stays on the legacy algorithm. */
+static int plan_graph(DittoBackend *be, const ConvGeom *g, int64_t nb, ConvPlan *pl)
+{
+    const ConvEngines *e;
+    DITTO_TRY(conv_engines(be, g, pl->cp, pl->op, &e));
+    CgConv cv;
+    cg_conv(g, pl->cp, pl->op, nb, &cv);
+    for (int i = 0; i < e->n && !pl->cg; i++)
+        DITTO_TRY(ditto_cg_plan(be, &cv, &e->eng[i], CONV_WS_LIMIT, &pl->cg));
+    if (pl->cg)
+        pl->ws = pl->cg->ws;
+    return 0;
+}
+
 /*
  * Bits of the nb-item plan's output that differ from the reference plan's
  * (run on groups of unit items) on the hashed data in xt, wt (*diff; 0:
@@ -459,13 +957,10 @@ static int batch_diff(DittoBackend *be, const ConvGeom *g, const ConvPlan *pl, c
     DITTO_CUDA_CHECK(be, cudaMalloc(&y1, (size_t)ny1 * 2 + 256));
     cnt = (unsigned int *)((char *)y1 + ((size_t)ny1 * 2 + 3) / 4 * 4);
     int rc = 0;
-    const float one_f = 1.0f, zero_f = 0.0f;
     cudaMemsetAsync(cnt, 0, sizeof *cnt, cu->stream);
-    cudnnStatus_t st = cudnnConvolutionForward(cu->cudnn, &one_f, pl->xd, xt, pl->wd, wt, pl->cd, pl->algo, pl->ws ? cw : NULL, pl->ws,
-                                               &zero_f, pl->yd, yt);
+    cudnnStatus_t st = plan_exec(be, pl, xt, wt, yt, cw);
     for (int64_t i = 0; i < nb / unit && st == CUDNN_STATUS_SUCCESS; i++) {
-        st = cudnnConvolutionForward(cu->cudnn, &one_f, one->xd, xt + i * unit * pl->cp * g->in_vol, one->wd, wt, one->cd, one->algo,
-                                     one->ws ? cw : NULL, one->ws, &zero_f, one->yd, y1);
+        st = plan_exec(be, one, xt + i * unit * pl->cp * g->in_vol, wt, y1, cw);
         if (st == CUDNN_STATUS_SUCCESS)
             k_count_diff<<<ditto_cuda_blocks(ny1, 256), 256, 0, cu->stream>>>((const uint16_t *)(yt + i * ny1), (const uint16_t *)y1, ny1, cnt);
     }
@@ -513,7 +1008,7 @@ static int batch_check(DittoBackend *be, const ConvGeom *g, ConvPlan *pl, const 
         CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
         CUDNN_CONVOLUTION_FWD_ALGO_GEMM,
     };
-    for (size_t i = 0; diff && i < sizeof others / sizeof *others; i++) {
+    for (size_t i = 0; diff && !pl->cg && i < sizeof others / sizeof *others; i++) {   /* a graph plan keeps its engine */
         size_t need = 0;
         if (others[i] == first ||
             cudnnGetConvolutionForwardWorkspaceSize(cu->cudnn, pl->xd, pl->wd, pl->cd, pl->yd, others[i], &need) != CUDNN_STATUS_SUCCESS ||
@@ -528,10 +1023,11 @@ static int batch_check(DittoBackend *be, const ConvGeom *g, ConvPlan *pl, const 
         pl->ws = first_ws;
     }
     pl->batch_ok = diff == 0;
-    ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: C %lld O %lld k %lldx%lldx%lld in %lldx%lldx%lld: %lld-item plan %s (algo %d)",
+    ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: C %lld O %lld k %lldx%lldx%lld in %lldx%lldx%lld: %lld-item plan %s (%s %d)",
               (long long)g->C, (long long)g->O, (long long)g->k[0], (long long)g->k[1], (long long)g->k[2], (long long)g->in[0],
               (long long)g->in[1], (long long)g->in[2], (long long)nb,
-              pl->batch_ok ? "bit-identical per item: batched" : "differs per item: item by item", (int)pl->algo);
+              pl->batch_ok ? "bit-identical per item: batched" : "differs per item: item by item",
+              pl->cg ? "engine" : "algo", pl->cg ? (int)pl->cg->index : (int)pl->algo);
     return 0;
 }
 
@@ -1166,7 +1662,6 @@ static int conv_nhwc(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, 
         k_w_nhwc<<<ditto_cuda_blocks(nw, 256), 256, 0, cu->stream>>>((const __half *)w->data, wt, g->O, g->C, op, cp, g->k_vol, nw);
         DITTO_CUDA_LAUNCHED(be);
     }
-    const float f_one = 1.0f, f_zero = 0.0f;
     const dim3 blk(TT, 8);
     /* chunks of nb items, the last one of N % nb; a plan that changes bits runs as single items instead */
     for (int64_t n = 0; n < g->N;) {
@@ -1179,8 +1674,7 @@ static int conv_nhwc(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, 
             k_to_nhwc<<<gx, blk, 0, cu->stream>>>(xi, xt, g->C, cp, g->in_vol);
             DITTO_CUDA_LAUNCHED(be);
         }
-        DITTO_CUDNN_CHECK(be, cudnnConvolutionForward(cu->cudnn, &f_one, p->xd, xt, p->wd, wt, p->cd, p->algo, p->ws ? cw : NULL,
-                                                      p->ws, &f_zero, p->yd, yt));
+        DITTO_TRY(plan_run(be, p, xt, wt, yt, cw));
         dim3 gy((unsigned)((g->out_vol + TT - 1) / TT), (unsigned)((g->O + TT - 1) / TT), (unsigned)cnt);
         if (study != 1) {
             k_from_nhwc<<<gy, blk, 0, cu->stream>>>(yt, yi, bias ? bias->data : NULL, bias && bias->dtype == DITTO_F16, relu, acc, g->O,
@@ -1311,7 +1805,6 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
     k_w_depth<<<ditto_cuda_blocks(nw, 256), 256, 0, cu->stream>>>((const __half *)w->data, w2, (int)g->O, (int)g->C, (int)kd,
                                                                   (int)g->k[1], (int)g->k[2], (int)cp, nw);
     DITTO_CUDA_LAUNCHED(be);
-    const float f_one = 1.0f, f_zero = 0.0f;
     const dim3 blk(TT, 8);
     for (int64_t n = 0; n < g->N;) {
         /* the biggest checked plan that fits: nbi items, the tail, else one item (D slices, the reference) */
@@ -1330,8 +1823,7 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
         dim3 gx((unsigned)((D * HW + TT - 1) / TT), (unsigned)((cp + TT - 1) / TT), (unsigned)cnt);
         k_to_nhwc<<<gx, blk, 0, cu->stream>>>(xi, xt, g->C, cp, D * HW);   /* (cnt, D*HW, Cp): cnt*D slices, NHWC */
         DITTO_CUDA_LAUNCHED(be);
-        DITTO_CUDNN_CHECK(be, cudnnConvolutionForward(cu->cudnn, &f_one, p->xd, xt, p->wd, w2, p->cd, p->algo, p->ws ? cw : NULL, p->ws,
-                                                      &f_zero, p->yd, zt));
+        DITTO_TRY(plan_run(be, p, xt, w2, zt, cw));
         const int64_t npos = cnt * D * HW;
         k_depth_combine<<<ditto_cuda_blocks(npos, 256), 256, 0, cu->stream>>>(zt, bias ? bias->data : NULL,
                                                                               bias && bias->dtype == DITTO_F16, accum, yi, (int)g->O,
@@ -1609,7 +2101,6 @@ static int conv_nhwc_direct(DittoBackend *be, const ConvGeom *g, const DittoTens
     const int64_t nw = g->O * g->C * g->k_vol;
     k_w_nhwc<<<ditto_cuda_blocks(nw, 256), 256, 0, cu->stream>>>((const __half *)w->data, wt, g->O, g->C, g->O, g->C, g->k_vol, nw);
     DITTO_CUDA_LAUNCHED(be);
-    const float f_one = 1.0f, f_zero = 0.0f;
     const void *bp = bias ? bias->data : NULL;
     const bool bh = bias && bias->dtype == DITTO_F16;
     for (int64_t n = 0; n < g->N;) {
@@ -1617,8 +2108,7 @@ static int conv_nhwc_direct(DittoBackend *be, const ConvGeom *g, const DittoTens
         const ConvPlan *p = pick_chunk(g, n, nb, pl, tail, one, &cnt);
         const __half *xi = (const __half *)x->data + n * g->C * g->in_vol;
         __half *yi = (__half *)y->data + n * g->O * g->out_vol;
-        DITTO_CUDNN_CHECK(be, cudnnConvolutionForward(cu->cudnn, &f_one, p->xd, xi, p->wd, wt, p->cd, p->algo, p->ws ? cw : NULL, p->ws,
-                                                      &f_zero, p->yd, via_t ? t : yi));
+        DITTO_TRY(plan_run(be, p, xi, wt, via_t ? t : yi, cw));
         if (via_t) {
             const int64_t nvec = cnt * g->O * g->out_vol / 8;
             k_bias_act_h8<<<ditto_cuda_blocks(nvec, 256), 256, 0, cu->stream>>>(t, yi, bp, bh, relu, acc, g->O / 8, nvec);
