@@ -17,6 +17,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/log.h"
@@ -28,6 +29,7 @@
 
 #define WARP_MAX_BLOCKS 8
 #define WARP_BUDGET ((size_t)320 << 20)
+#define WARP_GROUP 8                    /* items a run of the hourglass's deep levels takes at most */
 
 struct DittoWarp {
     DittoBackend *be;
@@ -65,6 +67,7 @@ struct DittoWarp {
     DittoTensor fourth_b;               /* fourth.bias (256) */
 
     size_t budget;                      /* activation bytes per chunk of items (0: WARP_BUDGET) */
+    int64_t group;                      /* items per run of the deep hourglass levels (0: WARP_GROUP) */
 
     /* make_coordinate_grid of the last (D,H,W) seen: (D,H,W,3) on the backend */
     DittoBuffer grid_buf;
@@ -310,79 +313,142 @@ static int ensure_grid(DittoWarp *m, int64_t d, int64_t h, int64_t w)
     return 0;
 }
 
-/* Hourglass (5.4 step 6): x (B,110,16,64,64) -> y (B,142,16,64,64). */
-static int hourglass(DittoWarp *m, DittoArena *ws, const DittoTensor *x, DittoTensor *y)
+/*
+ * The hourglass (5.4 step 6) in three parts, so that its small deep levels
+ * can run over more items at once than the full-resolution ones:
+ *   down_block 0: x (B,110,16,64,64) -> enc1 (B,64,16,32,32)
+ *   hg_deep:      enc1 -> the last up block's input (B,128,16,32,32)
+ *   hg_top:       that and x -> y (B,142,16,64,64)
+ * Every op works per item, so how items are grouped changes no result.
+ */
+
+/* DownBlock3d i: conv, BN, ReLU, AvgPool (1,2,2): x (B,C,D,h,w) -> y (B,64<<i,D,h/2,w/2). */
+static int down_block(DittoWarp *m, DittoArena *ws, int i, const DittoTensor *x, DittoTensor *y)
 {
-    DittoBackend *be = m->be;
-    const int n = m->nblocks;
-    const int64_t B = x->shape[0], D = x->shape[2];
     const DittoConvParams pad1 = ditto_nn_conv_pad(1);
     const DittoPoolParams pool = { .kind = DITTO_POOL_AVG, .kernel = { 1, 2, 2 } };
-    DittoArenaMark top = ditto_arena_mark(ws), mk;
-    DittoTensor enc[WARP_MAX_BLOCKS + 1], tn, u;
+    DittoArenaMark mk = ditto_arena_mark(ws);
+    DittoTensor tn;
+    int rc;
+    TRY(ditto_nn_new(ws, m->act, &tn, DITTO_SHAPE(x->shape[0], m->c_enc[i], x->shape[2], x->shape[3], x->shape[4])));
+    TRY(ditto_nn_conv_bn_act(m->be, ws, &pad1, &m->down[i], DITTO_UNARY_RELU, 0.0f, x, &tn));
+    TRY(ditto_op_pool(m->be, &pool, &tn, y));
+done:
+    ditto_arena_release(ws, mk);
+    return rc;
+}
+
+/* UpBlock3d j (nearest x(1,2,2), conv, BN, ReLU), then cat = [that, skip]: (B,1024,16,2,2) -> (B,512+512,16,4,4) for j=0. */
+static int up_block(DittoWarp *m, DittoArena *ws, int j, const DittoTensor *cur, const DittoTensor *skip, DittoTensor *cat)
+{
+    const DittoConvParams pad1 = ditto_nn_conv_pad(1);
+    const int64_t B = cur->shape[0], D = cur->shape[2], h = skip->shape[3], w = skip->shape[4];
+    DittoArenaMark mk = ditto_arena_mark(ws);
+    DittoTensor u, tn;
+    int rc;
+    TRY(ditto_nn_new(ws, m->act, &u, DITTO_SHAPE(B, cur->shape[1], D, h, w)));
+    TRY(ditto_nn_new(ws, m->act, &tn, DITTO_SHAPE(B, m->c_dec[j], D, h, w)));
+    TRY(ditto_op_upsample_nearest(m->be, cur, &u));
+    TRY(ditto_nn_conv_bn_act(m->be, ws, &pad1, &m->up[j], DITTO_UNARY_RELU, 0.0f, &u, &tn));
+    TRY(ditto_op_concat(m->be, 1, 2, (const DittoTensor *const[]){ &tn, skip }, cat));
+done:
+    ditto_arena_release(ws, mk);
+    return rc;
+}
+
+/* Channels of hg_deep's output (128): up block n-2's output and enc1, or enc1 alone with one block. */
+static int64_t deep_channels(const DittoWarp *m)
+{
+    return m->nblocks > 1 ? m->c_dec[m->nblocks - 2] + m->c_enc[0] : m->c_enc[0];
+}
+
+/* Encoder blocks 1..n-1, decoder blocks 0..n-2: enc1 (B,64,16,32,32) -> y (B,128,16,32,32). */
+static int hg_deep(DittoWarp *m, DittoArena *ws, const DittoTensor *enc1, DittoTensor *y)
+{
+    const int n = m->nblocks;
+    const int64_t B = enc1->shape[0], D = enc1->shape[2];
+    if (n == 1)
+        return ditto_op_copy(m->be, enc1, y);
+    DittoArenaMark top = ditto_arena_mark(ws);
+    DittoTensor enc[WARP_MAX_BLOCKS + 1], cur, cat;
     int rc = 0;
-    /* encoder: outs = [x, down_0(x), down_1(...), ...]; DownBlock3d = conv, BN, ReLU, AvgPool (1,2,2) */
-    enc[0] = *x;
-    for (int i = 0; i < n; i++) {
-        const int64_t h = enc[i].shape[3], w = enc[i].shape[4];
-        TRY(ditto_nn_new(ws, m->act, &enc[i + 1], DITTO_SHAPE(B, m->c_enc[i], D, h / 2, w / 2)));
-        mk = ditto_arena_mark(ws);
-        TRY(ditto_nn_new(ws, m->act, &tn, DITTO_SHAPE(B, m->c_enc[i], D, h, w)));
-        TRY(ditto_nn_conv_bn_act(be, ws, &pad1, &m->down[i], DITTO_UNARY_RELU, 0.0f, &enc[i], &tn)); /* (B,64<<i,16,h,w) */
-        TRY(ditto_op_pool(be, &pool, &tn, &enc[i + 1]));                                    /* (B,64<<i,16,h/2,w/2) */
-        ditto_arena_release(ws, mk);
+    enc[1] = *enc1;
+    for (int i = 1; i < n; i++) {
+        TRY(ditto_nn_new(ws, m->act, &enc[i + 1], DITTO_SHAPE(B, m->c_enc[i], D, enc[i].shape[3] / 2, enc[i].shape[4] / 2)));
+        TRY(down_block(m, ws, i, &enc[i], &enc[i + 1]));                       /* (B,64<<i,16,h/2,w/2) */
     }
-    /* decoder: UpBlock3d = nearest x(1,2,2), conv, BN, ReLU; then cat([out, skip]), skips deepest first */
-    DittoTensor cur = enc[n];
-    for (int j = 0; j < n; j++) {
+    cur = enc[n];
+    for (int j = 0; j < n - 1; j++) {                                           /* skips deepest first */
         const DittoTensor *skip = &enc[n - 1 - j];
-        const int64_t h = skip->shape[3], w = skip->shape[4];
-        DittoTensor cat;
-        TRY(ditto_nn_new(ws, m->act, &cat, DITTO_SHAPE(B, m->c_dec[j] + skip->shape[1], D, h, w)));
-        mk = ditto_arena_mark(ws);
-        TRY(ditto_nn_new(ws, m->act, &u, DITTO_SHAPE(B, cur.shape[1], D, h, w)));
-        TRY(ditto_nn_new(ws, m->act, &tn, DITTO_SHAPE(B, m->c_dec[j], D, h, w)));
-        TRY(ditto_op_upsample_nearest(be, &cur, &u));                                       /* (B,1024,16,4,4) for j=0 */
-        TRY(ditto_nn_conv_bn_act(be, ws, &pad1, &m->up[j], DITTO_UNARY_RELU, 0.0f, &u, &tn)); /* (B,512,16,4,4) */
-        TRY(ditto_op_concat(be, 1, 2, (const DittoTensor *const[]){ &tn, skip }, &cat));   /* (B,512+512,16,4,4) */
-        ditto_arena_release(ws, mk);
+        if (j == n - 2)
+            cat = *y;
+        else
+            TRY(ditto_nn_new(ws, m->act, &cat, DITTO_SHAPE(B, m->c_dec[j] + skip->shape[1], D, skip->shape[3], skip->shape[4])));
+        TRY(up_block(m, ws, j, &cur, skip, &cat));
         cur = cat;
     }
-    /* out: conv 3x3x3, BN, ReLU */
-    TRY(ditto_nn_conv_bn_act(be, ws, &pad1, &m->hg_out, DITTO_UNARY_RELU, 0.0f, &cur, y));  /* (B,142,16,64,64) */
+done:
+    ditto_arena_release(ws, top);
+    return rc;
+}
+
+/* Up block n-1 onto x, then out (conv 3x3x3, BN, ReLU): deep (B,128,16,32,32), x (B,110,16,64,64) -> y (B,142,16,64,64). */
+static int hg_top(DittoWarp *m, DittoArena *ws, const DittoTensor *deep, const DittoTensor *x, DittoTensor *y)
+{
+    const DittoConvParams pad1 = ditto_nn_conv_pad(1);
+    const int n = m->nblocks;
+    DittoArenaMark top = ditto_arena_mark(ws);
+    DittoTensor cat;
+    int rc;
+    TRY(ditto_nn_new(ws, m->act, &cat, DITTO_SHAPE(x->shape[0], m->c_dec[n - 1] + x->shape[1], x->shape[2], x->shape[3], x->shape[4])));
+    TRY(up_block(m, ws, n - 1, deep, x, &cat));                                /* (B,32+110,16,64,64) */
+    TRY(ditto_nn_conv_bn_act(m->be, ws, &pad1, &m->hg_out, DITTO_UNARY_RELU, 0.0f, &cat, y));
+done:
+    ditto_arena_release(ws, top);
+    return rc;
+}
+
+/* The whole hourglass for B items: x (B,110,16,64,64) -> y (B,142,16,64,64). */
+static int hourglass(DittoWarp *m, DittoArena *ws, const DittoTensor *x, DittoTensor *y)
+{
+    const int64_t B = x->shape[0], D = x->shape[2], H = x->shape[3], W = x->shape[4];
+    DittoArenaMark top = ditto_arena_mark(ws), mk;
+    DittoTensor deep, enc1;
+    int rc;
+    TRY(ditto_nn_new(ws, m->act, &deep, DITTO_SHAPE(B, deep_channels(m), D, H / 2, W / 2)));
+    mk = ditto_arena_mark(ws);
+    TRY(ditto_nn_new(ws, m->act, &enc1, DITTO_SHAPE(B, m->c_enc[0], D, H / 2, W / 2)));
+    TRY(down_block(m, ws, 0, x, &enc1));
+    TRY(hg_deep(m, ws, &enc1, &deep));
+    ditto_arena_release(ws, mk);
+    TRY(hg_top(m, ws, &deep, x, y));
 done:
     ditto_arena_release(ws, top);
     return rc;
 }
 
 /*
- * DenseMotionNetwork (5.4 steps 1-9): f_s (B,32,16,64,64), kp (B,21,3) ->
- * deformation (B,16,64,64,3) and occlusion (B,1,64,64).
+ * DenseMotionNetwork (5.4 steps 1-9) around the hourglass: f_s (B,32,16,64,64),
+ * kp (B,21,3) -> its input (dm_input), and from its output the deformation
+ * (B,16,64,64,3) and the occlusion (B,1,64,64) (dm_heads).
  *
  * Storage (act = m->act, float32 or float16): the compressed features, the
  * heatmaps as the hourglass reads them, the hourglass, the mask logits and
  * the occlusion map are act; keypoints, the coordinate grid, the sparse
- * motions, the Gaussians, the softmax mask and the deformation stay float32
- * (with act float32 the mask softmax runs in place and the heatmaps are the
- * Gaussians' difference buffer, exactly as before).
+ * motions, the Gaussians, the softmax mask and the deformation stay float32.
  */
-static int dense_motion(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, const DittoTensor *kp_source, const DittoTensor *kp_driving,
-                        DittoTensor *deformation, DittoTensor *occlusion, const DittoTap *tap)
+static int dm_input(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, const DittoTensor *kp_source, const DittoTensor *kp_driving,
+                    DittoTensor *hg_in, const DittoTap *tap)
 {
     DittoBackend *be = m->be;
-    const int64_t B = f_s->shape[0], D = f_s->shape[2], H = f_s->shape[3], W = f_s->shape[4];
-    const int64_t K = m->num_kp, K1 = K + 1, c = m->c_compress, P = m->c_pred;
-    const DittoConvParams pad0 = ditto_nn_conv_pad(0), pad3 = ditto_nn_conv_pad(3);
-    DittoArenaMark top = ditto_arena_mark(ws), mk;
-    DittoTensor hg_in, pred, mask, cmp, feat, pred2d, logits;
-    const DittoDType act = m->act;
+    const int64_t B = f_s->shape[0], D = f_s->shape[2], H = f_s->shape[3], W = f_s->shape[4], c = m->c_compress;
+    const DittoConvParams pad0 = ditto_nn_conv_pad(0);
     const DittoMotionParams mp = { DITTO_WARP_KP_VARIANCE };
+    DittoArenaMark top = ditto_arena_mark(ws);
+    DittoTensor cmp, feat;
     int rc;
-    TRY(ditto_nn_new(ws, act, &hg_in, DITTO_SHAPE(B, K1 * (c + 1), D, H, W)));
-    mk = ditto_arena_mark(ws);
-
     /* feature = relu(norm(compress(feature))); folded: one convolution, the relu in it unless the pre-relu tap is read */
-    TRY(ditto_nn_new(ws, act, &feat, DITTO_SHAPE(B, c, D, H, W)));
+    TRY(ditto_nn_new(ws, m->act, &feat, DITTO_SHAPE(B, c, D, H, W)));
     if (m->folded) {
         DittoConvParams pc = pad0;
         pc.relu = !(tap && tap->fn);
@@ -392,7 +458,7 @@ static int dense_motion(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, co
             TRY(ditto_op_act(be, DITTO_UNARY_RELU, 0.0f, &feat, &feat));
         }
     } else {
-        TRY(ditto_nn_new(ws, act, &cmp, DITTO_SHAPE(B, c, D, H, W)));
+        TRY(ditto_nn_new(ws, m->act, &cmp, DITTO_SHAPE(B, c, D, H, W)));
         TRY(ditto_op_conv(be, &pad0, f_s, &m->compress_w, &m->compress_b, &cmp));             /* (B,4,16,64,64) */
         TRY(ditto_nn_batch_norm(be, &m->compress_norm, &cmp, &feat));
         ditto_tap(tap, "dm_compress_bn", &feat);
@@ -405,23 +471,32 @@ static int dense_motion(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, co
      * the all-zero heatmap): hg_in[:, m*5] = g(G - kp_d[m]) - g(G - kp_s[m]),
      * hg_in[:, m*5 + 1 + j] = grid_sample(feat[:, j], G - kp_d[m] + kp_s[m]).
      */
-    TRY(ditto_op_motion_input(be, &mp, &m->grid, kp_driving, kp_source, &feat, &hg_in, NULL));  /* (B,22*5,16,64,64) */
-    ditto_arena_release(ws, mk);
-    ditto_tap(tap, "dm_hourglass_in", &hg_in);                                                /* (B,110,16,64,64) */
+    TRY(ditto_op_motion_input(be, &mp, &m->grid, kp_driving, kp_source, &feat, hg_in, NULL));  /* (B,22*5,16,64,64) */
+    ditto_tap(tap, "dm_hourglass_in", hg_in);                                                 /* (B,110,16,64,64) */
+done:
+    ditto_arena_release(ws, top);
+    return rc;
+}
 
-    /* prediction = hourglass(input) */
-    TRY(ditto_nn_new(ws, act, &pred, DITTO_SHAPE(B, P, D, H, W)));
-    TRY(hourglass(m, ws, &hg_in, &pred));                                                     /* (B,142,16,64,64) */
-    ditto_tap(tap, "dm_hourglass_out", &pred);
-
+static int dm_heads(DittoWarp *m, DittoArena *ws, const DittoTensor *pred, const DittoTensor *kp_source, const DittoTensor *kp_driving,
+                    DittoTensor *deformation, DittoTensor *occlusion, const DittoTap *tap)
+{
+    DittoBackend *be = m->be;
+    const int64_t B = pred->shape[0], P = pred->shape[1], D = pred->shape[2], H = pred->shape[3], W = pred->shape[4];
+    const int64_t K1 = m->num_kp + 1;
+    const DittoConvParams pad3 = ditto_nn_conv_pad(3);
+    const DittoMotionParams mp = { DITTO_WARP_KP_VARIANCE };
+    DittoArenaMark top = ditto_arena_mark(ws);
+    DittoTensor mask, pred2d, logits;
+    int rc;
     /*
      * mask = softmax(mask(prediction), dim=1) over the K+1 motions, then
      * deformation = sum_m mask_m * S_m (the motions recomputed from the
      * keypoints): one pass over the logits; the float32 mask is only written
      * when a tap reads it
      */
-    TRY(ditto_nn_new(ws, act, &logits, DITTO_SHAPE(B, K1, D, H, W)));
-    TRY(ditto_op_conv(be, &pad3, &pred, &m->mask_w, &m->mask_b, &logits));                    /* (B,22,16,64,64) */
+    TRY(ditto_nn_new(ws, m->act, &logits, DITTO_SHAPE(B, K1, D, H, W)));
+    TRY(ditto_op_conv(be, &pad3, pred, &m->mask_w, &m->mask_b, &logits));                     /* (B,22,16,64,64) */
     if (tap && tap->fn)
         TRY(ditto_nn_new_f32(ws, &mask, DITTO_SHAPE(B, K1, D, H, W)));
     TRY(ditto_op_motion_deform(be, &mp, &m->grid, kp_driving, kp_source, &logits, deformation, tap && tap->fn ? &mask : NULL)); /* (B,16,64,64,3) */
@@ -431,11 +506,80 @@ static int dense_motion(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, co
 
     /* occlusion_map = sigmoid(occlusion(prediction viewed (B, 142*16, 64, 64))) */
     if (m->has_occlusion) {
-        TRY(ditto_tensor_reshape(&pred, DITTO_SHAPE(B, P * D, H, W), &pred2d));                /* (B,2272,64,64), channel 16c+d */
+        TRY(ditto_tensor_reshape(pred, DITTO_SHAPE(B, P * D, H, W), &pred2d));                 /* (B,2272,64,64), channel 16c+d */
         TRY(ditto_op_conv(be, &pad3, &pred2d, &m->occlusion_w, &m->occlusion_b, occlusion));  /* (B,1,64,64) */
         TRY(ditto_op_act(be, DITTO_UNARY_SIGMOID, 0.0f, occlusion, occlusion));
         ditto_tap(tap, "dm_occlusion_map", occlusion);
     }
+done:
+    ditto_arena_release(ws, top);
+    return rc;
+}
+
+/* The warping head (5.4 steps 10-13): f_s, deformation, occlusion -> out (B,256,64,64). */
+static int warp_head(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, const DittoTensor *deformation, const DittoTensor *occlusion,
+                     DittoTensor *out, const DittoTap *tap)
+{
+    DittoBackend *be = m->be;
+    const int64_t B = f_s->shape[0], C = m->c_feat, D = f_s->shape[2], H = f_s->shape[3], W = f_s->shape[4];
+    const DittoConvParams pad0 = ditto_nn_conv_pad(0), pad1 = ditto_nn_conv_pad(1);
+    DittoArenaMark top = ditto_arena_mark(ws);
+    DittoTensor warped, warped2d, t3n;
+    int rc;
+    /* out = deform_input(feature_3d, deformation).view(bs, c * d, h, w) */
+    TRY(ditto_nn_new(ws, m->act, &warped, DITTO_SHAPE(B, C, D, H, W)));
+    TRY(ditto_op_grid_sample(be, false, f_s, deformation, &warped));                        /* (B,32,16,64,64) */
+    TRY(ditto_tensor_reshape(&warped, DITTO_SHAPE(B, C * D, H, W), &warped2d));             /* (B,512,64,64), channel 16c+d */
+    ditto_tap(tap, "warped_feature", &warped2d);
+
+    /* out = third(out): conv 3x3, BN, LeakyReLU(0.01) */
+    TRY(ditto_nn_new(ws, m->act, &t3n, DITTO_SHAPE(B, m->c_third, H, W)));
+    TRY(ditto_nn_conv_bn_act(be, ws, &pad1, &m->third, DITTO_UNARY_LEAKY_RELU, 0.01f, &warped2d, &t3n)); /* (B,256,64,64) */
+
+    /* out = fourth(out): conv 1x1 */
+    TRY(ditto_op_conv(be, &pad0, &t3n, &m->fourth_w, &m->fourth_b, out));                   /* (B,256,64,64) */
+    ditto_tap(tap, "pre_occlusion_out", out);
+
+    /* out = out * occlusion_map */
+    if (m->has_occlusion)
+        TRY(ditto_op_binary(be, DITTO_BINARY_MUL, out, occlusion, out));                    /* (B,256,64,64) * (B,1,64,64) */
+done:
+    ditto_arena_release(ws, top);
+    return rc;
+}
+
+/*
+ * Items i0..i0+nb of the full-resolution part: the hourglass input, then
+ * with deep (NULL: the whole hourglass here) its top, the heads and the
+ * warping head into out's items (all tensors are the caller's whole ones).
+ */
+static int top_items(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, const DittoTensor *kp_source, const DittoTensor *kp_driving,
+                     const DittoTensor *deep, DittoTensor *out, int64_t i0, int64_t nb, const DittoTap *tap)
+{
+    const int64_t D = f_s->shape[2], H = f_s->shape[3], W = f_s->shape[4], K1 = m->num_kp + 1;
+    DittoArenaMark top = ditto_arena_mark(ws), mk;
+    DittoTensor fc, ksc, kdc, oc, dc, deformation, occlusion, hg_in, pred;
+    int rc;
+    TRY(ditto_tensor_slice(f_s, 0, i0, i0 + nb, 1, &fc));
+    TRY(ditto_tensor_slice(kp_source, 0, i0, i0 + nb, 1, &ksc));
+    TRY(ditto_tensor_slice(kp_driving, 0, i0, i0 + nb, 1, &kdc));
+    TRY(ditto_tensor_slice(out, 0, i0, i0 + nb, 1, &oc));
+    TRY(ditto_nn_new_f32(ws, &deformation, DITTO_SHAPE(nb, D, H, W, 3)));             /* a sampling grid: float32 */
+    TRY(ditto_nn_new(ws, m->act, &occlusion, DITTO_SHAPE(nb, 1, H, W)));
+    mk = ditto_arena_mark(ws);
+    TRY(ditto_nn_new(ws, m->act, &hg_in, DITTO_SHAPE(nb, K1 * (m->c_compress + 1), D, H, W)));
+    TRY(ditto_nn_new(ws, m->act, &pred, DITTO_SHAPE(nb, m->c_pred, D, H, W)));
+    TRY(dm_input(m, ws, &fc, &ksc, &kdc, &hg_in, tap));
+    if (deep) {
+        TRY(ditto_tensor_slice(deep, 0, i0, i0 + nb, 1, &dc));
+        TRY(hg_top(m, ws, &dc, &hg_in, &pred));
+    } else {
+        TRY(hourglass(m, ws, &hg_in, &pred));
+    }
+    ditto_tap(tap, "dm_hourglass_out", &pred);                                         /* (B,142,16,64,64) */
+    TRY(dm_heads(m, ws, &pred, &ksc, &kdc, &deformation, &occlusion, tap));
+    ditto_arena_release(ws, mk);
+    TRY(warp_head(m, ws, &fc, &deformation, &occlusion, &oc, tap));
 done:
     ditto_arena_release(ws, top);
     return rc;
@@ -452,56 +596,31 @@ static int check_kp(const DittoWarp *m, const char *name, const DittoTensor *kp,
                       (long long)m->num_kp);
 }
 
-static int warp_items(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, const DittoTensor *kp_source, const DittoTensor *kp_driving,
-                      DittoTensor *out, const DittoTap *tap);
-
 void ditto_warp_set_budget(DittoWarp *m, size_t bytes)
 {
     m->budget = bytes;
 }
 
-/*
- * Without taps, items go through the network in chunks whose activations fit
- * in the budget (WARP_BUDGET): at full size an item holds ~100 MB at once
- * (sparse motions in float32, the hourglass at 16x64x64). Every op works per
- * item, so chunking does not change any item's result.
- */
-int ditto_warp_forward(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, const DittoTensor *kp_source, const DittoTensor *kp_driving,
-                       DittoTensor *out, const DittoTap *tap)
+/* WARP_GROUP, or DITTO_WARP_GROUP (measurements: 1 runs the deep levels chunk by chunk, as before grouping). */
+static int64_t warp_group_default(void)
 {
-    int64_t oshape[4];
-    DITTO_TRY(ditto_warp_out_shape(m, f_s, oshape));
-    const int64_t B = f_s->shape[0];
-    if (tap || B < 2 || kp_source->ndim != 3 || kp_driving->ndim != 3 || kp_source->shape[0] != B || kp_driving->shape[0] != B ||
-        out->ndim != 4 || out->shape[0] != B)
-        return warp_items(m, ws, f_s, kp_source, kp_driving, out, tap);   /* also reports bad arguments */
-    /* per item and voxel: K+1 sparse motions (2 x float32 xyz), the hourglass input and its widest activations */
-    const int64_t vox = f_s->shape[2] * f_s->shape[3] * f_s->shape[4], K1 = m->num_kp + 1;
-    const size_t per_item = (size_t)vox * ((size_t)K1 * 3 * 4 * 2 + (size_t)(K1 * (m->c_compress + 1) + 3 * m->c_pred) * ditto_dtype_size(m->act));
-    const size_t budget = m->budget ? m->budget : WARP_BUDGET;
-    int64_t chunk = per_item ? (int64_t)(budget / per_item) : B;
-    chunk = chunk < 1 ? 1 : chunk > B ? B : chunk;
-    if (chunk >= B)
-        return warp_items(m, ws, f_s, kp_source, kp_driving, out, NULL);
-    for (int64_t i0 = 0; i0 < B; i0 += chunk) {
-        const int64_t nb = B - i0 < chunk ? B - i0 : chunk;
-        DittoTensor fc, ksc, kdc, oc;
-        DITTO_TRY(ditto_tensor_slice(f_s, 0, i0, i0 + nb, 1, &fc));
-        DITTO_TRY(ditto_tensor_slice(kp_source, 0, i0, i0 + nb, 1, &ksc));
-        DITTO_TRY(ditto_tensor_slice(kp_driving, 0, i0, i0 + nb, 1, &kdc));
-        DITTO_TRY(ditto_tensor_slice(out, 0, i0, i0 + nb, 1, &oc));
-        DITTO_TRY(warp_items(m, ws, &fc, &ksc, &kdc, &oc, NULL));
-    }
-    return 0;
+    const char *e = getenv("DITTO_WARP_GROUP");
+    return e && atoi(e) > 0 ? atoi(e) : WARP_GROUP;
 }
 
-static int warp_items(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, const DittoTensor *kp_source, const DittoTensor *kp_driving,
-                      DittoTensor *out, const DittoTap *tap)
+void ditto_warp_set_group(DittoWarp *m, int64_t items)
+{
+    m->group = items > 0 ? items : 0;
+}
+
+/* Every argument's shape, dtype and device, then the coordinate grid for f_s's size. */
+static int warp_prepare(DittoWarp *m, const DittoTensor *f_s, const DittoTensor *kp_source, const DittoTensor *kp_driving,
+                        const DittoTensor *out)
 {
     DittoBackend *be = m->be;
     int64_t oshape[4];
     DITTO_TRY(ditto_warp_out_shape(m, f_s, oshape));
-    const int64_t B = f_s->shape[0], C = m->c_feat, D = f_s->shape[2], H = f_s->shape[3], W = f_s->shape[4];
+    const int64_t B = f_s->shape[0];
     DITTO_TRY(check_kp(m, "kp_source", kp_source, B));
     DITTO_TRY(check_kp(m, "kp_driving", kp_driving, B));
     if (out->ndim != 4 || memcmp(out->shape, oshape, sizeof oshape) || !ditto_tensor_is_contiguous(out)) {
@@ -513,33 +632,66 @@ static int warp_items(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, cons
     if (f_s->dtype != m->act || out->dtype != m->act || f_s->device != be->device || out->device != be->device)
         return ditto_fail(&be->log, DITTO_ERR_INVAL, "warp network: f_s (%s) and out (%s) must be %s on the %s backend",
                           ditto_dtype_name(f_s->dtype), ditto_dtype_name(out->dtype), ditto_dtype_name(m->act), be->name);
-    DITTO_TRY(ensure_grid(m, D, H, W));
-    const DittoConvParams pad0 = ditto_nn_conv_pad(0), pad1 = ditto_nn_conv_pad(1);
-    DittoArenaMark top = ditto_arena_mark(ws);
-    DittoTensor deformation, occlusion, warped, warped2d, t3n;
-    int rc;
-    TRY(ditto_nn_new_f32(ws, &deformation, DITTO_SHAPE(B, D, H, W, 3)));             /* a sampling grid: float32 */
-    TRY(ditto_nn_new(ws, m->act, &occlusion, DITTO_SHAPE(B, 1, H, W)));
-    TRY(dense_motion(m, ws, f_s, kp_source, kp_driving, &deformation, &occlusion, tap));
+    return ensure_grid(m, f_s->shape[2], f_s->shape[3], f_s->shape[4]);
+}
 
-    /* out = deform_input(feature_3d, deformation).view(bs, c * d, h, w) */
-    TRY(ditto_nn_new(ws, m->act, &warped, DITTO_SHAPE(B, C, D, H, W)));
-    TRY(ditto_op_grid_sample(be, false, f_s, &deformation, &warped));                       /* (B,32,16,64,64) */
-    TRY(ditto_tensor_reshape(&warped, DITTO_SHAPE(B, C * D, H, W), &warped2d));             /* (B,512,64,64), channel 16c+d */
-    ditto_tap(tap, "warped_feature", &warped2d);
-
-    /* out = third(out): conv 3x3, BN, LeakyReLU(0.01) */
-    TRY(ditto_nn_new(ws, m->act, &t3n, DITTO_SHAPE(B, m->c_third, H, W)));
-    TRY(ditto_nn_conv_bn_act(be, ws, &pad1, &m->third, DITTO_UNARY_LEAKY_RELU, 0.01f, &warped2d, &t3n)); /* (B,256,64,64) */
-
-    /* out = fourth(out): conv 1x1 */
-    TRY(ditto_op_conv(be, &pad0, &t3n, &m->fourth_w, &m->fourth_b, out));                   /* (B,256,64,64) */
-    ditto_tap(tap, "pre_occlusion_out", out);
-
-    /* out = out * occlusion_map */
-    if (m->has_occlusion)
-        TRY(ditto_op_binary(be, DITTO_BINARY_MUL, out, &occlusion, out));                   /* (B,256,64,64) * (B,1,64,64) */
-done:
-    ditto_arena_release(ws, top);
-    return rc;
+/*
+ * Items go through the full-resolution part in chunks whose activations fit
+ * in the budget (WARP_BUDGET; at full size an item holds ~100 MB at once:
+ * the hourglass input, its top level at 16x64x64, the mask logits). The deep
+ * levels of the hourglass (16x32x32 and below, ~15 MB an item) run once for
+ * up to WARP_GROUP items (ditto_warp_set_group): their convolutions are too small to fill the GPU
+ * a chunk at a time. The hourglass input is made twice (for the encoder's
+ * first block, then for the top's skip) rather than kept for the group.
+ * With taps everything runs at once.
+ */
+int ditto_warp_forward(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, const DittoTensor *kp_source, const DittoTensor *kp_driving,
+                       DittoTensor *out, const DittoTap *tap)
+{
+    DITTO_TRY(warp_prepare(m, f_s, kp_source, kp_driving, out));
+    const int64_t B = f_s->shape[0], D = f_s->shape[2], H = f_s->shape[3], W = f_s->shape[4];
+    /* per item and voxel: the hourglass input and its widest activations */
+    const int64_t vox = D * H * W, K1 = m->num_kp + 1;
+    const size_t per_item = (size_t)vox * ((size_t)K1 * 3 * 4 * 2 + (size_t)(K1 * (m->c_compress + 1) + 3 * m->c_pred) * ditto_dtype_size(m->act));
+    const size_t budget = m->budget ? m->budget : WARP_BUDGET;
+    int64_t chunk = tap ? B : per_item ? (int64_t)(budget / per_item) : B;
+    chunk = chunk < 1 ? 1 : chunk > B ? B : chunk;
+    if (chunk >= B)
+        return top_items(m, ws, f_s, kp_source, kp_driving, NULL, out, 0, B, tap);
+    const int64_t gmax = m->group ? m->group : warp_group_default(), group = chunk > gmax ? chunk : gmax;
+    for (int64_t g0 = 0; g0 < B; g0 += group) {
+        const int64_t gb = B - g0 < group ? B - g0 : group;
+        DittoArenaMark top = ditto_arena_mark(ws), mk;
+        DittoTensor deep, enc1, hg_in, fc, ksc, kdc, ec;
+        int rc;
+        TRY(ditto_nn_new(ws, m->act, &deep, DITTO_SHAPE(gb, deep_channels(m), D, H / 2, W / 2)));   /* (G,128,16,32,32) */
+        mk = ditto_arena_mark(ws);
+        TRY(ditto_nn_new(ws, m->act, &enc1, DITTO_SHAPE(gb, m->c_enc[0], D, H / 2, W / 2)));       /* (G,64,16,32,32) */
+        for (int64_t i0 = 0; i0 < gb; i0 += chunk) {
+            const int64_t nb = gb - i0 < chunk ? gb - i0 : chunk;
+            DittoArenaMark mc = ditto_arena_mark(ws);
+            TRY(ditto_tensor_slice(f_s, 0, g0 + i0, g0 + i0 + nb, 1, &fc));
+            TRY(ditto_tensor_slice(kp_source, 0, g0 + i0, g0 + i0 + nb, 1, &ksc));
+            TRY(ditto_tensor_slice(kp_driving, 0, g0 + i0, g0 + i0 + nb, 1, &kdc));
+            TRY(ditto_tensor_slice(&enc1, 0, i0, i0 + nb, 1, &ec));
+            TRY(ditto_nn_new(ws, m->act, &hg_in, DITTO_SHAPE(nb, K1 * (m->c_compress + 1), D, H, W)));
+            TRY(dm_input(m, ws, &fc, &ksc, &kdc, &hg_in, NULL));
+            TRY(down_block(m, ws, 0, &hg_in, &ec));
+            ditto_arena_release(ws, mc);
+        }
+        TRY(hg_deep(m, ws, &enc1, &deep));
+        ditto_arena_release(ws, mk);
+        DittoTensor gf, gks, gkd, go;
+        TRY(ditto_tensor_slice(f_s, 0, g0, g0 + gb, 1, &gf));
+        TRY(ditto_tensor_slice(kp_source, 0, g0, g0 + gb, 1, &gks));
+        TRY(ditto_tensor_slice(kp_driving, 0, g0, g0 + gb, 1, &gkd));
+        TRY(ditto_tensor_slice(out, 0, g0, g0 + gb, 1, &go));
+        for (int64_t i0 = 0; i0 < gb; i0 += chunk)
+            TRY(top_items(m, ws, &gf, &gks, &gkd, &deep, &go, i0, gb - i0 < chunk ? gb - i0 : chunk, NULL));
+    done:
+        ditto_arena_release(ws, top);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
 }

@@ -47,4 +47,11 @@ int ditto_warp_grid_sample(DittoBackend *be, const DittoTensor *x, const DittoTe
  */
 int ditto_warp_load_ex(DittoWarp **out, DittoBackend *be, DittoCatalog *cat, bool fold_bn);
 
+/*
+ * At most items items per run of the hourglass's deep levels when the
+ * forward goes in chunks (0: the default, 8), for the test that grouping
+ * changes no bits.
+ */
+void ditto_warp_set_group(DittoWarp *m, int64_t items);
+
 #endif

@@ -248,8 +248,14 @@ static void test_warp_case(TestCtx *c, DittoArena *ws, DittoWarp *w, const char 
         TT *chunked = tt_new(c, DITTO_F32, 4, shape);
         ditto_warp_set_budget(w, 1);
         rc = ditto_warp_forward(w, ws, &f_s->dev, &kp_s->dev, &kp_d->dev, &chunked->dev, NULL);
-        ditto_warp_set_budget(w, 0);
         report_same(c, cname, "chunks_of_1", out, chunked, rc);
+        /* and the deep levels in groups of two items (the last one short when B is odd) */
+        TT *grouped = tt_new(c, DITTO_F32, 4, shape);
+        ditto_warp_set_group(w, 2);
+        rc = ditto_warp_forward(w, ws, &f_s->dev, &kp_s->dev, &kp_d->dev, &grouped->dev, NULL);
+        ditto_warp_set_group(w, 0);
+        ditto_warp_set_budget(w, 0);
+        report_same(c, cname, "chunks_of_1_groups_of_2", out, grouped, rc);
     }
     tt_free(out);
 done:
