@@ -26,7 +26,7 @@
  * Engines: the legacy algorithms reach only some of cuDNN's Hopper kernels
  * (a 1x1 conv at 256x256 ran 10x slower than the best). So each channels-
  * last f16 geometry is tuned once (tune_engines): the legacy plan against
- * the graph API's heuristic engines (conv_graph.h), timed on hashed
+ * the graph API's heuristic engines (conv_graph.h, mode A), timed on hashed
  * operands, keeping an engine only when it is 10 % faster and gives the
  * same bits per item as its one-item plan. The choice holds for the
  * geometry at every item count and is kept on disk (engine_file_append), so
@@ -113,6 +113,8 @@ struct DittoCudaConvCache {
     ConvEngines *engines;
     int neng, capeng;
     bool file_read;           /* the tuned choices on disk were read (engine_file) */
+    void *tune_buf;           /* hashed operands of tune_engines, grown on demand (no cudaFree, which waits for the device, per geometry) */
+    size_t tune_size;
 };
 
 static void conv_geom(const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *y, ConvGeom *g)
@@ -190,6 +192,8 @@ void ditto_cuda_conv_cache_free(DittoCuda *cu)
         plan_destroy(&c->plans[i]);
     ditto_free(c->plans);
     ditto_free(c->engines);
+    if (c->tune_buf)
+        cudaFree(c->tune_buf);
     ditto_free(c);
     cu->conv_cache = NULL;
 }
@@ -506,19 +510,27 @@ static int plan_run(DittoBackend *be, const ConvPlan *p, const void *x, const vo
 /*
  * DITTO_CUDNN_ENGINES picks the kernels of the channels-last f16 plans:
  * "tune" (default): per geometry, the fastest of the legacy algorithm and
- * the graph API's heuristic engines (mode B) that gives the same bits per
- * item at every item count, timed once when the geometry is first planned;
- * "heuristic": the first usable engine of heuristics mode A, untimed;
- * "legacy": the cudnnConvolutionForward algorithm alone.
+ * the engines of the graph API's heuristics mode A that gives the same bits
+ * per item at every item count, timed once when the geometry is first
+ * planned; "tune-b" (measurements) the same over heuristics mode B (on the
+ * H200: 0.06 ms/frame faster at B=8, but each query takes ~18 ms, 0.8 s more
+ * model load on a machine's first run); "heuristic": the first usable engine
+ * of mode A, untimed; "legacy": the cudnnConvolutionForward algorithm alone.
  */
-enum { ENG_LEGACY, ENG_TUNE, ENG_HEURISTIC };
+enum { ENG_LEGACY, ENG_TUNE, ENG_TUNE_B, ENG_HEURISTIC };
 
 static int engine_mode(void)
 {
     static int m = -1;
     if (m < 0) {
         const char *e = getenv("DITTO_CUDNN_ENGINES");
-        m = e && !strcmp(e, "legacy") ? ENG_LEGACY : e && !strcmp(e, "heuristic") ? ENG_HEURISTIC : ENG_TUNE;
+        m = ENG_TUNE;
+        if (e && !strcmp(e, "legacy"))
+            m = ENG_LEGACY;
+        else if (e && !strcmp(e, "heuristic"))
+            m = ENG_HEURISTIC;
+        else if (e && !strcmp(e, "tune-b"))
+            m = ENG_TUNE_B;
     }
     return m;
 }
@@ -597,7 +609,7 @@ static int same_per_item(DittoBackend *be, const ConvPlan *p, const ConvPlan *on
 }
 
 /*
- * Tune e for geometry g at n items (engine_mode "tune"): time the legacy
+ * Tune e for geometry g at n items (engine_mode "tune", "tune-b"): time the legacy
  * plan and each heuristic engine, then keep the fastest engine whose plan
  * over n items matches its one-item plan bit for bit, when it beats the
  * legacy plan by 10 % (near ties keep the legacy kernels, so small timing
@@ -623,9 +635,22 @@ static int tune_engines(DittoBackend *be, const ConvGeom *g, int64_t cp, int64_t
     memset(&one, 0, sizeof one);
     float ms[CONV_MAX_ENGINES], ms_legacy = -1.0f;
     int rc = 0, pick = -1;
-    if (cudaMalloc(&buf, (size_t)(nx + nw + ny + t.item_y) * 2 + 256) != cudaSuccess || cudaEventCreate(&e0) != cudaSuccess ||
-        cudaEventCreate(&e1) != cudaSuccess) {
-        rc = ditto_cuda_fail(be, cudaGetLastError(), "cudaMalloc (engine timing)", __FILE__, __LINE__);
+    DittoCudaConvCache *c = cu->conv_cache;
+    const size_t need = (size_t)(nx + nw + ny + t.item_y) * 2 + 256;
+    if (need > c->tune_size) {
+        if (c->tune_buf) {
+            DITTO_CUDA_CHECK(be, cudaStreamSynchronize(cu->stream));
+            cudaFree(c->tune_buf);
+            c->tune_buf = NULL;
+            c->tune_size = 0;
+        }
+        if (cudaMalloc(&c->tune_buf, need) != cudaSuccess)
+            return ditto_cuda_fail(be, cudaGetLastError(), "cudaMalloc (engine timing)", __FILE__, __LINE__);
+        c->tune_size = need;
+    }
+    buf = (char *)c->tune_buf;
+    if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
+        rc = ditto_cuda_fail(be, cudaGetLastError(), "cudaEventCreate (engine timing)", __FILE__, __LINE__);
         goto done;
     }
     t.x = (__half *)buf;
@@ -705,7 +730,6 @@ done:
         cudaEventDestroy(e0);
     if (e1)
         cudaEventDestroy(e1);
-    cudaFree(buf);
     return rc;
 }
 
@@ -898,7 +922,7 @@ static void engine_file_append(DittoBackend *be, const ConvEngines *e)
 static int conv_engines(DittoBackend *be, const ConvGeom *g, int64_t cp, int64_t op, const ConvEngines **out)
 {
     DittoCudaConvCache *c = ditto_cuda(be)->conv_cache;   /* plan_get made it */
-    const bool tune = engine_mode() == ENG_TUNE;
+    const bool tune = engine_mode() == ENG_TUNE || engine_mode() == ENG_TUNE_B;
     if (tune && !c->file_read)
         DITTO_TRY(engine_file_read(be, c));
     int64_t key[KEY_LEN];
@@ -918,7 +942,7 @@ static int conv_engines(DittoBackend *be, const ConvGeom *g, int64_t cp, int64_t
     n = n < 1 ? 1 : n > 8 ? 8 : n;
     CgConv cv;
     cg_conv(g, cp, op, n, &cv);
-    DITTO_TRY(ditto_cg_engines(be, &cv, tune, e->eng, CONV_MAX_ENGINES, &e->n));
+    DITTO_TRY(ditto_cg_engines(be, &cv, engine_mode() == ENG_TUNE_B, e->eng, CONV_MAX_ENGINES, &e->n));
     if (tune)
         DITTO_TRY(tune_engines(be, g, cp, op, n, e));
     if (e->tuned)
