@@ -57,17 +57,14 @@
  * the transposes).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "backend/cuda/conv_graph.h"
 
 extern "C" {
+#include "backend/conv_choices.h"
 #include "core/mem.h"
 }
 
@@ -734,94 +731,18 @@ done:
 }
 
 /*
- * Tuned choices persist on disk, so later processes on this machine run the
- * same kernels (and bits) without timing again: DITTO_CACHE_DIR, else
- * $XDG_CACHE_HOME/ditto, else ~/.cache/ditto; file conv-engines.txt, one
- * line per geometry, appended:
- *   v1|<device>|<cuDNN version>|<the 25 key numbers, comma-separated>|legacy
- *   v1|<device>|<cuDNN version>|<key>|<engine index>|<knob type>:<value>,...
- * Lines of another device or cuDNN version, and malformed ones, are
- * skipped; without a writable directory choices last for the process.
+ * Tuned choices persist on disk (conv_choices.h), so later processes on this
+ * machine run the same kernels (and bits) without timing again. Lines of
+ * another device or cuDNN version are skipped; without a writable directory
+ * the choices last for the process.
  */
-#define ENGINE_FILE "conv-engines.txt"
-#define ENGINE_FILE_MAX ((size_t)1 << 20)
+static_assert(KEY_LEN == DITTO_CONV_KEY_LEN && CG_MAX_KNOBS == DITTO_CONV_MAX_KNOBS, "conv_choices.h sizes");
 
-static int engine_dir(char *dir, size_t n)
-{
-    const char *d = getenv("DITTO_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-    int k = d && *d ? snprintf(dir, n, "%s", d) : x && *x ? snprintf(dir, n, "%s/ditto", x) : h && *h ? snprintf(dir, n, "%s/.cache/ditto", h) : -1;
-    return k > 0 && (size_t)k < n ? 0 : -1;
-}
-
-/* "<device>|<cuDNN version>" with the device name's separators and blanks replaced. */
-static void engine_scope(DittoBackend *be, char *out, size_t n)
+static void engine_scope(DittoBackend *be, char *scope, size_t n)
 {
     cudaDeviceProp prop;
-    const char *name = cudaGetDeviceProperties(&prop, ditto_cuda(be)->device) == cudaSuccess ? prop.name : "unknown";
-    char dev[256];
-    size_t i = 0;
-    for (; name[i] && i + 1 < sizeof dev; i++)
-        dev[i] = name[i] == '|' || name[i] == ',' || (unsigned char)name[i] <= ' ' ? '_' : name[i];
-    dev[i] = 0;
-    snprintf(out, n, "%s|%zu", dev, cudnnGetVersion());
-}
-
-/* Parse "a,b,...": exactly n integers into v. */
-static bool parse_ints(const char *s, int64_t *v, int n)
-{
-    for (int i = 0; i < n; i++) {
-        char *end;
-        errno = 0;
-        long long x = strtoll(s, &end, 10);
-        if (end == s || errno || (i + 1 < n ? *end != ',' : *end != 0))
-            return false;
-        v[i] = x;
-        s = end + 1;
-    }
-    return true;
-}
-
-/* One line (no newline) of the file into e when it belongs to scope. */
-static bool parse_choice(char *line, const char *scope, ConvEngines *e)
-{
-    const size_t ls = strlen(scope);
-    if (strncmp(line, "v1|", 3) || strncmp(line + 3, scope, ls) || line[3 + ls] != '|')
-        return false;
-    char *key = line + 4 + ls, *rest = strchr(key, '|');
-    if (!rest)
-        return false;
-    *rest++ = 0;
-    memset(e, 0, sizeof *e);
-    if (!parse_ints(key, e->key, KEY_LEN))
-        return false;
-    e->tuned = true;
-    if (!strcmp(rest, "legacy"))
-        return true;
-    char *knobs = strchr(rest, '|');
-    if (!knobs)
-        return false;
-    *knobs++ = 0;
-    CgEngine *g = &e->eng[0];
-    if (!parse_ints(rest, &g->index, 1) || g->index < 0)
-        return false;
-    for (char *k = knobs; *k;) {   /* "type:value," ... */
-        char *end;
-        if (g->nknobs == CG_MAX_KNOBS)
-            return false;
-        errno = 0;
-        long long t = strtoll(k, &end, 10);
-        if (end == k || *end != ':' || errno || t < 0)
-            return false;
-        k = end + 1;
-        long long v = strtoll(k, &end, 10);
-        if (end == k || (*end != ',' && *end) || errno)
-            return false;
-        g->knob_type[g->nknobs] = t;
-        g->knob_value[g->nknobs++] = v;
-        k = *end ? end + 1 : end;
-    }
-    e->n = 1;
-    return true;
+    const bool ok = cudaGetDeviceProperties(&prop, ditto_cuda(be)->device) == cudaSuccess;
+    ditto_conv_choices_scope(ok ? prop.name : "", (unsigned long)cudnnGetVersion(), scope, n);
 }
 
 static int engines_grow(DittoBackend *be, DittoCudaConvCache *c)
@@ -837,38 +758,43 @@ static int engines_grow(DittoBackend *be, DittoCudaConvCache *c)
     return 0;
 }
 
-/* The choices of this device and cuDNN version from the file, once per backend (a missing file is no error). */
+/* The choices of this device and cuDNN version from the file, once per backend; an unreadable file is skipped. */
 static int engine_file_read(DittoBackend *be, DittoCudaConvCache *c)
 {
     c->file_read = true;
-    char dir[4096], path[4200], scope[300];
-    if (engine_dir(dir, sizeof dir) < 0 || snprintf(path, sizeof path, "%s/" ENGINE_FILE, dir) >= (int)sizeof path)
+    char dir[4096], path[4200], scope[DITTO_CONV_SCOPE_MAX];
+    if (ditto_conv_choices_path(dir, sizeof dir, path, sizeof path) < 0)
         return 0;
     engine_scope(be, scope, sizeof scope);
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    DittoConvChoice *ch = NULL;
+    int n = 0, got = 0;
+    int rc = ditto_conv_choices_read(path, scope, &ch, &n);
+    if (rc == DITTO_ERR_NOMEM)
+        return ditto_fail(&be->log, rc, "op conv: out of memory reading %s", path);
+    if (rc < 0) {
+        ditto_log(&be->log, DITTO_LOG_WARN, "cannot read the tuned convolution choices in %s (%s): tuning again", path, ditto_strerror(rc));
         return 0;
-    char *buf = (char *)ditto_malloc(ENGINE_FILE_MAX + 1);
-    size_t len = buf ? fread(buf, 1, ENGINE_FILE_MAX, f) : 0;
-    fclose(f);
-    if (!buf)
-        return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op conv: out of memory reading %s", path);
-    buf[len] = 0;
-    int got = 0, rc = 0;
-    char *save = NULL;
-    for (char *line = strtok_r(buf, "\n", &save); line && !rc; line = strtok_r(NULL, "\n", &save)) {
-        ConvEngines e;
-        if (!parse_choice(line, scope, &e))
-            continue;
+    }
+    for (int i = 0; i < n && !rc; i++) {
         bool dup = false;
-        for (int i = 0; i < c->neng && !dup; i++)
-            dup = !memcmp(c->engines[i].key, e.key, sizeof e.key);
+        for (int j = 0; j < c->neng && !dup; j++)
+            dup = !memcmp(c->engines[j].key, ch[i].key, sizeof ch[i].key);
         if (dup || (rc = engines_grow(be, c)) < 0)
             continue;
-        c->engines[c->neng++] = e;
+        ConvEngines *e = &c->engines[c->neng++];
+        memset(e, 0, sizeof *e);
+        memcpy(e->key, ch[i].key, sizeof e->key);
+        e->tuned = true;
+        if (!ch[i].legacy) {
+            e->n = 1;
+            e->eng[0].index = ch[i].engine;
+            e->eng[0].nknobs = ch[i].nknobs;
+            memcpy(e->eng[0].knob_type, ch[i].knob_type, sizeof e->eng[0].knob_type);
+            memcpy(e->eng[0].knob_value, ch[i].knob_value, sizeof e->eng[0].knob_value);
+        }
         got++;
     }
-    ditto_free(buf);
+    ditto_free(ch);
     ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: %d tuned engine choices read from %s", got, path);
     return rc;
 }
@@ -876,42 +802,22 @@ static int engine_file_read(DittoBackend *be, DittoCudaConvCache *c)
 /* Append e's choice to the file (best effort: the choice stays in this process either way). */
 static void engine_file_append(DittoBackend *be, const ConvEngines *e)
 {
-    char dir[4096], path[4200], scope[300], line[1024];
-    if (engine_dir(dir, sizeof dir) < 0 || snprintf(path, sizeof path, "%s/" ENGINE_FILE, dir) >= (int)sizeof path)
+    char dir[4096], path[4200], scope[DITTO_CONV_SCOPE_MAX];
+    if (ditto_conv_choices_path(dir, sizeof dir, path, sizeof path) < 0)
         return;
-    /* the directory and its parent (e.g. ~/.cache/ditto) */
-    char parent[4096];
-    snprintf(parent, sizeof parent, "%s", dir);
-    char *slash = strrchr(parent, '/');
-    if (slash && slash != parent) {
-        *slash = 0;
-        mkdir(parent, 0755);
-    }
-    mkdir(dir, 0755);
     engine_scope(be, scope, sizeof scope);
-    size_t k = (size_t)snprintf(line, sizeof line, "v1|%s|", scope);
-    for (int i = 0; i < KEY_LEN && k < sizeof line; i++)
-        k += (size_t)snprintf(line + k, sizeof line - k, "%s%lld", i ? "," : "", (long long)e->key[i]);
-    if (k < sizeof line && e->n == 0) {
-        k += (size_t)snprintf(line + k, sizeof line - k, "|legacy\n");
-    } else if (k < sizeof line) {
-        k += (size_t)snprintf(line + k, sizeof line - k, "|%lld|", (long long)e->eng[0].index);
-        for (int i = 0; i < e->eng[0].nknobs && k < sizeof line; i++)
-            k += (size_t)snprintf(line + k, sizeof line - k, "%s%lld:%lld", i ? "," : "", (long long)e->eng[0].knob_type[i],
-                                  (long long)e->eng[0].knob_value[i]);
-        if (k < sizeof line)
-            k += (size_t)snprintf(line + k, sizeof line - k, "\n");
+    DittoConvChoice ch;
+    memset(&ch, 0, sizeof ch);
+    memcpy(ch.key, e->key, sizeof ch.key);
+    ch.legacy = e->n == 0;
+    if (!ch.legacy) {
+        ch.engine = e->eng[0].index;
+        ch.nknobs = e->eng[0].nknobs;
+        memcpy(ch.knob_type, e->eng[0].knob_type, sizeof ch.knob_type);
+        memcpy(ch.knob_value, e->eng[0].knob_value, sizeof ch.knob_value);
     }
-    if (k >= sizeof line)
-        return;
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0644);
-    if (fd < 0) {
+    if (ditto_conv_choices_append(dir, path, scope, &ch) < 0)
         ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: cannot keep tuned engine choices in %s: %s", path, strerror(errno));
-        return;
-    }
-    if (write(fd, line, k) != (ssize_t)k)   /* one write: concurrent appends do not interleave */
-        ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: cannot write %s: %s", path, strerror(errno));
-    close(fd);
 }
 
 /*
