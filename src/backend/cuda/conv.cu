@@ -110,8 +110,6 @@ struct DittoCudaConvCache {
     ConvEngines *engines;
     int neng, capeng;
     bool file_read;           /* the tuned choices on disk were read (engine_file) */
-    void *tune_buf;           /* hashed operands of tune_engines, grown on demand (no cudaFree, which waits for the device, per geometry) */
-    size_t tune_size;
 };
 
 static void conv_geom(const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *y, ConvGeom *g)
@@ -189,8 +187,6 @@ void ditto_cuda_conv_cache_free(DittoCuda *cu)
         plan_destroy(&c->plans[i]);
     ditto_free(c->plans);
     ditto_free(c->engines);
-    if (c->tune_buf)
-        cudaFree(c->tune_buf);
     ditto_free(c);
     cu->conv_cache = NULL;
 }
@@ -611,15 +607,17 @@ static int same_per_item(DittoBackend *be, const ConvPlan *p, const ConvPlan *on
  * over n items matches its one-item plan bit for bit, when it beats the
  * legacy plan by 10 % (near ties keep the legacy kernels, so small timing
  * noise rarely changes the choice); else e->n = 0 (legacy). Never while
- * capturing: then e keeps the heuristics' order.
+ * capturing: then the legacy plan, not kept in the file.
  */
 static int tune_engines(DittoBackend *be, const ConvGeom *g, int64_t cp, int64_t op, int64_t n, ConvEngines *e)
 {
     DittoCuda *cu = ditto_cuda(be);
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     DITTO_CUDA_CHECK(be, cudaStreamIsCapturing(cu->stream, &cs));
-    if (cs != cudaStreamCaptureStatusNone)
+    if (cs != cudaStreamCaptureStatusNone) {   /* cannot time while recording: the legacy plan, untuned */
+        e->n = 0;
         return 0;
+    }
     TuneBufs t;
     t.item_x = cp * g->in_vol;
     t.item_y = op * g->out_vol;
@@ -632,20 +630,17 @@ static int tune_engines(DittoBackend *be, const ConvGeom *g, int64_t cp, int64_t
     memset(&one, 0, sizeof one);
     float ms[CONV_MAX_ENGINES], ms_legacy = -1.0f;
     int rc = 0, pick = -1;
-    DittoCudaConvCache *c = cu->conv_cache;
-    const size_t need = (size_t)(nx + nw + ny + t.item_y) * 2 + 256;
-    if (need > c->tune_size) {
-        if (c->tune_buf) {
-            DITTO_CUDA_CHECK(be, cudaStreamSynchronize(cu->stream));
-            cudaFree(c->tune_buf);
-            c->tune_buf = NULL;
-            c->tune_size = 0;
-        }
-        if (cudaMalloc(&c->tune_buf, need) != cudaSuccess)
-            return ditto_cuda_fail(be, cudaGetLastError(), "cudaMalloc (engine timing)", __FILE__, __LINE__);
-        c->tune_size = need;
+    /*
+     * Stream-ordered: cudaFree would wait for the whole device (the motion
+     * warm-up too), and a buffer kept for the process would hold up to 150 MB
+     * (one 256x256 item of 128 -> 512 channels, twice).
+     */
+    if (cudaMallocAsync((void **)&buf, (size_t)(nx + nw + ny + t.item_y) * 2 + 256, cu->stream) != cudaSuccess) {
+        cudaGetLastError();   /* no room to time: the legacy plan (not kept in the file) */
+        ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: no device memory to tune a convolution: legacy algorithm");
+        e->n = 0;
+        return 0;
     }
-    buf = (char *)c->tune_buf;
     if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
         rc = ditto_cuda_fail(be, cudaGetLastError(), "cudaEventCreate (engine timing)", __FILE__, __LINE__);
         goto done;
@@ -727,6 +722,7 @@ done:
         cudaEventDestroy(e0);
     if (e1)
         cudaEventDestroy(e1);
+    cudaFreeAsync(buf, cu->stream);
     return rc;
 }
 
