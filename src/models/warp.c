@@ -604,8 +604,12 @@ void ditto_warp_set_budget(DittoWarp *m, size_t bytes)
 /* WARP_GROUP, or DITTO_WARP_GROUP (measurements: 1 runs the deep levels chunk by chunk, as before grouping). */
 static int64_t warp_group_default(void)
 {
-    const char *e = getenv("DITTO_WARP_GROUP");
-    return e && atoi(e) > 0 ? atoi(e) : WARP_GROUP;
+    static int64_t g = 0;   /* read once: the forward runs every batch */
+    if (!g) {
+        const char *e = getenv("DITTO_WARP_GROUP");
+        g = e && atoi(e) > 0 ? atoi(e) : WARP_GROUP;
+    }
+    return g;
 }
 
 void ditto_warp_set_group(DittoWarp *m, int64_t items)

@@ -101,7 +101,6 @@ typedef struct ConvEngines {
     int64_t key[KEY_LEN];
     int n;
     CgEngine eng[CONV_MAX_ENGINES];
-    bool tuned;               /* the choice of tune_engines (n = 0: legacy, 1: eng[0]), timed here or read from the file */
 } ConvEngines;
 
 struct DittoCudaConvCache {
@@ -160,6 +159,20 @@ static void make_key(const ConvGeom *g, DittoDType dt, int64_t nb, bool nhwc, in
         *k++ = g->pb[i];
         *k++ = g->pe[i];
     }
+}
+
+/* Room for one more element in *arr (n used of *cap, esz bytes each): doubles from 32. */
+static int cache_grow(DittoBackend *be, void **arr, int n, int *cap, size_t esz, const char *what)
+{
+    if (n < *cap)
+        return 0;
+    int nc = *cap ? 2 * *cap : 32;
+    void *p = ditto_realloc(*arr, esz * (size_t)nc);
+    if (!p)
+        return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op conv: cannot grow the %s cache", what);
+    *arr = p;
+    *cap = nc;
+    return 0;
 }
 
 static void plan_destroy(ConvPlan *pl)
@@ -349,14 +362,7 @@ static int plan_get(DittoBackend *be, const ConvGeom *g, DittoDType dt, int64_t 
             return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op conv: cannot allocate the plan cache");
         cu->conv_cache = c;
     }
-    if (c->n == c->cap) {
-        int cap = c->cap ? 2 * c->cap : 32;
-        ConvPlan *p = (ConvPlan *)ditto_realloc(c->plans, sizeof(ConvPlan) * (size_t)cap);
-        if (!p)
-            return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op conv: cannot grow the plan cache");
-        c->plans = p;
-        c->cap = cap;
-    }
+    DITTO_TRY(cache_grow(be, (void **)&c->plans, c->n, &c->cap, sizeof(ConvPlan), "plan"));
     ConvPlan *pl = &c->plans[c->n];
     memset(pl, 0, sizeof *pl);
     memcpy(pl->key, key, sizeof key);
@@ -553,25 +559,45 @@ typedef struct TuneBufs {
     unsigned int *cnt;
 } TuneBufs;
 
+/*
+ * The bytes of scratch a candidate under test asks for, stream-ordered: the
+ * backend's workspace only grows, and a candidate that is not taken must not
+ * leave it bigger (cuDNN allows a plan up to CONV_WS_LIMIT). false: no room
+ * (the candidate counts as not running).
+ */
+static bool tune_ws(DittoCuda *cu, size_t bytes, void **ws)
+{
+    *ws = NULL;
+    if (!bytes)
+        return true;
+    if (cudaMallocAsync(ws, bytes, cu->stream) == cudaSuccess)
+        return true;
+    cudaGetLastError();
+    *ws = NULL;
+    return false;
+}
+
 /* Mean ms of three runs of plan p (legacy when p->cg is NULL) after one untimed; < 0 when it does not run. */
 static int time_plan(DittoBackend *be, const ConvPlan *p, const TuneBufs *t, cudaEvent_t e0, cudaEvent_t e1, float *ms)
 {
     DittoCuda *cu = ditto_cuda(be);
-    void *ws = NULL;
+    void *ws;
     *ms = -1.0f;
-    if (p->ws)
-        DITTO_TRY(ditto_cuda_workspace(be, p->ws, &ws));
-    for (int r = 0; r < 4; r++) {
+    if (!tune_ws(cu, p->ws, &ws))
+        return 0;
+    bool ran = true;
+    for (int r = 0; r < 4 && ran; r++) {
         if (r == 1)
             cudaEventRecord(e0, cu->stream);
-        if (plan_exec(be, p, t->x, t->w, t->y, ws) != CUDNN_STATUS_SUCCESS)
-            return 0;
+        ran = plan_exec(be, p, t->x, t->w, t->y, ws) == CUDNN_STATUS_SUCCESS;
     }
     cudaEventRecord(e1, cu->stream);
+    if (ws)
+        cudaFreeAsync(ws, cu->stream);
     float v = 0.0f;
     if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&v, e0, e1) != cudaSuccess)
         return ditto_cuda_fail(be, cudaGetLastError(), "cudaEventElapsedTime (engine timing)", __FILE__, __LINE__);
-    *ms = v / 3.0f;
+    *ms = ran ? v / 3.0f : -1.0f;
     return 0;
 }
 
@@ -579,20 +605,22 @@ static int time_plan(DittoBackend *be, const ConvPlan *p, const TuneBufs *t, cud
 static int same_per_item(DittoBackend *be, const ConvPlan *p, const ConvPlan *one, int64_t n, const TuneBufs *t, bool *same)
 {
     DittoCuda *cu = ditto_cuda(be);
-    void *ws = NULL;
-    const size_t need = p->ws > one->ws ? p->ws : one->ws;
+    void *ws;
     *same = false;
-    if (need)
-        DITTO_TRY(ditto_cuda_workspace(be, need, &ws));
-    cudaMemsetAsync(t->cnt, 0, sizeof *t->cnt, cu->stream);
-    if (plan_exec(be, p, t->x, t->w, t->y, ws) != CUDNN_STATUS_SUCCESS)
+    if (!tune_ws(cu, p->ws > one->ws ? p->ws : one->ws, &ws))
         return 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (plan_exec(be, one, t->x + i * t->item_x, t->w, t->y1, ws) != CUDNN_STATUS_SUCCESS)
-            return 0;
-        k_count_diff<<<ditto_cuda_blocks(t->item_y, 256), 256, 0, cu->stream>>>((const uint16_t *)(t->y + i * t->item_y),
-                                                                                 (const uint16_t *)t->y1, t->item_y, t->cnt);
+    cudaMemsetAsync(t->cnt, 0, sizeof *t->cnt, cu->stream);
+    bool ran = plan_exec(be, p, t->x, t->w, t->y, ws) == CUDNN_STATUS_SUCCESS;
+    for (int64_t i = 0; i < n && ran; i++) {
+        ran = plan_exec(be, one, t->x + i * t->item_x, t->w, t->y1, ws) == CUDNN_STATUS_SUCCESS;
+        if (ran)
+            k_count_diff<<<ditto_cuda_blocks(t->item_y, 256), 256, 0, cu->stream>>>((const uint16_t *)(t->y + i * t->item_y),
+                                                                                     (const uint16_t *)t->y1, t->item_y, t->cnt);
     }
+    if (ws)
+        cudaFreeAsync(ws, cu->stream);
+    if (!ran)
+        return 0;
     unsigned int host = 1;
     if (cudaMemcpyAsync(&host, t->cnt, sizeof host, cudaMemcpyDeviceToHost, cu->stream) != cudaSuccess ||
         cudaStreamSynchronize(cu->stream) != cudaSuccess)
@@ -606,11 +634,13 @@ static int same_per_item(DittoBackend *be, const ConvPlan *p, const ConvPlan *on
  * plan and each heuristic engine, then keep the fastest engine whose plan
  * over n items matches its one-item plan bit for bit, when it beats the
  * legacy plan by 10 % (near ties keep the legacy kernels, so small timing
- * noise rarely changes the choice); else e->n = 0 (legacy). Never while
- * capturing: then the legacy plan, not kept in the file.
+ * noise rarely changes the choice); else e->n = 0 (legacy). *timed: the
+ * choice was measured (to keep in the file). Never while capturing: then
+ * the legacy plan, untimed.
  */
-static int tune_engines(DittoBackend *be, const ConvGeom *g, int64_t cp, int64_t op, int64_t n, ConvEngines *e)
+static int tune_engines(DittoBackend *be, const ConvGeom *g, int64_t cp, int64_t op, int64_t n, ConvEngines *e, bool *timed)
 {
+    *timed = false;
     DittoCuda *cu = ditto_cuda(be);
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     DITTO_CUDA_CHECK(be, cudaStreamIsCapturing(cu->stream, &cs));
@@ -714,7 +744,7 @@ static int tune_engines(DittoBackend *be, const ConvGeom *g, int64_t cp, int64_t
         } else {
             e->n = 0;
         }
-        e->tuned = true;
+        *timed = true;
     }
 done:
     plan_destroy(&legacy);
@@ -743,15 +773,7 @@ static void engine_scope(DittoBackend *be, char *scope, size_t n)
 
 static int engines_grow(DittoBackend *be, DittoCudaConvCache *c)
 {
-    if (c->neng < c->capeng)
-        return 0;
-    int cap = c->capeng ? 2 * c->capeng : 32;
-    ConvEngines *p = (ConvEngines *)ditto_realloc(c->engines, sizeof(ConvEngines) * (size_t)cap);
-    if (!p)
-        return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op conv: cannot grow the engine cache");
-    c->engines = p;
-    c->capeng = cap;
-    return 0;
+    return cache_grow(be, (void **)&c->engines, c->neng, &c->capeng, sizeof(ConvEngines), "engine");
 }
 
 /* The choices of this device and cuDNN version from the file, once per backend; an unreadable file is skipped. */
@@ -780,7 +802,6 @@ static int engine_file_read(DittoBackend *be, DittoCudaConvCache *c)
         ConvEngines *e = &c->engines[c->neng++];
         memset(e, 0, sizeof *e);
         memcpy(e->key, ch[i].key, sizeof e->key);
-        e->tuned = true;
         if (!ch[i].legacy) {
             e->n = 1;
             e->eng[0].index = ch[i].engine;
@@ -845,9 +866,10 @@ static int conv_engines(DittoBackend *be, const ConvGeom *g, int64_t cp, int64_t
     CgConv cv;
     cg_conv(g, cp, op, n, &cv);
     DITTO_TRY(ditto_cg_engines(be, &cv, engine_mode() == ENG_TUNE_B, e->eng, CONV_MAX_ENGINES, &e->n));
+    bool timed = false;
     if (tune)
-        DITTO_TRY(tune_engines(be, g, cp, op, n, e));
-    if (e->tuned)
+        DITTO_TRY(tune_engines(be, g, cp, op, n, e, &timed));
+    if (timed)
         engine_file_append(be, e);
     c->neng++;
     *out = e;
