@@ -6,7 +6,14 @@ leave slow; also the mask head's depth-split variants (outputs 154, 160,
 128, and the (kd, ky) split with 1078 outputs).
 
     python3 bench/torch_ref/conv_best.py
+    python3 bench/torch_ref/conv_best.py --mask-split   # the depth-split conv per output count
+
+--mask-split times the mask head's depth-split 2-D convolution (144 inputs,
+7x7, 64x64 slices of 8 items) for each output count a split of its 154
+(depth tap, output) columns into pieces could use.
 """
+import sys
+
 import torch
 import torch.nn.functional as F
 
@@ -78,5 +85,12 @@ def main():
             conv2d(n, 512, 256, 128, 128, 3, 3, "up_0 conv_0 512->256 @128")
 
 
+def mask_split():
+    with torch.no_grad():
+        for n in (48, 128):   # 3 items, 8 items of 16 slices
+            for co in (16, 24, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 256):
+                conv2d(n, 144, co, 64, 64, 7, 7, f"mask depth-split 144->{co} 7x7")
+
+
 if __name__ == "__main__":
-    main()
+    mask_split() if "--mask-split" in sys.argv[1:] else main()

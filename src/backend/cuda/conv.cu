@@ -54,7 +54,8 @@
  *
  * DITTO_CUDA_CONV (nchw, nhwc, nhwc-batch, no-split) overrides the f16
  * strategy for measurements (nchw also sends channels-last tensors through
- * the transposes).
+ * the transposes); DITTO_CUDA_DEPTH_PIECES=1 keeps the depth split's
+ * columns in one convolution.
  */
 #include <errno.h>
 #include <limits.h>
@@ -458,6 +459,163 @@ static __global__ void k_w_nhwc(const __half *w, __half *wt, int64_t O, int64_t 
         int64_t c = i % Cp, t = i / Cp;
         int64_t k = t % kvol, o = t / kvol;
         wt[i] = o < O && c < C ? w[(o * C + c) * kvol + k] : __float2half(0.0f);
+    }
+}
+
+/*
+ * The same layout changes with 64x64 tiles and 4-byte accesses (half2 along
+ * the contiguous axis of each side): the 32x32 tiles of 2-byte accesses
+ * above moved about 1.1 TB/s on the H200 (ncu: 32 us for a 142-channel
+ * 16x64x64 item). Need an even vol (and Cp, Op, which are multiples of 8)
+ * and 4-byte aligned tensors; bit-identical to the kernels above.
+ * Grid (vol/64, channels/64, n), block (32, 8).
+ */
+#define TV 64
+static __global__ void k_to_nhwc_v(const __half *x, __half *xt, int64_t C, int64_t Cp, int64_t vol)
+{
+    __shared__ __half tile[TV][TV + 2];   /* [channel][position] */
+    const int64_t n = blockIdx.z, v0 = (int64_t)blockIdx.x * TV, c0 = (int64_t)blockIdx.y * TV;
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const __half *xn = x + n * C * vol;
+    const int64_t v = v0 + 2 * tx;
+    for (int j = ty; j < TV; j += 8) {
+        const int64_t c = c0 + j;
+        __half2 h = __halves2half2(__float2half(0.0f), __float2half(0.0f));
+        if (c < C && v < vol)
+            h = *(const __half2 *)(xn + c * vol + v);
+        tile[j][2 * tx] = __low2half(h);
+        tile[j][2 * tx + 1] = __high2half(h);
+    }
+    __syncthreads();
+    __half *xo = xt + n * vol * Cp;
+    const int64_t c = c0 + 2 * tx;
+    for (int j = ty; j < TV; j += 8) {
+        const int64_t vv = v0 + j;
+        if (vv < vol && c < Cp)
+            *(__half2 *)(xo + vv * Cp + c) = __halves2half2(tile[2 * tx][j], tile[2 * tx + 1][j]);
+    }
+}
+
+static __global__ void k_from_nhwc_v(const __half *yt, __half *y, const void *bias, bool bf16, bool relu, bool acc, int64_t O, int64_t Op,
+                                     int64_t vol)
+{
+    __shared__ float tile[TV][TV + 1];   /* [position][output] */
+    const int64_t n = blockIdx.z, v0 = (int64_t)blockIdx.x * TV, o0 = (int64_t)blockIdx.y * TV;
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const __half *yn = yt + n * vol * Op;
+    const int64_t o = o0 + 2 * tx;
+    for (int j = ty; j < TV; j += 8) {
+        const int64_t v = v0 + j;
+        float2 f = make_float2(0.0f, 0.0f);
+        if (v < vol && o < Op)
+            f = __half22float2(*(const __half2 *)(yn + v * Op + o));
+        tile[j][2 * tx] = f.x;
+        tile[j][2 * tx + 1] = f.y;
+    }
+    __syncthreads();
+    __half *yo = y + n * O * vol;
+    const int64_t v = v0 + 2 * tx;
+    for (int j = ty; j < TV; j += 8) {
+        const int64_t oo = o0 + j;
+        if (oo >= O || v >= vol)
+            continue;
+        const float b = bias ? ditto_ld(bias, oo, bf16) : 0.0f;
+        float r0 = tile[2 * tx][j] + b, r1 = tile[2 * tx + 1][j] + b;
+        __half2 *py = (__half2 *)(yo + oo * vol + v);
+        if (acc) {
+            const float2 a = __half22float2(*py);
+            r0 += a.x;
+            r1 += a.y;
+        }
+        if (relu) {
+            r0 = r0 > 0.0f ? r0 : 0.0f;
+            r1 = r1 > 0.0f ? r1 : 0.0f;
+        }
+        *py = __halves2half2(__float2half_rn(r0), __float2half_rn(r1));
+    }
+}
+
+/*
+ * wt (Op, kvol, Cp) = w (O, C, kvol), zero padded: a block per (ob outputs,
+ * 64 input channels) reads its ob runs of 64 x kvol weights contiguously
+ * (16-byte loads when C is a multiple of 8) into shared memory and writes
+ * 16-byte vectors of 8 channels. It runs before every conv call; the
+ * gather of k_w_nhwc (2-byte reads at stride kvol) moved under 1 TB/s.
+ */
+#define WT_CB 64
+#define WT_SMEM 16384   /* halfs (32 KB): ob * WT_CB * kvol */
+static __global__ void k_w_nhwc_t(const __half *w, __half *wt, int64_t O, int64_t C, int64_t Op, int64_t Cp, int kvol, int ob, bool vec)
+{
+    __shared__ __align__(16) __half sm[WT_SMEM];
+    const int64_t o0 = (int64_t)blockIdx.y * ob, c0 = (int64_t)blockIdx.x * WT_CB;
+    const int nc = C > c0 ? (int)(C - c0 < WT_CB ? C - c0 : WT_CB) : 0, cw = (int)(Cp - c0 < WT_CB ? Cp - c0 : WT_CB);
+    const int run = nc * kvol, tid = threadIdx.x;
+    for (int r = 0; r < ob && o0 + r < O; r++) {
+        const __half *src = w + ((o0 + r) * C + c0) * kvol;
+        __half *dst = sm + r * WT_CB * kvol;
+        if (vec)
+            for (int i = tid; i < run / 8; i += blockDim.x)
+                ((uint4 *)dst)[i] = ((const uint4 *)src)[i];
+        else
+            for (int i = tid; i < run; i += blockDim.x)
+                dst[i] = src[i];
+    }
+    __syncthreads();
+    const int c8n = cw / 8, total = ob * kvol * c8n;
+    for (int i = tid; i < total; i += blockDim.x) {
+        const int c8 = i % c8n, t = i / c8n, k = t % kvol, r = t / kvol;
+        const int64_t o = o0 + r;
+        if (o >= Op)
+            continue;
+        uint4 u;
+        __half *h = (__half *)&u;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int c = c8 * 8 + j;
+            h[j] = o < O && c < nc ? sm[(r * WT_CB + c) * kvol + k] : __float2half(0.0f);
+        }
+        *(uint4 *)(wt + (o * kvol + k) * Cp + c0 + c8 * 8) = u;
+    }
+}
+
+/* The layout kernels' launches: the vectorised ones where they apply. */
+static void launch_to_nhwc(cudaStream_t st, const __half *x, __half *xt, int64_t C, int64_t Cp, int64_t vol, int64_t n)
+{
+    if (vol % 2 == 0 && ((uintptr_t)x | (uintptr_t)xt) % 4 == 0) {
+        dim3 g((unsigned)((vol + TV - 1) / TV), (unsigned)((Cp + TV - 1) / TV), (unsigned)n);
+        k_to_nhwc_v<<<g, dim3(32, 8), 0, st>>>(x, xt, C, Cp, vol);
+    } else {
+        dim3 g((unsigned)((vol + TT - 1) / TT), (unsigned)((Cp + TT - 1) / TT), (unsigned)n);
+        k_to_nhwc<<<g, dim3(TT, 8), 0, st>>>(x, xt, C, Cp, vol);
+    }
+}
+
+static void launch_from_nhwc(cudaStream_t st, const __half *yt, __half *y, const void *bias, bool bf16, bool relu, bool acc, int64_t O,
+                             int64_t Op, int64_t vol, int64_t n)
+{
+    if (vol % 2 == 0 && ((uintptr_t)yt | (uintptr_t)y) % 4 == 0) {
+        dim3 g((unsigned)((vol + TV - 1) / TV), (unsigned)((O + TV - 1) / TV), (unsigned)n);
+        k_from_nhwc_v<<<g, dim3(32, 8), 0, st>>>(yt, y, bias, bf16, relu, acc, O, Op, vol);
+    } else {
+        dim3 g((unsigned)((vol + TT - 1) / TT), (unsigned)((O + TT - 1) / TT), (unsigned)n);
+        k_from_nhwc<<<g, dim3(TT, 8), 0, st>>>(yt, y, bias, bf16, relu, acc, O, Op, vol);
+    }
+}
+
+static void launch_w_nhwc(cudaStream_t st, const __half *w, __half *wt, int64_t O, int64_t C, int64_t Op, int64_t Cp, int64_t kvol)
+{
+    if (kvol <= WT_SMEM / WT_CB && Cp % 8 == 0 && (uintptr_t)wt % 16 == 0) {
+        /* ob outputs a block while about 4 blocks per SM remain (small weights: ob = 1, else few blocks of serial work) */
+        const int64_t blocks1 = (Cp + WT_CB - 1) / WT_CB * Op, ob_mem = WT_SMEM / WT_CB / kvol;
+        int64_t ob = blocks1 / 528;
+        ob = ob < 1 ? 1 : ob > 8 ? 8 : ob;
+        ob = ob > ob_mem ? ob_mem : ob;
+        const bool vec = C % 8 == 0 && (uintptr_t)w % 16 == 0;
+        dim3 g((unsigned)((Cp + WT_CB - 1) / WT_CB), (unsigned)((Op + ob - 1) / ob));
+        k_w_nhwc_t<<<g, 256, 0, st>>>(w, wt, O, C, Op, Cp, (int)kvol, (int)ob, vec);
+    } else {
+        const int64_t nw = Op * Cp * kvol;
+        k_w_nhwc<<<ditto_cuda_blocks(nw, 256), 256, 0, st>>>(w, wt, O, C, Op, Cp, kvol, nw);
     }
 }
 
@@ -1605,28 +1763,24 @@ static int conv_nhwc(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, 
         if (tail)
             tail->batch_ok = 1;
     }
-    const int64_t nw = op * cp * g->k_vol;
     if (study != 1) {
-        k_w_nhwc<<<ditto_cuda_blocks(nw, 256), 256, 0, cu->stream>>>((const __half *)w->data, wt, g->O, g->C, op, cp, g->k_vol, nw);
+        launch_w_nhwc(cu->stream, (const __half *)w->data, wt, g->O, g->C, op, cp, g->k_vol);
         DITTO_CUDA_LAUNCHED(be);
     }
-    const dim3 blk(TT, 8);
     /* chunks of nb items, the last one of N % nb; a plan that changes bits runs as single items instead */
     for (int64_t n = 0; n < g->N;) {
         int64_t cnt;
         const ConvPlan *p = pick_chunk(g, n, nb, pl, tail, one, &cnt);
         const __half *xi = (const __half *)x->data + n * g->C * g->in_vol;
         __half *yi = (__half *)y->data + n * g->O * g->out_vol;
-        dim3 gx((unsigned)((g->in_vol + TT - 1) / TT), (unsigned)((cp + TT - 1) / TT), (unsigned)cnt);
         if (study != 1) {
-            k_to_nhwc<<<gx, blk, 0, cu->stream>>>(xi, xt, g->C, cp, g->in_vol);
+            launch_to_nhwc(cu->stream, xi, xt, g->C, cp, g->in_vol, cnt);
             DITTO_CUDA_LAUNCHED(be);
         }
         DITTO_TRY(plan_run(be, p, xt, wt, yt, cw));
-        dim3 gy((unsigned)((g->out_vol + TT - 1) / TT), (unsigned)((g->O + TT - 1) / TT), (unsigned)cnt);
         if (study != 1) {
-            k_from_nhwc<<<gy, blk, 0, cu->stream>>>(yt, yi, bias ? bias->data : NULL, bias && bias->dtype == DITTO_F16, relu, acc, g->O,
-                                                    op, g->out_vol);
+            launch_from_nhwc(cu->stream, yt, yi, bias ? bias->data : NULL, bias && bias->dtype == DITTO_F16, relu, acc, g->O, op,
+                             g->out_vol, cnt);
             DITTO_CUDA_LAUNCHED(be);
         }
         n += cnt;
@@ -1639,8 +1793,8 @@ static int conv_nhwc(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, 
  * 22 at 7x7x7 over 16x64x64): as an implicit GEMM its 22 output channels
  * fill a fraction of a tensor-core tile. Instead, every depth slice runs as
  * a 2-D image through one 2-D convolution whose outputs are all (depth tap,
- * output) pairs, kd * O = 154 channels, and a second kernel adds the kd
- * taps of neighbouring slices: y[n,o,d] = b[o] + sum_i Z[n,d+i-pd][i*O + o].
+ * output) pairs, kd * O = 154 channels (two convolutions of 96 and 64
+ * outputs), and a second kernel adds the kd taps of neighbouring slices: y[n,o,d] = b[o] + sum_i Z[n,d+i-pd][i*O + o].
  * "Same" size, stride 1, no dilation only. Z is f16 (each of the kd partial
  * sums rounded once; they are added in fp32).
  */
@@ -1674,9 +1828,13 @@ static __global__ void k_w_depth(const __half *w, __half *w2, int O, int C, int 
     }
 }
 
-/* y (N, O, D, HW) = bias + sum_i z[n*D + d + i - pd][hw][i*O + o] (+ y when accum); a thread per (n, d, hw), all O. */
-static __global__ void k_depth_combine(const __half *z, const void *bias, bool bh, bool accum, __half *y, int O, int O2p, int kd, int pd,
-                                       int D, int64_t HW, int64_t npos)
+/*
+ * y (N, O, D, HW) = bias + sum_i Z[n*D + d + i - pd][hw][i*O + o] (+ y when
+ * accum); a thread per (n, d, hw), all O. Z's columns are in two pieces:
+ * column j < w0 in z0 (rows of w0), the rest in z1 (rows of w1).
+ */
+static __global__ void k_depth_combine(const __half *z0, int w0, const __half *z1, int w1, const void *bias, bool bh, bool accum,
+                                       __half *y, int O, int kd, int pd, int D, int64_t HW, int64_t npos)
 {
     for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < npos; p += (int64_t)gridDim.x * blockDim.x) {
         int64_t hw = p % HW, t = p / HW;
@@ -1690,11 +1848,13 @@ static __global__ void k_depth_combine(const __half *z, const void *bias, bool b
             int dd = d + i - pd;
             if (dd < 0 || dd >= D)
                 continue;
-            const __half *zp = z + ((n * D + dd) * HW + hw) * O2p + i * O;
+            const int64_t row = (n * D + dd) * HW + hw;
 #pragma unroll
-            for (int o = 0; o < 24; o++)
+            for (int o = 0; o < 24; o++) {
+                const int j = i * O + o;
                 if (o < O)
-                    acc[o] += __half2float(zp[o]);
+                    acc[o] += __half2float(j < w0 ? z0[row * w0 + j] : z1[row * w1 + (j - w0)]);
+            }
         }
 #pragma unroll
         for (int o = 0; o < 24; o++) {
@@ -1707,60 +1867,96 @@ static __global__ void k_depth_combine(const __half *z, const void *bias, bool b
     }
 }
 
+/*
+ * DITTO_CUDA_DEPTH_PIECES=1 (measurement): the depth split's columns as one
+ * convolution, as before the split into pieces.
+ */
+static int depth_pieces_max(void)
+{
+    static int n = -1;
+    if (n < 0) {
+        const char *e = getenv("DITTO_CUDA_DEPTH_PIECES");
+        n = e && !strcmp(e, "1") ? 1 : 2;
+    }
+    return n;
+}
+
 static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias,
                             bool accum, DittoTensor *y)
 {
     DittoCuda *cu = ditto_cuda(be);
     const int64_t D = g->in[0], HW = g->in[1] * g->in[2], kd = g->k[0], o2 = kd * g->O;
-    /* the 2-D convolution over depth slices: C -> kd * O, (kh, kw), same size */
-    ConvGeom g2 = *g;
-    g2.ns = 2;
-    g2.O = o2;
-    g2.in[0] = g2.out[0] = g2.k[0] = 1;
-    g2.pb[0] = g2.pe[0] = 0;
-    g2.in_vol = g2.out_vol = HW;
-    g2.k_vol = g->k[1] * g->k[2];
     const int64_t cp = round8(g->C), o2p = round8(o2);
+    /*
+     * The 2-D convolution over depth slices: C -> kd * O columns, (kh, kw),
+     * same size. cuDNN's Hopper kernels take outputs in tiles of 64 or 128:
+     * more than 128 columns (the mask head's 154) run as two convolutions,
+     * the last 64 columns apart (PyTorch probe on the H200, 128 slices:
+     * 160 outputs 3.69 ms, 96 + 64 outputs 2.19 + 1.23 ms). Each column's
+     * sum is the same computation in either piece.
+     */
+    const int np = o2p > 128 && depth_pieces_max() > 1 ? 2 : 1;
+    const int64_t width[2] = { np == 2 ? o2p - 64 : o2p, np == 2 ? 64 : 0 };
+    ConvGeom g2[2];
+    for (int k = 0; k < np; k++) {
+        g2[k] = *g;
+        g2[k].ns = 2;
+        g2[k].O = width[k];
+        g2[k].in[0] = g2[k].out[0] = g2[k].k[0] = 1;
+        g2[k].pb[0] = g2[k].pe[0] = 0;
+        g2[k].in_vol = g2[k].out_vol = HW;
+        g2[k].k_vol = g->k[1] * g->k[2];
+    }
     const size_t img_x = (size_t)(cp * HW) * 2, img_z = (size_t)(o2p * HW) * 2;
     int64_t nbi = (int64_t)(NHWC_CHUNK_BYTES / ((size_t)D * (img_x + img_z)));
     nbi = nbi < 1 ? 1 : nbi > g->N ? g->N : nbi;
-    ConvPlan *pitem, *pchunk, *ptail = NULL;
+    ConvPlan *pitem[2] = { NULL, NULL }, *pchunk[2] = { NULL, NULL }, *ptail[2] = { NULL, NULL };
     const int64_t tail_items = g->N % nbi;
     for (int pass = 0; pass < 2; pass++) {   /* plan_get may move the plan array: make all, then look all up */
-        DITTO_TRY(plan_get(be, &g2, DITTO_F16, D, true, &pitem));
-        DITTO_TRY(plan_get(be, &g2, DITTO_F16, nbi * D, true, &pchunk));
-        if (tail_items)
-            DITTO_TRY(plan_get(be, &g2, DITTO_F16, tail_items * D, true, &ptail));
+        for (int k = 0; k < np; k++) {
+            DITTO_TRY(plan_get(be, &g2[k], DITTO_F16, D, true, &pitem[k]));
+            DITTO_TRY(plan_get(be, &g2[k], DITTO_F16, nbi * D, true, &pchunk[k]));
+            if (tail_items)
+                DITTO_TRY(plan_get(be, &g2[k], DITTO_F16, tail_items * D, true, &ptail[k]));
+        }
     }
     size_t cws = 0;
-    const ConvPlan *all[] = { pitem, pchunk, ptail };
-    for (int i = 0; i < 3; i++)
-        if (all[i] && all[i]->ws > cws)
-            cws = all[i]->ws;
-    const size_t w2_bytes = align256((size_t)(o2p * cp * g2.k_vol) * 2);
+    for (int k = 0; k < np; k++) {
+        const ConvPlan *all[] = { pitem[k], pchunk[k], ptail[k] };
+        for (int i = 0; i < 3; i++)
+            if (all[i] && all[i]->ws > cws)
+                cws = all[i]->ws;
+    }
+    const size_t w2_bytes = align256((size_t)(o2p * cp * g2[0].k_vol) * 2);
     const size_t xt_bytes = align256(img_x * (size_t)(nbi * D)), zt_bytes = align256(img_z * (size_t)(nbi * D));
     char *ws;
     DITTO_TRY(ditto_cuda_workspace(be, w2_bytes + xt_bytes + zt_bytes + cws, (void **)&ws));
+    /* w2 (o2p, kh, kw, Cp): piece k's rows follow piece k-1's; Z piece k (slices, HW, width[k]) likewise */
     __half *w2 = (__half *)ws, *xt = (__half *)(ws + w2_bytes), *zt = (__half *)(ws + w2_bytes + xt_bytes);
+    __half *wk[2] = { w2, w2 + width[0] * g2[0].k_vol * cp }, *zk[2] = { zt, zt + nbi * D * HW * width[0] };
     void *cw = cws ? ws + w2_bytes + xt_bytes + zt_bytes : NULL;
     /* one item (its D slices in one call) is the reference: B = 1 runs it; bigger chunks must match it item by item */
-    pitem->batch_ok = 1;
-    if (pchunk->batch_ok < 0)
-        DITTO_TRY(batch_check(be, &g2, pchunk, pitem, D, w2, xt, zt, cw, cws, nbi * D));
-    if (ptail && ptail->batch_ok < 0)
-        DITTO_TRY(batch_check(be, &g2, ptail, pitem, D, w2, xt, zt, cw, cws, tail_items * D));
-    const int64_t nw = o2p * g2.k_vol * cp;
+    bool chunk_ok = true, tail_ok = tail_items > 0;
+    for (int k = 0; k < np; k++) {
+        pitem[k]->batch_ok = 1;
+        if (pchunk[k]->batch_ok < 0)
+            DITTO_TRY(batch_check(be, &g2[k], pchunk[k], pitem[k], D, w2, xt, zt, cw, cws, nbi * D));
+        if (ptail[k] && ptail[k]->batch_ok < 0)
+            DITTO_TRY(batch_check(be, &g2[k], ptail[k], pitem[k], D, w2, xt, zt, cw, cws, tail_items * D));
+        chunk_ok = chunk_ok && pchunk[k]->batch_ok;
+        tail_ok = tail_ok && ptail[k]->batch_ok;
+    }
+    const int64_t nw = o2p * g2[0].k_vol * cp;
     k_w_depth<<<ditto_cuda_blocks(nw, 256), 256, 0, cu->stream>>>((const __half *)w->data, w2, (int)g->O, (int)g->C, (int)kd,
                                                                   (int)g->k[1], (int)g->k[2], (int)cp, nw);
     DITTO_CUDA_LAUNCHED(be);
-    const dim3 blk(TT, 8);
     for (int64_t n = 0; n < g->N;) {
-        /* the biggest checked plan that fits: nbi items, the tail, else one item (D slices, the reference) */
+        /* the biggest chunk every piece checked: nbi items, the tail, else one item (D slices, the reference) */
         int64_t cnt = g->N - n < nbi ? g->N - n : nbi;
-        const ConvPlan *p;
-        if (cnt == nbi && pchunk->batch_ok) {
+        ConvPlan *const *p;
+        if (cnt == nbi && chunk_ok) {
             p = pchunk;
-        } else if (ptail && cnt == tail_items && ptail->batch_ok) {
+        } else if (tail_ok && cnt == tail_items) {
             p = ptail;
         } else {
             cnt = 1;
@@ -1768,14 +1964,15 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
         }
         const __half *xi = (const __half *)x->data + n * g->C * D * HW;
         __half *yi = (__half *)y->data + n * g->O * D * HW;
-        dim3 gx((unsigned)((D * HW + TT - 1) / TT), (unsigned)((cp + TT - 1) / TT), (unsigned)cnt);
-        k_to_nhwc<<<gx, blk, 0, cu->stream>>>(xi, xt, g->C, cp, D * HW);   /* (cnt, D*HW, Cp): cnt*D slices, NHWC */
+        launch_to_nhwc(cu->stream, xi, xt, g->C, cp, D * HW, cnt);   /* (cnt, D*HW, Cp): cnt*D slices, NHWC */
         DITTO_CUDA_LAUNCHED(be);
-        DITTO_TRY(plan_run(be, p, xt, w2, zt, cw));
+        for (int k = 0; k < np; k++)
+            DITTO_TRY(plan_run(be, p[k], xt, wk[k], zk[k], cw));
         const int64_t npos = cnt * D * HW;
-        k_depth_combine<<<ditto_cuda_blocks(npos, 256), 256, 0, cu->stream>>>(zt, bias ? bias->data : NULL,
-                                                                              bias && bias->dtype == DITTO_F16, accum, yi, (int)g->O,
-                                                                              (int)o2p, (int)kd, (int)g->pb[0], (int)D, HW, npos);
+        k_depth_combine<<<ditto_cuda_blocks(npos, 256), 256, 0, cu->stream>>>(zk[0], (int)width[0], zk[1], (int)width[1],
+                                                                              bias ? bias->data : NULL, bias && bias->dtype == DITTO_F16,
+                                                                              accum, yi, (int)g->O, (int)kd, (int)g->pb[0], (int)D,
+                                                                              HW, npos);
         DITTO_CUDA_LAUNCHED(be);
         n += cnt;
     }
@@ -2046,8 +2243,7 @@ static int conv_nhwc_direct(DittoBackend *be, const ConvGeom *g, const DittoTens
     DITTO_TRY(ditto_cuda_workspace(be, wt_bytes + t_bytes + cws, (void **)&ws));
     __half *wt = (__half *)ws, *t = via_t ? (__half *)(ws + wt_bytes) : NULL;
     void *cw = cws ? ws + wt_bytes + t_bytes : NULL;
-    const int64_t nw = g->O * g->C * g->k_vol;
-    k_w_nhwc<<<ditto_cuda_blocks(nw, 256), 256, 0, cu->stream>>>((const __half *)w->data, wt, g->O, g->C, g->O, g->C, g->k_vol, nw);
+    launch_w_nhwc(cu->stream, (const __half *)w->data, wt, g->O, g->C, g->O, g->C, g->k_vol);
     DITTO_CUDA_LAUNCHED(be);
     const void *bp = bias ? bias->data : NULL;
     const bool bh = bias && bias->dtype == DITTO_F16;
