@@ -340,6 +340,10 @@ void test_ops_sample(TestCtx *c)
     case_pool(c, "pool_avg2d_k2", &avg2, 4, (const int64_t[]){ 1, 3, 6, 8 }, (const int64_t[]){ 3, 4 }, -1);
     DittoPoolParams avg122 = { .kind = DITTO_POOL_AVG, .kernel = { 1, 2, 2 } };
     case_pool(c, "pool_avg3d_k122_b3", &avg122, 5, (const int64_t[]){ 3, 2, 3, 6, 4 }, (const int64_t[]){ 3, 3, 2 }, -1);
+    /* CUDA f16 takes a vectorised kernel for 2x2 windows when W is a multiple of 4: also W = 6, an odd H, and 16 planes */
+    case_pool(c, "pool_avg2d_k2_w6", &avg2, 4, (const int64_t[]){ 2, 3, 4, 6 }, (const int64_t[]){ 2, 3 }, -1);
+    case_pool(c, "pool_avg3d_k122_h5", &avg122, 5, (const int64_t[]){ 1, 2, 2, 5, 8 }, (const int64_t[]){ 2, 2, 4 }, -1);
+    case_pool(c, "pool_avg3d_k122_wide", &avg122, 5, (const int64_t[]){ 2, 4, 2, 8, 16 }, (const int64_t[]){ 2, 4, 8 }, -1);
     /* in 7, k 3, s 2, pad (1, 0), ceil: 4 windows; the last covers 5, 6 and hangs past the input */
     DittoPoolParams hang = { .kernel = { 3, 3 }, .stride = { 2, 2 }, .pad_begin = { 1, 1 }, .pad_end = { 0, 1 }, .ceil_mode = true };
     hang.kind = DITTO_POOL_AVG;

@@ -174,6 +174,35 @@ static __global__ void pool_kernel(const __grid_constant__ PoolArgs p, const voi
     }
 }
 
+/*
+ * f16 average pool over 2x2 windows of (H, W) (kernel (1,2,2) or (2,2),
+ * stride = kernel, no padding), W a multiple of 4: a thread per two
+ * neighbouring outputs, one 8-byte load per input row, one half2 store; the
+ * same sums in the same order as pool_kernel (bit-identical). The warp's
+ * down blocks: pool_kernel's 2-byte loads ran 53 us per 3-item chunk at
+ * 16x64x64 (about 0.6 TB/s, ncu on the H200).
+ */
+static __global__ void pool_avg2x2_h(const __half *x, __half *y, int64_t W, int64_t oh, int64_t total2)
+{
+    GRID_LOOP(t, total2) {
+        const int64_t ow2 = W / 4, q = t % ow2, r = t / ow2;   /* r: (plane, output row) */
+        const int64_t oy = r % oh, plane = r / oh;
+        const __half *row0 = x + (plane * 2 * oh + 2 * oy) * W + 4 * q;
+        const uint2 a = *(const uint2 *)row0, b = *(const uint2 *)(row0 + W);
+        const __half2 *ha = (const __half2 *)&a, *hb = (const __half2 *)&b;
+        float r0 = 0.0f, r1 = 0.0f;
+        r0 += __low2float(ha[0]);
+        r0 += __high2float(ha[0]);
+        r0 += __low2float(hb[0]);
+        r0 += __high2float(hb[0]);
+        r1 += __low2float(ha[1]);
+        r1 += __high2float(ha[1]);
+        r1 += __low2float(hb[1]);
+        r1 += __high2float(hb[1]);
+        ((__half2 *)y)[t] = __floats2half2_rn(r0 / 4.0f, r1 / 4.0f);
+    }
+}
+
 static int cuda_pool(DittoBackend *be, const DittoPoolParams *prm, const DittoTensor *x, DittoTensor *y)
 {
     bool xh = false, yh = false;
@@ -196,6 +225,16 @@ static int cuda_pool(DittoBackend *be, const DittoPoolParams *prm, const DittoTe
     int64_t total = ditto_tensor_numel(y);
     if (total == 0)
         return 0;
+    bool win2 = !p.is_max && xh && yh && p.k[0] == 1 && p.s[0] == 1 && p.in[0] == p.out[0];
+    for (int i = 0; i < 3; i++)
+        win2 = win2 && p.pb[i] == 0 && p.pe[i] == 0 && (i == 0 || (p.k[i] == 2 && p.s[i] == 2 && p.in[i] == 2 * p.out[i]));
+    if (win2 && p.in[2] % 4 == 0 && ((uintptr_t)x->data | (uintptr_t)y->data) % 8 == 0) {
+        const int64_t total2 = total / 2;
+        pool_avg2x2_h<<<ditto_cuda_blocks(total2, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(
+            (const __half *)x->data, (__half *)y->data, p.in[2], p.out[1], total2);
+        DITTO_CUDA_LAUNCHED(be);
+        return 0;
+    }
     pool_kernel<<<ditto_cuda_blocks(total, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(p, x->data, xh, y->data, yh,
                                                                                                      total);
     DITTO_CUDA_LAUNCHED(be);
