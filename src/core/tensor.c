@@ -56,6 +56,36 @@ bool ditto_tensor_is_contiguous(const DittoTensor *t)
     return true;
 }
 
+/* The strides of (d0, d1, d2, ..., dn) stored as a contiguous (d0, d2, ..., dn, d1). */
+static void channels_last_strides(const DittoTensor *t, int64_t *st)
+{
+    int64_t s = t->shape[1];
+    for (int i = t->ndim - 1; i >= 2; i--) {
+        st[i] = s;
+        s *= t->shape[i];
+    }
+    st[1] = 1;
+    st[0] = s;
+}
+
+bool ditto_tensor_is_channels_last(const DittoTensor *t)
+{
+    if (t->ndim < 3 || t->ndim > DITTO_MAX_DIMS)
+        return false;
+    int64_t st[DITTO_MAX_DIMS];
+    channels_last_strides(t, st);
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] != 1 && t->stride[i] != st[i])
+            return false;
+    return true;
+}
+
+void ditto_tensor_set_channels_last(DittoTensor *t)
+{
+    if (t->ndim >= 3 && t->ndim <= DITTO_MAX_DIMS)
+        channels_last_strides(t, t->stride);
+}
+
 bool ditto_tensor_same_shape(const DittoTensor *a, const DittoTensor *b)
 {
     if (a->ndim != b->ndim)

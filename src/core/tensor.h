@@ -35,6 +35,13 @@ DittoTensor ditto_tensor_f32(float *data, int ndim, const int64_t *shape);
 int64_t ditto_tensor_numel(const DittoTensor *t);
 size_t ditto_tensor_nbytes(const DittoTensor *t);   /* numel * dtype size */
 bool ditto_tensor_is_contiguous(const DittoTensor *t);
+/*
+ * Channels-last layout of a convolution weight: t (O, I, k...) (ndim >= 3)
+ * stored as a contiguous (O, k..., I), the layout cuDNN's channels-last
+ * kernels read. set gives t those strides (its data must hold that order).
+ */
+bool ditto_tensor_is_channels_last(const DittoTensor *t);
+void ditto_tensor_set_channels_last(DittoTensor *t);
 bool ditto_tensor_same_shape(const DittoTensor *a, const DittoTensor *b);
 /* Fill stride[] for a row-major layout of shape[]. */
 void ditto_tensor_set_contiguous(DittoTensor *t);

@@ -236,6 +236,7 @@ int ditto_decoder_load(DittoDecoder **out, DittoBackend *be, DittoCatalog *cat)
     DittoLoader l;
     ditto_loader_init(&l, cat, be, &m->weights, "SPADE decoder", "");
     l.dtype = m->act;
+    l.conv_channels_last = ditto_nn_conv_channels_last(be, m->act);
     const DittoCatalogEntry *e;
     int rc;
     char key[64];

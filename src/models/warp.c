@@ -202,6 +202,7 @@ int ditto_warp_load_ex(DittoWarp **out, DittoBackend *be, DittoCatalog *cat, boo
     DittoLoader l;
     ditto_loader_init(&l, cat, be, &m->weights, "warp network", "");
     l.dtype = m->act;
+    l.conv_channels_last = ditto_nn_conv_channels_last(be, m->act);
     int rc = read_config(m, &l);
     if (rc < 0)
         goto fail;

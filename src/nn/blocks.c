@@ -1,6 +1,7 @@
 #include "nn/blocks.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/log.h"
@@ -110,4 +111,23 @@ int ditto_nn_check_tensor(DittoBackend *be, const char *what, const char *name, 
         ditto_shape_str(t->shape, t->ndim, have, sizeof have);
     return ditto_fail(&be->log, DITTO_ERR_SHAPE, "%s: %s is %s, expected a contiguous float32 %s on the %s backend", what, name, have,
                       ditto_shape_str(shape, ndim, want, sizeof want), be->name);
+}
+
+static int g_force_cl = -1;
+
+void ditto_nn_force_conv_channels_last(int on)
+{
+    g_force_cl = on < 0 ? -1 : on > 0;
+}
+
+bool ditto_nn_conv_channels_last(const DittoBackend *be, DittoDType act)
+{
+    if (g_force_cl >= 0)
+        return g_force_cl;
+    static int env = -1;
+    if (env < 0) {
+        const char *e = getenv("DITTO_CONV_WEIGHTS");
+        env = !(e && !strcmp(e, "oihw"));
+    }
+    return env && be->device == DITTO_DEVICE_CUDA && act == DITTO_F16;
 }

@@ -174,10 +174,27 @@ static int bind(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape
     size_t bytes = ditto_tensor_nbytes(&t);
     const void *src = host;
     void *conv = NULL;
+    float *perm = NULL;
+    if (l->conv_channels_last && (ndim == 4 || ndim == 5) && shape[0] > 16) {
+        /* (O, C, k...) -> (O, k..., C) */
+        const int64_t O = shape[0], C = shape[1], n = ditto_tensor_numel(&t), kvol = O && C ? n / (O * C) : 0;
+        perm = ditto_malloc_aligned(sizeof(float) * (size_t)(n + 1));
+        if (!perm)
+            return ditto_loader_fail(l, DITTO_ERR_NOMEM, "out of memory for parameters");
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t c = 0; c < C; c++)
+                for (int64_t k = 0; k < kvol; k++)
+                    perm[(o * kvol + k) * C + c] = host[(o * C + c) * kvol + k];
+        host = perm;
+        src = host;
+        ditto_tensor_set_channels_last(&t);
+    }
     if (dt != DITTO_F32) {
         conv = ditto_malloc_aligned(bytes ? bytes : 1);
-        if (!conv)
+        if (!conv) {
+            ditto_free_aligned(perm);
             return ditto_loader_fail(l, DITTO_ERR_NOMEM, "out of memory for parameters");
+        }
         ditto_convert(conv, dt, host, DITTO_F32, (size_t)ditto_tensor_numel(&t));
         src = conv;
     }
@@ -185,10 +202,12 @@ static int bind(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape
     int rc = store(l, &b, bytes);
     if (rc < 0) {
         ditto_free_aligned(conv);
+        ditto_free_aligned(perm);
         return ditto_loader_fail(l, rc, "out of memory for parameters");
     }
     rc = l->be->upload(l->be, b.ptr, src, bytes);
     ditto_free_aligned(conv);
+    ditto_free_aligned(perm);
     if (rc < 0)
         return ditto_loader_fail(l, rc, "upload of parameters failed");
     t.data = b.ptr;

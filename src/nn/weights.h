@@ -44,6 +44,15 @@ typedef struct DittoLoader {
      * BatchNorm running_mean / running_var always stay float32 (statistics).
      */
     DittoDType dtype;
+    /*
+     * 4-D and 5-D tensors are convolution weights (O, C, k...) to store
+     * channels-last, (O, k..., C), bound with those strides
+     * (ditto_tensor_is_channels_last): what the CUDA backend's f16
+     * convolutions read, with no relayout per call. Weights of at most 16
+     * outputs stay (O, C, k...), the order of its few-output kernel. Off by
+     * default (ditto_nn_conv_channels_last says when to set it).
+     */
+    bool conv_channels_last;
     int err;                 /* first error; later calls are no-ops */
 } DittoLoader;
 

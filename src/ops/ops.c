@@ -317,7 +317,13 @@ int ditto_conv_out_shape(const DittoConvParams *p, const DittoTensor *x, const D
 int ditto_op_conv(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y)
 {
     NEED(DITTO_OP_CONV, conv);
-    DITTO_TRY(check_dense(be, DITTO_OP_CONV, 3, (const char *const[]){ "x", "w", "y" }, (const DittoTensor *const[]){ x, w, y }));
+    DITTO_TRY(check_float(be, DITTO_OP_CONV, "x", x));
+    DITTO_TRY(check_float(be, DITTO_OP_CONV, "w", w));
+    DITTO_TRY(check_float(be, DITTO_OP_CONV, "y", y));
+    DITTO_TRY(check_contig(be, DITTO_OP_CONV, "x", x));
+    if (!ditto_tensor_is_contiguous(w) && !ditto_tensor_is_channels_last(w))
+        return ditto_fail(&be->log, DITTO_ERR_INVAL, "op conv: w %s must be contiguous or channels-last", SHAPE(w));
+    DITTO_TRY(check_contig(be, DITTO_OP_CONV, "y", y));
     int64_t shape[DITTO_MAX_DIMS];
     int rc = ditto_conv_out_shape(p, x, w, shape);
     if (rc < 0)

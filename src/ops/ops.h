@@ -355,6 +355,8 @@ int ditto_op_linear_ex(struct DittoBackend *be, const DittoLinearParams *p, cons
  * p->nhwc (2-D only): x (N,H,W,C), y (N,OH,OW,O), the same w. p->relu: y = max(0, conv + bias).
  * p->accumulate: y = conv + bias + y_old (a residual already in y; relu, if any, after the sum).
  * ditto_conv_out_shape gives y's shape in the layout of p.
+ * w is contiguous, or channels-last (ditto_tensor_is_channels_last: stored
+ * (O, *k, C/groups), as the CUDA backend's f16 kernels read it).
  */
 int ditto_op_conv(struct DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
 int ditto_conv_out_shape(const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, int64_t *shape);

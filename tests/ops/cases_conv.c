@@ -87,7 +87,11 @@ static void transpose_f32(const float *x, float *y, int64_t n, int64_t a, int64_
  * transposed input and transposed back; acc (accumulate): y starts with
  * random values (a residual) that the convolution adds onto, relu after.
  */
-static void conv_case_acc(TestCtx *c, const ConvCase *cc, bool bias, bool relu, bool nhwc, bool acc, const char *suffix)
+/*
+ * ... wlast: w passed channels-last, (O, C/groups, k...) with the strides of
+ * a contiguous (O, k..., C/groups) copy (what the CUDA f16 models load).
+ */
+static void conv_case_w(TestCtx *c, const ConvCase *cc, bool bias, bool relu, bool nhwc, bool acc, bool wlast, const char *suffix)
 {
     char name[200], sx[DITTO_SHAPE_STR_MAX], sw[DITTO_SHAPE_STR_MAX];
     int nd = cc->ns + 2;
@@ -99,9 +103,9 @@ static void conv_case_acc(TestCtx *c, const ConvCase *cc, bool bias, bool relu, 
         osz[i] = out_size(cc->in[i], cc->k[i], cc->s[i], cc->pb[i], cc->pe[i], cc->d[i]);
         ysh[2 + i] = osz[i];
     }
-    snprintf(name, sizeof name, "conv%dd %s x%s w%s%s%s%s%s%s", cc->ns, cc->tag, ditto_shape_str(xsh, nd, sx, sizeof sx),
+    snprintf(name, sizeof name, "conv%dd %s x%s w%s%s%s%s%s%s%s", cc->ns, cc->tag, ditto_shape_str(xsh, nd, sx, sizeof sx),
              ditto_shape_str(wsh, nd, sw, sizeof sw), bias ? " bias" : "", relu ? " relu" : "", nhwc ? " nhwc" : "",
-             acc ? " accumulate" : "", suffix);
+             acc ? " accumulate" : "", wlast ? " w-last" : "", suffix);
     if (!test_selected(c, name))
         return;
     if (nhwc) {   /* (N,C,H,W) -> (N,H,W,C) */
@@ -154,13 +158,34 @@ static void conv_case_acc(TestCtx *c, const ConvCase *cc, bool bias, bool relu, 
         p.pad_end[i] = cc->pe[i];
         p.dilation[i] = cc->d[i];
     }
-    int rc = ditto_op_conv(c->be, &p, &x->dev, &w->dev, b ? &b->dev : NULL, &y->dev);
+    TT *wl = NULL;
+    DittoTensor wv = w->dev;
+    if (wlast) {   /* (O, Cg, kvol) -> (O, kvol, Cg) from the (possibly fp16-rounded) host weights */
+        const int64_t O = wsh[0], Cg = wsh[1], kvol = ditto_tensor_numel(&w->host) / (O * Cg);
+        wl = tt_new(c, DITTO_F32, 3, (const int64_t[]){ O, kvol, Cg });
+        const float *src = tt_f32(w);
+        float *dst = tt_f32(wl);
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t ci = 0; ci < Cg; ci++)
+                for (int64_t k = 0; k < kvol; k++)
+                    dst[(o * kvol + k) * Cg + ci] = src[(o * Cg + ci) * kvol + k];
+        tt_to_dev(wl);
+        wv.data = wl->dev.data;
+        ditto_tensor_set_channels_last(&wv);
+    }
+    int rc = ditto_op_conv(c->be, &p, &x->dev, &wv, b ? &b->dev : NULL, &y->dev);
     op_check(c, name, rc, y, ref, TOL_L2, TOL_MAX);
     free(ref);
     tt_free(x);
     tt_free(w);
+    tt_free(wl);
     tt_free(y);
     tt_free(b);
+}
+
+static void conv_case_acc(TestCtx *c, const ConvCase *cc, bool bias, bool relu, bool nhwc, bool acc, const char *suffix)
+{
+    conv_case_w(c, cc, bias, relu, nhwc, acc, false, suffix);
 }
 
 static void conv_case_opt(TestCtx *c, const ConvCase *cc, bool bias, bool relu, bool nhwc, const char *suffix)
@@ -434,6 +459,14 @@ static void conv_negative(TestCtx *c)
     expect_rc(c, "conv negative: bias size", ditto_op_conv(c->be, &p1, &x->dev, &w->dev, &b->dev, &y->dev), DITTO_ERR_SHAPE);
     expect_rc(c, "conv negative: 4 spatial dims", ditto_op_conv(c->be, &p0, &x6->dev, &w6->dev, NULL, &x6->dev), DITTO_ERR_SHAPE);
     {
+        /* w strided other than contiguous or channels-last: (O, C, kh, kw) with kh and kw swapped in memory */
+        DittoTensor ws = w->dev;
+        ws.stride[2] = 1;
+        ws.stride[3] = 3;
+        expect_rc(c, "conv negative: w neither contiguous nor channels-last", ditto_op_conv(c->be, &p1, &x->dev, &ws, NULL, &y->dev),
+                  DITTO_ERR_INVAL);
+    }
+    {
         /* nhwc: x (1,9,9,6), y (1,9,9,4) with padding 1; NCHW-shaped operands or a 1-D x do not fit */
         TT *xl = tt_new(c, DITTO_F32, 4, (int64_t[]){ 1, 9, 9, 6 }), *yl = tt_new(c, DITTO_F32, 4, (int64_t[]){ 1, 9, 9, 4 });
         TT *x3 = tt_new(c, DITTO_F32, 3, (int64_t[]){ 1, 9, 6 }), *w3 = tt_new(c, DITTO_F32, 3, (int64_t[]){ 4, 6, 3 });
@@ -479,6 +512,15 @@ void test_ops_conv(TestCtx *c)
     for (size_t i = 0; i < sizeof nhwc_cases / sizeof *nhwc_cases; i++)
         for (int k = 0; k < 8; k++)
             conv_case_acc(c, &nhwc_cases[i], k & 1, k & 2, true, k & 4, "");
+    /* channels-last weights through every strategy (CUDA: used as they are, relaid, or copied back) */
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        conv_case_w(c, &cases[i], true, false, false, false, true, "");
+    for (size_t i = 0; i < sizeof nhwc_cases / sizeof *nhwc_cases; i++) {
+        conv_case_w(c, &nhwc_cases[i], true, false, true, false, true, "");
+        conv_case_w(c, &nhwc_cases[i], true, true, true, true, true, "");
+    }
+    for (size_t i = 0; i < sizeof small_o_cases / sizeof *small_o_cases; i++)
+        conv_case_w(c, &small_o_cases[i], true, false, false, true, true, "");
     /* every NCHW strategy with relu, and with accumulate (with and without bias and relu) */
     for (size_t i = 0; i < sizeof relu_cases / sizeof *relu_cases; i++) {
         for (int bias = 1; bias >= 0; bias--) {

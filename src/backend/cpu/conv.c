@@ -414,8 +414,34 @@ static void relu_inplace(DittoBackend *be, float *y, int64_t n)
  * scratch, the NCHW code, the result transposed back, so every value is the
  * NCHW path's. relu after the bias (and the residual).
  */
+static int cpu_conv_w(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w,
+                      const DittoTensor *bias, DittoTensor *y);
+
+/* A channels-last w (O, C/groups, k...) stored (O, k..., C/groups): the convolution of a contiguous copy. */
 static int cpu_conv(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w,
                     const DittoTensor *bias, DittoTensor *y)
+{
+    if (ditto_tensor_is_contiguous(w))
+        return cpu_conv_w(be, p, x, w, bias, y);
+    const int64_t O = w->shape[0], Cg = w->shape[1], n = ditto_tensor_numel(w), kvol = O && Cg ? n / (O * Cg) : 0;
+    float *wc = ditto_malloc_aligned(sizeof(float) * (size_t)(n + 1));
+    if (!wc)
+        return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op conv: cannot allocate %lld floats for the weights", (long long)n);
+    const float *src = w->data;
+    for (int64_t o = 0; o < O; o++)
+        for (int64_t c = 0; c < Cg; c++)
+            for (int64_t k = 0; k < kvol; k++)
+                wc[(o * Cg + c) * kvol + k] = src[(o * kvol + k) * Cg + c];
+    DittoTensor wt = *w;
+    wt.data = wc;
+    ditto_tensor_set_contiguous(&wt);
+    int rc = cpu_conv_w(be, p, x, &wt, bias, y);
+    ditto_free_aligned(wc);
+    return rc;
+}
+
+static int cpu_conv_w(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w,
+                      const DittoTensor *bias, DittoTensor *y)
 {
     if (!p->nhwc) {
         DITTO_TRY(conv_nchw(be, p, x, w, bias, y));

@@ -578,6 +578,66 @@ static __global__ void k_w_nhwc_t(const __half *w, __half *wt, int64_t O, int64_
     }
 }
 
+/* wt (Op, kvol, Cp) = a channels-last w (O, kvol, C), zero padded (both sides contiguous along channels). */
+static __global__ void k_w_krsc_pad(const __half *w, __half *wt, int64_t O, int64_t C, int64_t Cp, int64_t kvol, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t c = i % Cp, t = i / Cp;   /* t = o * kvol + k */
+        wt[i] = t / kvol < O && c < C ? w[t * C + c] : __float2half(0.0f);
+    }
+}
+
+/* wc (O, C, kvol) = a channels-last w (O, kvol, C); elements of T (2 or 4 bytes). */
+template <typename T>
+static __global__ void k_w_to_oihw(const T *w, T *wc, int64_t C, int64_t kvol, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t k = i % kvol, t = i / kvol, c = t % C, o = t / C;
+        wc[i] = w[(o * kvol + k) * C + c];
+    }
+}
+
+/* w stored channels-last (ditto_tensor_is_channels_last) rather than contiguous (O, C/groups, k...). */
+static bool w_krsc(const DittoTensor *w)
+{
+    return !ditto_tensor_is_contiguous(w);
+}
+
+/*
+ * For the kernels that read (O, C/groups, k...) (the small-O kernel, the
+ * cuDNN NCHW path): a channels-last w copied to that order in stream-ordered
+ * memory (*tmp, which the caller frees with release_w); else w itself.
+ */
+static int w_contiguous(DittoBackend *be, const DittoTensor *w, DittoTensor *out, void **tmp)
+{
+    *out = *w;
+    *tmp = NULL;
+    if (!w_krsc(w))
+        return 0;
+    DittoCuda *cu = ditto_cuda(be);
+    const int64_t n = ditto_tensor_numel(w), C = w->shape[1], kvol = n / (w->shape[0] * C);
+    const size_t esz = ditto_dtype_size(w->dtype);
+    DITTO_CUDA_CHECK(be, cudaMallocAsync(tmp, (size_t)n * esz, cu->stream));
+    if (esz == 2)
+        k_w_to_oihw<uint16_t><<<ditto_cuda_blocks(n, 256), 256, 0, cu->stream>>>((const uint16_t *)w->data, (uint16_t *)*tmp, C, kvol, n);
+    else
+        k_w_to_oihw<uint32_t><<<ditto_cuda_blocks(n, 256), 256, 0, cu->stream>>>((const uint32_t *)w->data, (uint32_t *)*tmp, C, kvol, n);
+    DITTO_CUDA_LAUNCHED(be);
+    out->data = *tmp;
+    ditto_tensor_set_contiguous(out);
+    return 0;
+}
+
+static int release_w(DittoBackend *be, void *tmp, int rc)
+{
+    if (tmp) {
+        cudaError_t e = cudaFreeAsync(tmp, ditto_cuda(be)->stream);
+        if (e != cudaSuccess && rc >= 0)
+            return ditto_cuda_fail(be, e, "cudaFreeAsync", __FILE__, __LINE__);
+    }
+    return rc;
+}
+
 /* The layout kernels' launches: the vectorised ones where they apply. */
 static void launch_to_nhwc(cudaStream_t st, const __half *x, __half *xt, int64_t C, int64_t Cp, int64_t vol, int64_t n)
 {
@@ -602,9 +662,13 @@ static void launch_from_nhwc(cudaStream_t st, const __half *yt, __half *y, const
     }
 }
 
-static void launch_w_nhwc(cudaStream_t st, const __half *w, __half *wt, int64_t O, int64_t C, int64_t Op, int64_t Cp, int64_t kvol)
+/* wt (Op, kvol, Cp) from w, (O, C, kvol) or channels-last (O, kvol, C) when krsc (callers use a channels-last w itself when Op = O, Cp = C). */
+static void launch_w_nhwc(cudaStream_t st, const __half *w, bool krsc, __half *wt, int64_t O, int64_t C, int64_t Op, int64_t Cp, int64_t kvol)
 {
-    if (kvol <= WT_SMEM / WT_CB && Cp % 8 == 0 && (uintptr_t)wt % 16 == 0) {
+    if (krsc) {
+        const int64_t nw = Op * Cp * kvol;
+        k_w_krsc_pad<<<ditto_cuda_blocks(nw, 256), 256, 0, st>>>(w, wt, O, C, Cp, kvol, nw);
+    } else if (kvol <= WT_SMEM / WT_CB && Cp % 8 == 0 && (uintptr_t)wt % 16 == 0) {
         /* ob outputs a block while about 4 blocks per SM remain (small weights: ob = 1, else few blocks of serial work) */
         const int64_t blocks1 = (Cp + WT_CB - 1) / WT_CB * Op, ob_mem = WT_SMEM / WT_CB / kvol;
         int64_t ob = blocks1 / 528;
@@ -1763,8 +1827,11 @@ static int conv_nhwc(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, 
         if (tail)
             tail->batch_ok = 1;
     }
-    if (study != 1) {
-        launch_w_nhwc(cu->stream, (const __half *)w->data, wt, g->O, g->C, op, cp, g->k_vol);
+    /* a channels-last w without channel padding is already what cuDNN reads */
+    const bool krsc = w_krsc(w);
+    const __half *wk = krsc && op == g->O && cp == g->C ? (const __half *)w->data : wt;
+    if (study != 1 && wk == wt) {
+        launch_w_nhwc(cu->stream, (const __half *)w->data, krsc, wt, g->O, g->C, op, cp, g->k_vol);
         DITTO_CUDA_LAUNCHED(be);
     }
     /* chunks of nb items, the last one of N % nb; a plan that changes bits runs as single items instead */
@@ -1777,7 +1844,7 @@ static int conv_nhwc(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, 
             launch_to_nhwc(cu->stream, xi, xt, g->C, cp, g->in_vol, cnt);
             DITTO_CUDA_LAUNCHED(be);
         }
-        DITTO_TRY(plan_run(be, p, xt, wt, yt, cw));
+        DITTO_TRY(plan_run(be, p, xt, wk, yt, cw));
         if (study != 1) {
             launch_from_nhwc(cu->stream, yt, yi, bias ? bias->data : NULL, bias && bias->dtype == DITTO_F16, relu, acc, g->O, op,
                              g->out_vol, cnt);
@@ -1808,8 +1875,8 @@ static bool depth_split_fits(const ConvGeom *g)
     return true;
 }
 
-/* w2 (O2p, kh, kw, Cp): w2[i*O + o][ky][kx][c] = w[o][c][i][ky][kx], zero padded. */
-static __global__ void k_w_depth(const __half *w, __half *w2, int O, int C, int kd, int kh, int kw, int Cp, int64_t n)
+/* w2 (O2p, kh, kw, Cp): w2[i*O + o][ky][kx][c] = w[o][c][i][ky][kx] (w[o][i][ky][kx][c] when krsc), zero padded. */
+static __global__ void k_w_depth(const __half *w, bool krsc, __half *w2, int O, int C, int kd, int kh, int kw, int Cp, int64_t n)
 {
     for (int64_t t0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t0 < n; t0 += (int64_t)gridDim.x * blockDim.x) {
         int64_t t = t0;
@@ -1822,7 +1889,7 @@ static __global__ void k_w_depth(const __half *w, __half *w2, int O, int C, int 
         __half v = __float2half(0.0f);
         if (j < kd * O && c < C) {
             int i = j / O, o = j - i * O;
-            v = w[((((int64_t)o * C + c) * kd + i) * kh + ky) * kw + kx];
+            v = krsc ? w[((((int64_t)o * kd + i) * kh + ky) * kw + kx) * C + c] : w[((((int64_t)o * C + c) * kd + i) * kh + ky) * kw + kx];
         }
         w2[t0] = v;
     }
@@ -1947,7 +2014,7 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
         tail_ok = tail_ok && ptail[k]->batch_ok;
     }
     const int64_t nw = o2p * g2[0].k_vol * cp;
-    k_w_depth<<<ditto_cuda_blocks(nw, 256), 256, 0, cu->stream>>>((const __half *)w->data, w2, (int)g->O, (int)g->C, (int)kd,
+    k_w_depth<<<ditto_cuda_blocks(nw, 256), 256, 0, cu->stream>>>((const __half *)w->data, w_krsc(w), w2, (int)g->O, (int)g->C, (int)kd,
                                                                   (int)g->k[1], (int)g->k[2], (int)cp, nw);
     DITTO_CUDA_LAUNCHED(be);
     for (int64_t n = 0; n < g->N;) {
@@ -2100,39 +2167,14 @@ static int conv_mode(void)
     return mode;
 }
 
-/* NCHW tensors: the strategies of the header; relu fused into k_from_nhwc on the channels-last path, else one more pass. */
-static int conv_nchw(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w,
-                     const DittoTensor *bias, DittoTensor *y)
+/* cuDNN NCHW, one call per item, y prefilled with the bias (or the residual plus the bias): the f32 path and the f16 fallbacks; w contiguous. */
+static int conv_nchw_cudnn(DittoBackend *be, const DittoConvParams *p, const ConvGeom *gp, const DittoTensor *x, const DittoTensor *w,
+                           const DittoTensor *bias, DittoTensor *y)
 {
+    const ConvGeom g = *gp;
     DittoDType dt = x->dtype;
-    ConvGeom g;
-    conv_geom(p, x, w, y, &g);
-    if (g.N * g.O * g.out_vol == 0)
-        return 0;
     DittoCuda *cu = ditto_cuda(be);
     bool f16 = dt == DITTO_F16;
-    /*
-     * f16 strategy override for measurements, DITTO_CUDA_CONV: nchw (cuDNN
-     * NCHW, one call per item), nhwc (channels-last, one call per item),
-     * nhwc-batch (checked batched plans), no-split (nhwc-batch without the
-     * depth split); default: nhwc-batch with the depth split.
-     */
-    const int mode = conv_mode();
-    bool asym = false;
-    for (int i = 0; i < 3; i++)
-        asym = asym || g.pb[i] != g.pe[i];
-    int64_t soH, soW, soHin, soWin;
-    bool flat;
-    if (f16 && g.C > 0 && g.in_vol > 0 && small_o_fits(&g, &soH, &soW, &soHin, &soWin, &flat)) {
-        DITTO_TRY(conv_small_o(be, &g, soH, soW, soHin, soWin, flat, x, w, bias, p->accumulate, y));
-        return bias_act(be, y, NULL, p->relu, false, g.O, g.out_vol);
-    }
-    if (f16 && mode == 2 && g.C > 0 && g.in_vol > 0 && depth_split_fits(&g)) {
-        DITTO_TRY(conv_depth_split(be, &g, x, w, bias, p->accumulate, y));
-        return bias_act(be, y, NULL, p->relu, false, g.O, g.out_vol);
-    }
-    if (f16 && mode > 0 && g.G == 1 && !asym && g.C > 0 && g.in_vol > 0)
-        return conv_nhwc(be, &g, x, w, bias, p->relu, p->accumulate, y, mode >= 2);
     if (p->accumulate) {   /* y += bias: cuDNN adds the convolution onto the residual */
         DITTO_TRY(bias_act(be, y, bias, false, false, g.O, g.out_vol));
     } else {
@@ -2170,6 +2212,47 @@ static int conv_nchw(DittoBackend *be, const DittoConvParams *p, const DittoTens
                                                       (char *)y->data + (size_t)n * item_out));
     }
     return bias_act(be, y, NULL, p->relu, false, g.O, g.out_vol);
+}
+
+/* NCHW tensors: the strategies of the header; relu fused into k_from_nhwc on the channels-last path, else one more pass. */
+static int conv_nchw(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w,
+                     const DittoTensor *bias, DittoTensor *y)
+{
+    DittoDType dt = x->dtype;
+    ConvGeom g;
+    conv_geom(p, x, w, y, &g);
+    if (g.N * g.O * g.out_vol == 0)
+        return 0;
+    bool f16 = dt == DITTO_F16;
+    /*
+     * f16 strategy override for measurements, DITTO_CUDA_CONV: nchw (cuDNN
+     * NCHW, one call per item), nhwc (channels-last, one call per item),
+     * nhwc-batch (checked batched plans), no-split (nhwc-batch without the
+     * depth split); default: nhwc-batch with the depth split.
+     */
+    const int mode = conv_mode();
+    bool asym = false;
+    for (int i = 0; i < 3; i++)
+        asym = asym || g.pb[i] != g.pe[i];
+    int64_t soH, soW, soHin, soWin;
+    bool flat;
+    if (f16 && g.C > 0 && g.in_vol > 0 && small_o_fits(&g, &soH, &soW, &soHin, &soWin, &flat)) {
+        DittoTensor wc;
+        void *tmp;
+        DITTO_TRY(w_contiguous(be, w, &wc, &tmp));
+        DITTO_TRY(release_w(be, tmp, conv_small_o(be, &g, soH, soW, soHin, soWin, flat, x, &wc, bias, p->accumulate, y)));
+        return bias_act(be, y, NULL, p->relu, false, g.O, g.out_vol);
+    }
+    if (f16 && mode == 2 && g.C > 0 && g.in_vol > 0 && depth_split_fits(&g)) {
+        DITTO_TRY(conv_depth_split(be, &g, x, w, bias, p->accumulate, y));
+        return bias_act(be, y, NULL, p->relu, false, g.O, g.out_vol);
+    }
+    if (f16 && mode > 0 && g.G == 1 && !asym && g.C > 0 && g.in_vol > 0)
+        return conv_nhwc(be, &g, x, w, bias, p->relu, p->accumulate, y, mode >= 2);
+    DittoTensor wc;
+    void *tmp;
+    DITTO_TRY(w_contiguous(be, w, &wc, &tmp));
+    return release_w(be, tmp, conv_nchw_cudnn(be, p, &g, x, &wc, bias, y));
 }
 
 static int is_capturing(DittoBackend *be, bool *cap)
@@ -2243,8 +2326,12 @@ static int conv_nhwc_direct(DittoBackend *be, const ConvGeom *g, const DittoTens
     DITTO_TRY(ditto_cuda_workspace(be, wt_bytes + t_bytes + cws, (void **)&ws));
     __half *wt = (__half *)ws, *t = via_t ? (__half *)(ws + wt_bytes) : NULL;
     void *cw = cws ? ws + wt_bytes + t_bytes : NULL;
-    launch_w_nhwc(cu->stream, (const __half *)w->data, wt, g->O, g->C, g->O, g->C, g->k_vol);
-    DITTO_CUDA_LAUNCHED(be);
+    /* a channels-last w is already what cuDNN reads (C and O are multiples of 8 here) */
+    const __half *wk = w_krsc(w) ? (const __half *)w->data : wt;
+    if (wk == wt) {
+        launch_w_nhwc(cu->stream, (const __half *)w->data, false, wt, g->O, g->C, g->O, g->C, g->k_vol);
+        DITTO_CUDA_LAUNCHED(be);
+    }
     const void *bp = bias ? bias->data : NULL;
     const bool bh = bias && bias->dtype == DITTO_F16;
     for (int64_t n = 0; n < g->N;) {
@@ -2252,7 +2339,7 @@ static int conv_nhwc_direct(DittoBackend *be, const ConvGeom *g, const DittoTens
         const ConvPlan *p = pick_chunk(g, n, nb, pl, tail, one, &cnt);
         const __half *xi = (const __half *)x->data + n * g->C * g->in_vol;
         __half *yi = (__half *)y->data + n * g->O * g->out_vol;
-        DITTO_TRY(plan_run(be, p, xi, wt, via_t ? t : yi, cw));
+        DITTO_TRY(plan_run(be, p, xi, wk, via_t ? t : yi, cw));
         if (via_t) {
             const int64_t nvec = cnt * g->O * g->out_vol / 8;
             k_bias_act_h8<<<ditto_cuda_blocks(nvec, 256), 256, 0, cu->stream>>>(t, yi, bp, bh, relu, acc, g->O / 8, nvec);
