@@ -182,8 +182,8 @@ static int bind(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape
         if (!perm)
             return ditto_loader_fail(l, DITTO_ERR_NOMEM, "out of memory for parameters");
         for (int64_t o = 0; o < O; o++)
-            for (int64_t c = 0; c < C; c++)
-                for (int64_t k = 0; k < kvol; k++)
+            for (int64_t k = 0; k < kvol; k++)
+                for (int64_t c = 0; c < C; c++)
                     perm[(o * kvol + k) * C + c] = host[(o * C + c) * kvol + k];
         host = perm;
         src = host;
