@@ -177,6 +177,11 @@ $BUILD/tests/test_ops -b cuda -p f16 >"$OUT/test_ops_cuda_f16.txt" 2>&1
 echo "rc=$?" >>"$OUT/test_ops_cuda_f16.txt"
 grep -E "^FAIL|passed|^fp16" "$OUT/test_ops_cuda_f16.txt" | head -60 | tee -a "$OUT/summary.txt"
 
+log "warp and decoder unit tests on cuda (fixtures, batch independence, channels-last weights)"
+$BUILD/tests/unit_models_wg -b cuda >"$OUT/unit_models_wg_cuda.txt" 2>&1
+echo "rc=$?" >>"$OUT/unit_models_wg_cuda.txt"
+grep -E "^FAIL|passed" "$OUT/unit_models_wg_cuda.txt" | tail -20 | tee -a "$OUT/summary.txt"
+
 log "ditto verify --backend cuda"
 $BUILD/ditto verify --fixtures "$DITTO_SHARED/fixtures/ditto" --backend cuda \
     --case 'appearance_*,motion_*,warp_*,decoder_*,stitching_*,fn_grid_sample_3d,fn_kp2gaussian,fn_make_coordinate_grid,crop_*,putback_*' \
