@@ -1861,9 +1861,10 @@ static int conv_nhwc(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, 
  * fill a fraction of a tensor-core tile. Instead, every depth slice runs as
  * a 2-D image through one 2-D convolution whose outputs are all (depth tap,
  * output) pairs, kd * O = 154 channels (two convolutions of 96 and 64
- * outputs), and a second kernel adds the kd taps of neighbouring slices: y[n,o,d] = b[o] + sum_i Z[n,d+i-pd][i*O + o].
- * "Same" size, stride 1, no dilation only. Z is f16 (each of the kd partial
- * sums rounded once; they are added in fp32).
+ * outputs), and a second kernel adds the kd taps of neighbouring slices:
+ * y[n,o,d] = b[o] + sum_i Z[n,d+i-pd][i*O + o]. "Same" size, stride 1, no
+ * dilation only. Z is f16 (each of the kd partial sums rounded once; they
+ * are added in fp32).
  */
 static bool depth_split_fits(const ConvGeom *g)
 {
