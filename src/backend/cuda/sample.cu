@@ -491,6 +491,56 @@ static __global__ void motion_input_kernel(const __grid_constant__ MotionArgs a)
     }
 }
 
+/*
+ * The model's case, f16 feat of 4 channels: feat moved to (N, vol, 4) first
+ * (k_feat_c4), so a tap's 4 channels are one 8-byte load instead of four
+ * 2-byte gathers; each channel's sum is tap_sum's, term by term in the same
+ * order (bit-identical).
+ */
+static __global__ void k_feat_c4(const __half *x, __half *xt, int64_t vol, int64_t total)
+{
+    GRID_LOOP(t, total) {
+        const int64_t n = t / vol, p = t - n * vol;
+        const __half *xs = x + n * 4 * vol + p;
+        ((__half2 *)xt)[2 * t] = __halves2half2(xs[0], xs[vol]);
+        ((__half2 *)xt)[2 * t + 1] = __halves2half2(xs[2 * vol], xs[3 * vol]);
+    }
+}
+
+static __global__ void motion_input_c4_kernel(const __grid_constant__ MotionArgs a, const __half *xt)
+{
+    const int64_t HW = a.H * a.W, vol = a.D * HW, K1 = a.K + 1;
+    GRID_LOOP(t, a.total) {
+        const int64_t p = t % vol, nm = t / vol, m = nm % K1, n = nm / K1;
+        float kd[3], ks[3], S[3], ad, as, w[8];
+        motion_kps(a, n, m, kd, ks);
+        motion_point(a.grid + p * 3, kd, ks, a.a, S, &ad, &as);
+        const int64_t yb = (nm * 5) * vol + p;   /* channel 5m of item n */
+        ditto_st(a.y, yb, __fsub_rn(expf(ad), expf(as)), a.yh);
+        if (a.motion)
+            for (int i = 0; i < 3; i++)
+                a.motion[t * 3 + i] = S[i];
+        int64_t base;
+        const unsigned valid = point_taps(S, true, false, a.D, a.H, a.W, &base, w);
+        const int64_t xn = n * vol + base;
+        float acc[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+#pragma unroll
+        for (int q = 0; q < 8; q++) {
+            if (valid >> q & 1u) {
+                const uint2 u = ((const uint2 *)xt)[xn + (q >> 2) * HW + (q >> 1 & 1) * a.W + (q & 1)];
+                const float2 f01 = __half22float2(*(const __half2 *)&u.x), f23 = __half22float2(*(const __half2 *)&u.y);
+                acc[0] = __fadd_rn(acc[0], __fmul_rn(f01.x, w[q]));
+                acc[1] = __fadd_rn(acc[1], __fmul_rn(f01.y, w[q]));
+                acc[2] = __fadd_rn(acc[2], __fmul_rn(f23.x, w[q]));
+                acc[3] = __fadd_rn(acc[3], __fmul_rn(f23.y, w[q]));
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            ditto_st(a.y, yb + (1 + j) * vol, acc[j], a.yh);
+    }
+}
+
 static int cuda_motion_input(DittoBackend *be, const DittoMotionParams *p, const DittoTensor *grid, const DittoTensor *kp_d, const DittoTensor *kp_s,
                              const DittoTensor *feat, DittoTensor *y, DittoTensor *motion)
 {
@@ -501,6 +551,17 @@ static int cuda_motion_input(DittoBackend *be, const DittoMotionParams *p, const
     a.motion = motion ? (float *)motion->data : NULL;
     a.c = feat->shape[1];
     a.total = kp_d->shape[0] * (a.K + 1) * a.D * a.H * a.W;
+    if (a.c == 4 && a.xh && a.total > 0) {
+        const int64_t vol = a.D * a.H * a.W, nt = kp_d->shape[0] * vol;
+        void *ws;
+        DITTO_TRY(ditto_cuda_workspace(be, (size_t)nt * 4 * sizeof(__half), &ws));
+        k_feat_c4<<<ditto_cuda_blocks(nt, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>((const __half *)a.x, (__half *)ws, vol,
+                                                                                                         nt);
+        DITTO_CUDA_LAUNCHED(be);
+        motion_input_c4_kernel<<<ditto_cuda_blocks(a.total, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(a, (const __half *)ws);
+        DITTO_CUDA_LAUNCHED(be);
+        return 0;
+    }
     motion_input_kernel<<<ditto_cuda_blocks(a.total, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(a);
     DITTO_CUDA_LAUNCHED(be);
     return 0;
