@@ -470,20 +470,33 @@ static __device__ __forceinline__ void motion_kps(const MotionArgs &a, int64_t n
 }
 
 /* A thread per (n, m, position): the heatmap and the c deformed feature channels of motion m. */
+/*
+ * Both motion_input kernels' head for point t = ((n, m), position): its
+ * motion S, the heatmap difference written to channel m (c + 1) of item n
+ * (c1 = c + 1), the motion when asked; returns that channel's index.
+ */
+static __device__ __forceinline__ int64_t motion_head(const MotionArgs &a, int64_t t, int64_t vol, int64_t c1, float S[3], int64_t *n)
+{
+    const int64_t p = t % vol, nm = t / vol, m = nm % (a.K + 1);
+    float kd[3], ks[3], ad, as;
+    *n = nm / (a.K + 1);
+    motion_kps(a, *n, m, kd, ks);
+    motion_point(a.grid + p * 3, kd, ks, a.a, S, &ad, &as);
+    const int64_t yb = (nm * c1) * vol + p;
+    ditto_st(a.y, yb, __fsub_rn(expf(ad), expf(as)), a.yh);
+    if (a.motion)
+        for (int i = 0; i < 3; i++)
+            a.motion[t * 3 + i] = S[i];
+    return yb;
+}
+
 static __global__ void motion_input_kernel(const __grid_constant__ MotionArgs a)
 {
-    const int64_t HW = a.H * a.W, vol = a.D * HW, K1 = a.K + 1, c1 = a.c + 1;
+    const int64_t HW = a.H * a.W, vol = a.D * HW, c1 = a.c + 1;
     GRID_LOOP(t, a.total) {
-        const int64_t p = t % vol, nm = t / vol, m = nm % K1, n = nm / K1;
-        float kd[3], ks[3], S[3], ad, as, w[8];
-        motion_kps(a, n, m, kd, ks);
-        motion_point(a.grid + p * 3, kd, ks, a.a, S, &ad, &as);
-        const int64_t yb = (nm * c1) * vol + p;   /* channel m(c+1) of item n */
-        ditto_st(a.y, yb, __fsub_rn(expf(ad), expf(as)), a.yh);
-        if (a.motion)
-            for (int i = 0; i < 3; i++)
-                a.motion[t * 3 + i] = S[i];
-        int64_t base;
+        float S[3], w[8];
+        int64_t n, base;
+        const int64_t yb = motion_head(a, t, vol, c1, S, &n);
         const unsigned valid = point_taps(S, true, false, a.D, a.H, a.W, &base, w);
         const int64_t xn = n * a.c * vol + base;
         for (int64_t j = 0; j < a.c; j++)
@@ -509,18 +522,11 @@ static __global__ void k_feat_c4(const __half *x, __half *xt, int64_t vol, int64
 
 static __global__ void motion_input_c4_kernel(const __grid_constant__ MotionArgs a, const __half *xt)
 {
-    const int64_t HW = a.H * a.W, vol = a.D * HW, K1 = a.K + 1;
+    const int64_t HW = a.H * a.W, vol = a.D * HW;
     GRID_LOOP(t, a.total) {
-        const int64_t p = t % vol, nm = t / vol, m = nm % K1, n = nm / K1;
-        float kd[3], ks[3], S[3], ad, as, w[8];
-        motion_kps(a, n, m, kd, ks);
-        motion_point(a.grid + p * 3, kd, ks, a.a, S, &ad, &as);
-        const int64_t yb = (nm * 5) * vol + p;   /* channel 5m of item n */
-        ditto_st(a.y, yb, __fsub_rn(expf(ad), expf(as)), a.yh);
-        if (a.motion)
-            for (int i = 0; i < 3; i++)
-                a.motion[t * 3 + i] = S[i];
-        int64_t base;
+        float S[3], w[8];
+        int64_t n, base;
+        const int64_t yb = motion_head(a, t, vol, 5, S, &n);
         const unsigned valid = point_taps(S, true, false, a.D, a.H, a.W, &base, w);
         const int64_t xn = n * vol + base;
         float acc[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
