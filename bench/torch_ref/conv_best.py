@@ -7,6 +7,7 @@ leave slow; also the mask head's depth-split variants (outputs 154, 160,
 
     python3 bench/torch_ref/conv_best.py
     python3 bench/torch_ref/conv_best.py --mask-split   # the depth-split conv per output count
+    python3 bench/torch_ref/conv_best.py --reshape      # other forms of the warp's slow 3-D convs
 
 --mask-split times the mask head's depth-split 2-D convolution (144 inputs,
 7x7, 64x64 slices of 8 items) for each output count a split of its 154
@@ -92,5 +93,37 @@ def mask_split():
                 conv2d(n, 144, co, 64, 64, 7, 7, f"mask depth-split 144->{co} 7x7")
 
 
+def reshape():
+    """The warp's slow convolutions (8 items) against other forms of the same
+    sums: dec 4 (128 -> 32) and hg_out (144 -> 144) as depth splits (a 2-D
+    conv over the 128 slices with kd * O outputs), the mask head with its
+    inputs split 128 + 16, and with its 7 kw taps unfolded into 1008 (1024)
+    channels of a 7x1 conv."""
+    with torch.no_grad():
+        conv3d(8, 128, 32, 16, 64, 64, 3, "dec4 3d 128->32 3x3x3")
+        for co in (96, 128):
+            conv2d(128, 128, co, 64, 64, 3, 3, f"dec4 split 128->{co} 3x3")
+        conv3d(8, 144, 144, 16, 64, 64, 3, "hg_out 3d 144->144 3x3x3")
+        conv3d(8, 144, 128, 16, 64, 64, 3, "hg_out 3d 144->128 3x3x3")
+        conv3d(8, 128, 128, 16, 64, 64, 3, "3d 128->128 3x3x3")
+        for co in (128, 192, 256, 432):
+            conv2d(128, 144, co, 64, 64, 3, 3, f"hg_out split 144->{co} 3x3")
+        conv3d(8, 112, 64, 16, 64, 64, 3, "enc0 3d 112->64 3x3x3")
+        conv2d(128, 112, 192, 64, 64, 3, 3, "enc0 split 112->192 3x3")
+        for ci in (128, 16, 32, 192):
+            for co in (64, 96, 128, 160):
+                conv2d(128, ci, co, 64, 64, 7, 7, f"mask split {ci}->{co} 7x7")
+        for ci in (1008, 1024):
+            for co in (64, 96, 128, 160, 192):
+                conv2d(128, ci, co, 64, 64, 7, 1, f"mask kw-unfold {ci}->{co} 7x1")
+        for n in (4, 8, 16, 32):   # slices unfolded at a time
+            conv2d(n, 1008, 160, 64, 64, 7, 1, "mask kw-unfold 1008->160 7x1")
+
+
 if __name__ == "__main__":
-    mask_split() if "--mask-split" in sys.argv[1:] else main()
+    if "--mask-split" in sys.argv[1:]:
+        mask_split()
+    elif "--reshape" in sys.argv[1:]:
+        reshape()
+    else:
+        main()
