@@ -7,7 +7,8 @@
  * - f16, O <= 16 (2-D up to 7x7, or 1x1(x1)): our direct kernel
  *   (k_conv_small_o): the occlusion and image heads and the compress conv.
  * - f16, 3-D "same" conv with few outputs: depth split into one 2-D conv
- *   over the slices plus a tap sum (conv_depth_split): the mask head.
+ *   over the slices plus a tap sum (conv_depth_split): the mask head and
+ *   hourglass decoder block 4.
  * - f16 otherwise: channels-last. x is transposed to NHWC with channels
  *   padded to a multiple of 8 (tensor cores), w to KRSC, cuDNN runs with
  *   tensor-op math (fp16 data, fp32 accumulation) and the result is
@@ -54,8 +55,8 @@
  *
  * DITTO_CUDA_CONV (nchw, nhwc, nhwc-batch, no-split) overrides the f16
  * strategy for measurements (nchw also sends channels-last tensors through
- * the transposes); DITTO_CUDA_DEPTH_PIECES=1 keeps the depth split's
- * columns in one convolution.
+ * the transposes); DITTO_CUDA_DEPTH_PIECES, _DEPTH_UNFOLD and
+ * _UNFOLD_SLICES vary the depth split (conv_depth_split).
  */
 #include <errno.h>
 #include <limits.h>
@@ -1857,18 +1858,30 @@ static int conv_nhwc(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, 
 
 /*
  * Depth-split 3-D convolution for few outputs (the warp's mask head, 142 ->
- * 22 at 7x7x7 over 16x64x64): as an implicit GEMM its 22 output channels
- * fill a fraction of a tensor-core tile. Instead, every depth slice runs as
- * a 2-D image through one 2-D convolution whose outputs are all (depth tap,
- * output) pairs, kd * O = 154 channels (two convolutions of 96 and 64
- * outputs), and a second kernel adds the kd taps of neighbouring slices:
- * y[n,o,d] = b[o] + sum_i Z[n,d+i-pd][i*O + o]. "Same" size, stride 1, no
- * dilation only. Z is f16 (each of the kd partial sums rounded once; they
- * are added in fp32).
+ * 22 at 7x7x7, and hourglass decoder block 4, 128 -> 32 at 3x3x3, over
+ * 16x64x64): as an implicit GEMM their 22 or 32 output channels fill a
+ * fraction of a tensor-core tile. Instead, every depth slice runs as a 2-D
+ * image through a 2-D convolution whose outputs are all (depth tap, output)
+ * pairs, kd * O channels (154, 96), and a second kernel adds the kd taps of
+ * neighbouring slices: y[n,o,d] = b[o] + sum_i Z[n,d+i-pd][i*O + o] (relu
+ * after). "Same" size, stride 1, no dilation only. Z is f16 (each of the kd
+ * partial sums rounded once; they are added in fp32).
+ *
+ * Wide kernels (kw >= DEPTH_UNFOLD_KW, the mask head's 7x7) also move their
+ * kw taps into channels: each slice row is unfolded into (W, kw, Cp)
+ * (k_unfold_w) and convolved (kh x 1) over kw * Cp = 1008 channels. Same
+ * products, another summation order inside cuDNN; on the H200 cuDNN ran
+ * 144 -> 160 at 7x7 over 128 slices in 3.69 ms and 1008 -> 160 at 7x1 in
+ * 2.01 ms (bench/torch_ref/conv_best.py --reshape). The unfolded rows need
+ * kw times the input: they are made DEPTH_UNFOLD_SLICES slices at a time.
  */
+#define DEPTH_MAX_O 32
+#define DEPTH_UNFOLD_KW 5
+#define DEPTH_UNFOLD_SLICES 8
+
 static bool depth_split_fits(const ConvGeom *g)
 {
-    if (g->ns != 3 || g->G != 1 || g->O > 24 || g->k[0] < 2 || g->k[0] * g->O > 256)
+    if (g->ns != 3 || g->G != 1 || g->O > DEPTH_MAX_O || g->k[0] < 2 || g->k[0] * g->O > 256)
         return false;
     for (int i = 0; i < 3; i++)
         if (g->s[i] != 1 || g->d[i] != 1 || g->pb[i] != g->pe[i] || 2 * g->pb[i] != g->k[i] - 1)
@@ -1897,20 +1910,50 @@ static __global__ void k_w_depth(const __half *w, bool krsc, __half *w2, int O, 
 }
 
 /*
+ * xu (rows, W, kw, Cp) for the rows (s, h) of slices s0.. of x (N, C, D, H,
+ * W), slice s = n * D + d: a block per row gathers it channels-last into
+ * shared memory (channels C..Cp-1 zero), then writes each position's kw
+ * taps w + kx - pw (zero outside the row) as 16-byte vectors. The same
+ * memory order as w2's (kh, kw, Cp), so w2 serves as the (kh, 1) weight
+ * over kw * Cp channels. Needs W * Cp * 2 bytes of shared memory.
+ */
+static __global__ void k_unfold_w(const __half *x, uint4 *xu, int C, int Cp, int D, int H, int W, int kw, int pw, int64_t s0)
+{
+    extern __shared__ __align__(16) __half urow[];   /* (W, Cp) */
+    const int64_t s = s0 + blockIdx.x / H;
+    const int h = (int)(blockIdx.x % H), d = (int)(s % D);
+    const int64_t cs = (int64_t)D * H * W;            /* channel stride */
+    const __half *src = x + s / D * C * cs + ((int64_t)d * H + h) * W;
+    for (int t = threadIdx.x; t < Cp * W; t += blockDim.x) {
+        const int c = t / W, w = t - c * W;
+        urow[w * Cp + c] = c < C ? src[c * cs + w] : __float2half(0.0f);
+    }
+    __syncthreads();
+    const int V = Cp / 8, n = W * kw * V;
+    uint4 *dst = xu + (int64_t)blockIdx.x * n;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const int v = j % V, t = j / V;
+        const int sw = t / kw + t % kw - pw;
+        dst[j] = sw >= 0 && sw < W ? *(const uint4 *)(urow + sw * Cp + 8 * v) : make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+/*
  * y (N, O, D, HW) = bias + sum_i Z[n*D + d + i - pd][hw][i*O + o] (+ y when
- * accum); a thread per (n, d, hw), all O. Z's columns are in two pieces:
- * column j < w0 in z0 (rows of w0), the rest in z1 (rows of w1).
+ * accum), then max(0, .) when relu; a thread per (n, d, hw), all O. Z's
+ * columns are in two pieces: column j < w0 in z0 (rows of w0), the rest in
+ * z1 (rows of w1).
  */
 static __global__ void k_depth_combine(const __half *z0, int w0, const __half *z1, int w1, const void *bias, bool bh, bool accum,
-                                       __half *y, int O, int kd, int pd, int D, int64_t HW, int64_t npos)
+                                       bool relu, __half *y, int O, int kd, int pd, int D, int64_t HW, int64_t npos)
 {
     for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < npos; p += (int64_t)gridDim.x * blockDim.x) {
         int64_t hw = p % HW, t = p / HW;
         int d = (int)(t % D);
         int64_t n = t / D;
-        float acc[24];
+        float acc[DEPTH_MAX_O];
 #pragma unroll
-        for (int o = 0; o < 24; o++)
+        for (int o = 0; o < DEPTH_MAX_O; o++)
             acc[o] = 0.0f;
         for (int i = 0; i < kd; i++) {
             int dd = d + i - pd;
@@ -1918,52 +1961,138 @@ static __global__ void k_depth_combine(const __half *z0, int w0, const __half *z
                 continue;
             const int64_t row = (n * D + dd) * HW + hw;
 #pragma unroll
-            for (int o = 0; o < 24; o++) {
+            for (int o = 0; o < DEPTH_MAX_O; o++) {
                 const int j = i * O + o;
                 if (o < O)
                     acc[o] += __half2float(j < w0 ? z0[row * w0 + j] : z1[row * w1 + (j - w0)]);
             }
         }
 #pragma unroll
-        for (int o = 0; o < 24; o++) {
+        for (int o = 0; o < DEPTH_MAX_O; o++) {
             if (o < O) {
                 const int64_t i = ((n * O + o) * D + d) * HW + hw;
                 float r = acc[o] + (bias ? ditto_ld(bias, o, bh) : 0.0f);
-                y[i] = __float2half_rn(accum ? r + __half2float(y[i]) : r);
+                if (accum)
+                    r += __half2float(y[i]);
+                y[i] = __float2half_rn(relu ? fmaxf(r, 0.0f) : r);
             }
         }
     }
 }
 
 /*
- * DITTO_CUDA_DEPTH_PIECES=1 (measurement): the depth split's columns as one
- * convolution, as before the split into pieces.
+ * k_depth_combine for one piece of Z (width wz), O even, HW a multiple of
+ * COMB_P: a block per (n, d) and COMB_P positions stages each tap's O
+ * columns of those rows in shared memory (4-byte words, rows at an odd word
+ * stride), so the reads of Z and the writes of y are coalesced. The same
+ * sums in the same order as k_depth_combine.
  */
-static int depth_pieces_max(void)
+#define COMB_P 64
+#define COMB_T 256
+static __global__ void __launch_bounds__(COMB_T) k_depth_combine_t(const __half *z, int wz, const void *bias, bool bh, bool accum,
+                                                                   bool relu, __half *y, int O, int kd, int pd, int D, int64_t HW)
+{
+    __shared__ uint32_t zs[COMB_P * (DEPTH_MAX_O / 2 + 1)];
+    constexpr int NA = COMB_P * DEPTH_MAX_O / COMB_T;
+    const int O2 = O / 2, st = O2 | 1;
+    const int64_t hw0 = (int64_t)blockIdx.x * COMB_P, nd = blockIdx.y, n = nd / D;
+    const int d = (int)(nd % D);
+    float acc[NA];
+#pragma unroll
+    for (int k = 0; k < NA; k++)
+        acc[k] = 0.0f;
+    for (int i = 0; i < kd; i++) {
+        const int dd = d + i - pd;
+        if (dd < 0 || dd >= D)
+            continue;
+        const uint32_t *src = (const uint32_t *)(z + ((n * D + dd) * HW + hw0) * wz + i * O);
+        __syncthreads();
+        for (int t = threadIdx.x; t < COMB_P * O2; t += COMB_T) {
+            const int r = t / O2, q = t - r * O2;
+            zs[r * st + q] = src[(int64_t)r * (wz / 2) + q];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < NA; k++) {
+            const int t = threadIdx.x + k * COMB_T, o = t / COMB_P, p = t % COMB_P;
+            if (o < O) {
+                const __half2 v = *(const __half2 *)&zs[p * st + o / 2];
+                acc[k] += __half2float(o & 1 ? __high2half(v) : __low2half(v));
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < NA; k++) {
+        const int t = threadIdx.x + k * COMB_T, o = t / COMB_P, p = t % COMB_P;
+        if (o < O) {
+            const int64_t i = ((n * O + o) * D + d) * HW + hw0 + p;
+            float r = acc[k] + (bias ? ditto_ld(bias, o, bh) : 0.0f);
+            if (accum)
+                r += __half2float(y[i]);
+            y[i] = __float2half_rn(relu ? fmaxf(r, 0.0f) : r);
+        }
+    }
+}
+
+/*
+ * Measurement switches: DITTO_CUDA_DEPTH_PIECES=1|2 forces the depth
+ * split's columns into one convolution or two; DITTO_CUDA_DEPTH_UNFOLD=0
+ * keeps wide kernels' kw taps; DITTO_CUDA_UNFOLD_SLICES=n (1..64) sets the
+ * slices unfolded at a time. Each read once.
+ */
+static int env_int(const char *name, int lo, int hi, int dflt)
+{
+    const char *e = getenv(name);
+    int v = e ? atoi(e) : dflt;
+    return v >= lo && v <= hi ? v : dflt;
+}
+
+static int depth_pieces_env(void)
 {
     static int n = -1;
-    if (n < 0) {
-        const char *e = getenv("DITTO_CUDA_DEPTH_PIECES");
-        n = e && !strcmp(e, "1") ? 1 : 2;
-    }
+    if (n < 0)
+        n = env_int("DITTO_CUDA_DEPTH_PIECES", 1, 2, 0);
     return n;
 }
 
+static bool depth_unfold(const ConvGeom *g)
+{
+    static int on = -1;
+    if (on < 0)
+        on = env_int("DITTO_CUDA_DEPTH_UNFOLD", 0, 1, 1);
+    return on && g->k[2] >= DEPTH_UNFOLD_KW && g->in[2] * round8(g->C) * 2 <= 48 * 1024;   /* k_unfold_w's row in shared memory */
+}
+
+static int64_t unfold_slices(int64_t D)
+{
+    static int s = -1;
+    if (s < 0)
+        s = env_int("DITTO_CUDA_UNFOLD_SLICES", 1, 64, DEPTH_UNFOLD_SLICES);
+    int64_t ds = s < D ? s : D;
+    while (D % ds)   /* a divisor of D: every call covers slices of one item at the same offsets, whatever the batch */
+        ds--;
+    return ds;
+}
+
 static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias,
-                            bool accum, DittoTensor *y)
+                            bool accum, bool relu, DittoTensor *y)
 {
     DittoCuda *cu = ditto_cuda(be);
     const int64_t D = g->in[0], HW = g->in[1] * g->in[2], kd = g->k[0], o2 = kd * g->O;
     const int64_t cp = round8(g->C), o2p = round8(o2);
+    const bool unfold = depth_unfold(g);
+    const int64_t kwu = unfold ? g->k[2] : 1, ds = unfold ? unfold_slices(D) : 0;
     /*
      * The 2-D convolution over depth slices: C -> kd * O columns, (kh, kw),
-     * same size. cuDNN's Hopper kernels take outputs in tiles of 64 or 128:
-     * more than 128 columns (the mask head's 154) run as two convolutions,
-     * the last 64 columns apart (PyTorch probe on the H200, 128 slices:
-     * 160 outputs 3.69 ms, 96 + 64 outputs 2.19 + 1.23 ms). Each column's
-     * sum is the same computation in either piece.
+     * same size; unfolded: kw * Cp -> kd * O at (kh, 1). cuDNN's Hopper
+     * kernels take outputs in tiles of 64 or 128: at (kh, kw) more than 128
+     * columns (the mask head's 154) run as two convolutions, the last 64
+     * columns apart (PyTorch probe on the H200, 128 slices: 160 outputs 3.69
+     * ms, 96 + 64 outputs 2.19 + 1.23 ms); unfolded, one (2.01 against 1.25
+     * + 0.91 ms). Each column's sum is the same computation in either piece.
      */
-    const int np = o2p > 128 && depth_pieces_max() > 1 ? 2 : 1;
+    const int forced = depth_pieces_env();
+    const int np = forced ? (o2p > 64 ? forced : 1) : !unfold && o2p > 128 ? 2 : 1;
     const int64_t width[2] = { np == 2 ? o2p - 64 : o2p, np == 2 ? 64 : 0 };
     ConvGeom g2[2];
     for (int k = 0; k < np; k++) {
@@ -1972,18 +2101,25 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
         g2[k].O = width[k];
         g2[k].in[0] = g2[k].out[0] = g2[k].k[0] = 1;
         g2[k].pb[0] = g2[k].pe[0] = 0;
+        if (unfold) {
+            g2[k].C = g2[k].Cg = kwu * cp;
+            g2[k].k[2] = 1;
+            g2[k].pb[2] = g2[k].pe[2] = 0;
+        }
         g2[k].in_vol = g2[k].out_vol = HW;
-        g2[k].k_vol = g->k[1] * g->k[2];
+        g2[k].k_vol = g2[k].k[1] * g2[k].k[2];
     }
     const size_t img_x = (size_t)(cp * HW) * 2, img_z = (size_t)(o2p * HW) * 2;
     int64_t nbi = (int64_t)(NHWC_CHUNK_BYTES / ((size_t)D * (img_x + img_z)));
     nbi = nbi < 1 ? 1 : nbi > g->N ? g->N : nbi;
+    /* plans: unfolded, one of ds slices; else one item (D slices), a chunk of nbi items and the tail */
     ConvPlan *pitem[2] = { NULL, NULL }, *pchunk[2] = { NULL, NULL }, *ptail[2] = { NULL, NULL };
-    const int64_t tail_items = g->N % nbi;
+    const int64_t tail_items = unfold ? 0 : g->N % nbi;
     for (int pass = 0; pass < 2; pass++) {   /* plan_get may move the plan array: make all, then look all up */
         for (int k = 0; k < np; k++) {
-            DITTO_TRY(plan_get(be, &g2[k], DITTO_F16, D, true, &pitem[k]));
-            DITTO_TRY(plan_get(be, &g2[k], DITTO_F16, nbi * D, true, &pchunk[k]));
+            DITTO_TRY(plan_get(be, &g2[k], DITTO_F16, unfold ? ds : D, true, &pitem[k]));
+            if (!unfold)
+                DITTO_TRY(plan_get(be, &g2[k], DITTO_F16, nbi * D, true, &pchunk[k]));
             if (tail_items)
                 DITTO_TRY(plan_get(be, &g2[k], DITTO_F16, tail_items * D, true, &ptail[k]));
         }
@@ -1995,17 +2131,21 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
             if (all[i] && all[i]->ws > cws)
                 cws = all[i]->ws;
     }
-    const size_t w2_bytes = align256((size_t)(o2p * cp * g2[0].k_vol) * 2);
-    const size_t xt_bytes = align256(img_x * (size_t)(nbi * D)), zt_bytes = align256(img_z * (size_t)(nbi * D));
+    const int64_t kvol2 = g->k[1] * g->k[2];   /* w2's taps per column and channel, unfolded or not */
+    const size_t w2_bytes = align256((size_t)(o2p * cp * kvol2) * 2);
+    /* xt: the chunk channels-last (unfolded: not needed, k_unfold_w reads x); xu: ds unfolded slices */
+    const size_t xt_bytes = unfold ? 0 : align256(img_x * (size_t)(nbi * D)), zt_bytes = align256(img_z * (size_t)(nbi * D));
+    const size_t xu_bytes = unfold ? align256(img_x * (size_t)(kwu * ds)) : 0;
     char *ws;
-    DITTO_TRY(ditto_cuda_workspace(be, w2_bytes + xt_bytes + zt_bytes + cws, (void **)&ws));
+    DITTO_TRY(ditto_cuda_workspace(be, w2_bytes + xt_bytes + zt_bytes + xu_bytes + cws, (void **)&ws));
     /* w2 (o2p, kh, kw, Cp): piece k's rows follow piece k-1's; Z piece k (slices, HW, width[k]) likewise */
     __half *w2 = (__half *)ws, *xt = (__half *)(ws + w2_bytes), *zt = (__half *)(ws + w2_bytes + xt_bytes);
-    __half *wk[2] = { w2, w2 + width[0] * g2[0].k_vol * cp }, *zk[2] = { zt, zt + nbi * D * HW * width[0] };
-    void *cw = cws ? ws + w2_bytes + xt_bytes + zt_bytes : NULL;
+    __half *xu = unfold ? (__half *)(ws + w2_bytes + xt_bytes + zt_bytes) : NULL;
+    __half *wk[2] = { w2, w2 + width[0] * kvol2 * cp }, *zk[2] = { zt, zt + nbi * D * HW * width[0] };
+    void *cw = cws ? ws + w2_bytes + xt_bytes + zt_bytes + xu_bytes : NULL;
     /* one item (its D slices in one call) is the reference: B = 1 runs it; bigger chunks must match it item by item */
-    bool chunk_ok = true, tail_ok = tail_items > 0;
-    for (int k = 0; k < np; k++) {
+    bool chunk_ok = !unfold, tail_ok = tail_items > 0;
+    for (int k = 0; k < np && !unfold; k++) {
         pitem[k]->batch_ok = 1;
         if (pchunk[k]->batch_ok < 0)
             DITTO_TRY(batch_check(be, &g2[k], pchunk[k], pitem[k], D, w2, xt, zt, cw, cws, nbi * D));
@@ -2014,15 +2154,21 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
         chunk_ok = chunk_ok && pchunk[k]->batch_ok;
         tail_ok = tail_ok && ptail[k]->batch_ok;
     }
-    const int64_t nw = o2p * g2[0].k_vol * cp;
+    const int64_t nw = o2p * kvol2 * cp;
     k_w_depth<<<ditto_cuda_blocks(nw, 256), 256, 0, cu->stream>>>((const __half *)w->data, w_krsc(w), w2, (int)g->O, (int)g->C, (int)kd,
                                                                   (int)g->k[1], (int)g->k[2], (int)cp, nw);
     DITTO_CUDA_LAUNCHED(be);
     for (int64_t n = 0; n < g->N;) {
-        /* the biggest chunk every piece checked: nbi items, the tail, else one item (D slices, the reference) */
+        /*
+         * the biggest chunk every piece checked: nbi items, the tail, else
+         * one item (D slices, the reference); unfolded, nbi items in calls
+         * of ds slices (the same calls for an item at every batch size)
+         */
         int64_t cnt = g->N - n < nbi ? g->N - n : nbi;
         ConvPlan *const *p;
-        if (cnt == nbi && chunk_ok) {
+        if (unfold) {
+            p = pitem;
+        } else if (cnt == nbi && chunk_ok) {
             p = pchunk;
         } else if (tail_ok && cnt == tail_items) {
             p = ptail;
@@ -2032,15 +2178,31 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
         }
         const __half *xi = (const __half *)x->data + n * g->C * D * HW;
         __half *yi = (__half *)y->data + n * g->O * D * HW;
-        launch_to_nhwc(cu->stream, xi, xt, g->C, cp, D * HW, cnt);   /* (cnt, D*HW, Cp): cnt*D slices, NHWC */
-        DITTO_CUDA_LAUNCHED(be);
-        for (int k = 0; k < np; k++)
-            DITTO_TRY(plan_run(be, p[k], xt, wk[k], zk[k], cw));
-        const int64_t npos = cnt * D * HW;
-        k_depth_combine<<<ditto_cuda_blocks(npos, 256), 256, 0, cu->stream>>>(zk[0], (int)width[0], zk[1], (int)width[1],
-                                                                              bias ? bias->data : NULL, bias && bias->dtype == DITTO_F16,
-                                                                              accum, yi, (int)g->O, (int)kd, (int)g->pb[0], (int)D,
-                                                                              HW, npos);
+        if (unfold) {
+            const size_t smem = (size_t)(g->in[2] * cp) * 2;
+            for (int64_t s0 = 0; s0 < cnt * D; s0 += ds) {
+                k_unfold_w<<<(unsigned)(ds * g->in[1]), 256, smem, cu->stream>>>(xi, (uint4 *)xu, (int)g->C, (int)cp, (int)D, (int)g->in[1],
+                                                                                 (int)g->in[2], (int)kwu, (int)g->pb[2], s0);
+                DITTO_CUDA_LAUNCHED(be);
+                for (int k = 0; k < np; k++)
+                    DITTO_TRY(plan_run(be, p[k], xu, wk[k], zk[k] + s0 * HW * width[k], cw));
+            }
+        } else {
+            launch_to_nhwc(cu->stream, xi, xt, g->C, cp, D * HW, cnt);   /* (cnt, D*HW, Cp): cnt*D slices, NHWC */
+            DITTO_CUDA_LAUNCHED(be);
+            for (int k = 0; k < np; k++)
+                DITTO_TRY(plan_run(be, p[k], xt, wk[k], zk[k], cw));
+        }
+        const void *bp = bias ? bias->data : NULL;
+        const bool bh = bias && bias->dtype == DITTO_F16;
+        if (np == 1 && g->O % 2 == 0 && HW % COMB_P == 0) {
+            k_depth_combine_t<<<dim3((unsigned)(HW / COMB_P), (unsigned)(cnt * D)), COMB_T, 0, cu->stream>>>(
+                zk[0], (int)width[0], bp, bh, accum, relu, yi, (int)g->O, (int)kd, (int)g->pb[0], (int)D, HW);
+        } else {
+            const int64_t npos = cnt * D * HW;
+            k_depth_combine<<<ditto_cuda_blocks(npos, 256), 256, 0, cu->stream>>>(zk[0], (int)width[0], zk[1], (int)width[1], bp, bh, accum,
+                                                                                  relu, yi, (int)g->O, (int)kd, (int)g->pb[0], (int)D, HW, npos);
+        }
         DITTO_CUDA_LAUNCHED(be);
         n += cnt;
     }
@@ -2245,8 +2407,7 @@ static int conv_nchw(DittoBackend *be, const DittoConvParams *p, const DittoTens
         return bias_act(be, y, NULL, p->relu, false, g.O, g.out_vol);
     }
     if (f16 && mode == 2 && g.C > 0 && g.in_vol > 0 && depth_split_fits(&g)) {
-        DITTO_TRY(conv_depth_split(be, &g, x, w, bias, p->accumulate, y));
-        return bias_act(be, y, NULL, p->relu, false, g.O, g.out_vol);
+        return conv_depth_split(be, &g, x, w, bias, p->accumulate, p->relu, y);
     }
     if (f16 && mode > 0 && g.G == 1 && !asym && g.C > 0 && g.in_vol > 0)
         return conv_nhwc(be, &g, x, w, bias, p->relu, p->accumulate, y, mode >= 2);
