@@ -98,6 +98,7 @@ struct DittoDecoder {
     DecBlock up[DEC_MAX_UP];            /* up_0 (512 -> 256), up_1 (256 -> 64) */
     DittoTensor img_w;                  /* conv_img.0.weight (12,64,3,3) (conv_img.weight (3,64,3,3) without PixelShuffle) */
     DittoTensor img_b;                  /* conv_img.0.bias (12) */
+    DittoTensor img_wp, img_bp;         /* CUDA f16: the same with zero outputs up to a multiple of 8 (16,64,3,3), (16) (img_pad) */
     size_t up_budget;                   /* bytes of up-block activations per chunk of items (0: DEC_UP_BUDGET) */
     int layout;                         /* -1 auto, 0 NCHW, 1 NHWC (ditto_decoder_set_layout) */
 };
@@ -197,6 +198,40 @@ static void load_spade(DittoLoader *l, DecSpade *s, int64_t c, int64_t hidden, i
     ditto_loader_get_cat(l, &s->gb_b, 2, (const char *const[]){ gbias, bbias }, DITTO_SHAPE(c));
 }
 
+typedef struct PadDims {
+    int64_t rows, rows_p, per;   /* rows of per values -> rows_p rows, the new ones zero */
+} PadDims;
+
+static void pad_rows(void *ctx, const float *w, float *pw)
+{
+    const PadDims *d = ctx;
+    memcpy(pw, w, (size_t)(d->rows * d->per) * sizeof(float));
+    memset(pw + d->rows * d->per, 0, (size_t)((d->rows_p - d->rows) * d->per) * sizeof(float));
+}
+
+/*
+ * conv_img channels-last with outputs padded to a multiple of 8: on CUDA
+ * with f16 activations, where that is a tensor-core convolution of x as it
+ * is. Elsewhere the 12 outputs as they are (on the CPU the channels-last
+ * forward then gives the NCHW one's bits).
+ */
+static bool img_pad(const DittoDecoder *m)
+{
+    return m->be->device == DITTO_DEVICE_CUDA && m->act == DITTO_F16;
+}
+
+/* conv_img's weight (o, c, 3, 3) and bias (o) as bound, and (img_pad) padded with zero outputs to a multiple of 8. */
+static void load_img(DittoLoader *l, DittoDecoder *m, int64_t o, int64_t c, const char *key)
+{
+    ditto_loader_get(l, &m->img_w, DITTO_SHAPE(o, c, 3, 3), "%s.weight", key);
+    ditto_loader_get(l, &m->img_b, DITTO_SHAPE(o), "%s.bias", key);
+    if (!img_pad(m))
+        return;
+    PadDims pw = { o, (o + 7) / 8 * 8, c * 9 }, pb = { o, pw.rows_p, 1 };
+    ditto_loader_get_map(l, &m->img_wp, DITTO_SHAPE(o, c, 3, 3), DITTO_SHAPE(pw.rows_p, c, 3, 3), pad_rows, &pw, "%s.weight", key);
+    ditto_loader_get_map(l, &m->img_bp, DITTO_SHAPE(o), DITTO_SHAPE(pb.rows_p), pad_rows, &pb, "%s.bias", key);
+}
+
 /* SPADEResnetBlock at key with input channels fin; fmid and fout from conv_0 / conv_1; up: after a nearest x2 (sub-pixel SPADEs). */
 static void load_block(DittoDecoder *m, DittoLoader *l, DecBlock *b, int64_t fin, bool up, const char *key)
 {
@@ -275,12 +310,10 @@ int ditto_decoder_load(DittoDecoder **out, DittoBackend *be, DittoCatalog *cat)
         for (int r = 3; r <= 8 && e->ndim == 4; r++)
             if (e->shape[0] == 3 * r * r)
                 m->upscale = r;
-        ditto_loader_get(&l, &m->img_w, DITTO_SHAPE(3 * m->upscale * m->upscale, c_last, 3, 3), "conv_img.0.weight");
-        ditto_loader_get(&l, &m->img_b, DITTO_SHAPE(3 * m->upscale * m->upscale), "conv_img.0.bias");
+        load_img(&l, m, 3 * m->upscale * m->upscale, c_last, "conv_img.0");
     } else if (!l.err) {
         m->upscale = 1;
-        ditto_loader_get(&l, &m->img_w, DITTO_SHAPE(3, c_last, 3, 3), "conv_img.weight");
-        ditto_loader_get(&l, &m->img_b, DITTO_SHAPE(3), "conv_img.bias");
+        load_img(&l, m, 3, c_last, "conv_img");
     }
     rc = ditto_loader_finish(&l);
     if (rc < 0) {
@@ -658,21 +691,25 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
 
         /*
          * x = conv_img(leaky_relu(x, 0.2)); conv_img = conv 3x3 -> PixelShuffle(2).
-         * Channels-last x goes back to NCHW for conv_img (its few outputs suit
-         * the NCHW kernels) in the pass that applies the LeakyReLU.
+         * Channels-last: the LeakyReLU in place, conv_img channels-last (on
+         * CUDA f16 with its outputs padded to 16, img_pad), then its 12 real
+         * channels to NCHW for the shuffle (1.5 MB an item, not x's 8 MB).
          */
-        if (nhwc) {
-            DittoTensor xn, xv;
-            TRY(ditto_nn_new(ws, m->act, &xn, DITTO_SHAPE(nb, x.shape[3], H, W)));
-            TRY(ditto_tensor_permute(&x, (const int[]){ 0, 3, 1, 2 }, &xv));
-            TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &xv, &xn));             /* (B,64,256,256) */
-            x = xn;
-        } else {
-            TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &x, &x));
-        }
         const int r = m->upscale;
         TRY(ditto_nn_new(ws, m->act, &c_img, DITTO_SHAPE(nb, 3 * r * r, H, W)));
-        TRY(ditto_op_conv(be, &pad1, &x, &m->img_w, &m->img_b, &c_img));                    /* (B,12,256,256) */
+        if (nhwc) {
+            const bool pad = m->img_wp.data != NULL;
+            const DittoTensor *iw = pad ? &m->img_wp : &m->img_w, *ib = pad ? &m->img_bp : &m->img_b;
+            DittoTensor cp, cv;
+            TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &x, &x));               /* (B,256,256,64) */
+            TRY(ditto_nn_new(ws, m->act, &cp, DITTO_SHAPE(nb, H, W, iw->shape[0])));
+            TRY(ditto_op_conv(be, &pad1_act, &x, iw, ib, &cp));                              /* (B,256,256,16) */
+            TRY(ditto_tensor_slice(&cp, 3, 0, 3 * r * r, 1, &cv));
+            TRY(relayout(be, &cv, false, &c_img));                                           /* (B,12,256,256) */
+        } else {
+            TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &x, &x));
+            TRY(ditto_op_conv(be, &pad1, &x, &m->img_w, &m->img_b, &c_img));                /* (B,12,256,256) */
+        }
         logits = c_img;
         if (r > 1) {
             TRY(ditto_nn_new(ws, m->act, &logits, DITTO_SHAPE(nb, 3, H * r, W * r)));
