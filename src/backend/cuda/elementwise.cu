@@ -386,79 +386,6 @@ static int cuda_unary(DittoBackend *be, const DittoUnaryParams *p, const DittoTe
     return 0;
 }
 
-/* ---- bias_unary ---- */
-
-/*
- * y = f(x + bias[i_axis]) over y's logical shape (row-major), elements of
- * vec values: vec 4 when the axis is the last, contiguous in x and y, f16
- * both, its extent and every stride multiples of 4 and the pointers 8-byte
- * aligned (each element then 8 bytes: 4 channels, the last extent and the
- * strides given in those units); vec 1 otherwise. fp32 math, one rounding
- * (what conv's bias pass did before the move).
- */
-typedef struct BuDims {
-    int nd, axis, vec;
-    int64_t shape[DITTO_MAX_DIMS], xs[DITTO_MAX_DIMS], ys[DITTO_MAX_DIMS];
-} BuDims;
-
-static __global__ void bias_unary_kernel(const __grid_constant__ BuDims d, int64_t n, int kind, float a, float b, void *y, bool yh,
-                                         const void *x, bool xh, const void *bias, bool bh)
-{
-    EW_LOOP(i, n) {
-        int64_t t = i, xo = 0, yo = 0, c = 0;
-        for (int k = d.nd - 1; k >= 0; k--) {
-            const int64_t idx = t % d.shape[k];
-            t /= d.shape[k];
-            xo += idx * d.xs[k];
-            yo += idx * d.ys[k];
-            if (k == d.axis)
-                c = idx;
-        }
-        if (d.vec == 4) {
-            uint2 u = ((const uint2 *)x)[xo], o;
-            const __half *h = (const __half *)&u;
-            __half *oh = (__half *)&o;
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                oh[j] = __float2half_rn(unary_f(kind, a, b, __half2float(h[j]) + ditto_ld(bias, 4 * c + j, bh)));
-            ((uint2 *)y)[yo] = o;
-        } else {
-            ditto_st(y, yo, unary_f(kind, a, b, ditto_ld(x, xo, xh) + ditto_ld(bias, c, bh)), yh);
-        }
-    }
-}
-
-static int cuda_bias_unary(DittoBackend *be, const DittoUnaryParams *p, int axis, const DittoTensor *x, const DittoTensor *bias,
-                           DittoTensor *y)
-{
-    bool xh = false, yh = false, bh = false;
-    DITTO_TRY(float_dtype(be, "bias_unary", x, &xh));
-    DITTO_TRY(float_dtype(be, "bias_unary", y, &yh));
-    DITTO_TRY(float_dtype(be, "bias_unary", bias, &bh));
-    const int64_t n = ditto_tensor_numel(y);
-    if (n == 0)
-        return 0;
-    BuDims d;
-    d.nd = y->ndim;
-    d.axis = axis;
-    const int last = y->ndim - 1;
-    bool v4 = xh && yh && axis == last && x->stride[last] == 1 && y->stride[last] == 1 && y->shape[last] % 4 == 0 &&
-              ((uintptr_t)x->data | (uintptr_t)y->data) % 8 == 0;
-    for (int k = 0; k < last && v4; k++)
-        v4 = x->stride[k] % 4 == 0 && y->stride[k] % 4 == 0;
-    d.vec = v4 ? 4 : 1;
-    for (int k = 0; k < y->ndim; k++) {
-        d.shape[k] = k == last ? y->shape[k] / d.vec : y->shape[k];
-        d.xs[k] = k == last ? x->stride[k] : x->stride[k] / d.vec;
-        d.ys[k] = k == last ? y->stride[k] : y->stride[k] / d.vec;
-    }
-    const int64_t ne = n / d.vec;
-    bias_unary_kernel<<<ew_blocks(ne), EW_THREADS, 0, ditto_cuda(be)->stream>>>(d, ne, (int)p->kind, p->alpha, p->beta, y->data, yh, x->data,
-                                                                                xh, bias->data, bh);
-    DITTO_CUDA_LAUNCHED(be);
-    return 0;
-}
-
 /* ---- binary ---- */
 
 static __device__ __forceinline__ float binary_f(int kind, float u, float v)
@@ -888,7 +815,6 @@ void ditto_cuda_init_elementwise(DittoOps *ops)
     ops->fill = cuda_fill;
     ops->randn = cuda_randn;
     ops->unary = cuda_unary;
-    ops->bias_unary = cuda_bias_unary;
     ops->binary = cuda_binary;
     ops->softmax = cuda_softmax;
     ops->reduce = cuda_reduce;
