@@ -14,7 +14,8 @@
  * channels-last (NHWC: the feature is transposed once, convolutions and
  * SPADE norms take and give (B,H,W,C), nearest upsampling is a copy from a
  * broadcast view), so cuDNN's tensor-core convolutions need no transposes
- * between layers; x goes back to NCHW once before conv_img. Shape comments
+ * between layers; conv_img's 12 outputs go back to NCHW for the pixel
+ * shuffle. Shape comments
  * stay in NCHW order. NCHW elsewhere; ditto_decoder_set_layout and
  * DITTO_DECODER_LAYOUT override the choice.
  *
