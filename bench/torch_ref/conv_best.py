@@ -96,7 +96,8 @@ def mask_split():
 def reshape():
     """The warp's slow convolutions (8 items) against other forms of the same
     sums: dec 4 (128 -> 32) and hg_out (144 -> 144) as depth splits (a 2-D
-    conv over the 128 slices with kd * O outputs), the mask head with its
+    conv over the 128 slices with kd * O outputs), hg_out's outputs in two
+    pieces, the mask head with its
     inputs split 128 + 16, and with its 7 kw taps unfolded into 1008 (1024)
     channels of a 7x1 conv."""
     with torch.no_grad():
@@ -108,6 +109,8 @@ def reshape():
         conv3d(8, 128, 128, 16, 64, 64, 3, "3d 128->128 3x3x3")
         for co in (128, 192, 256, 432):
             conv2d(128, 144, co, 64, 64, 3, 3, f"hg_out split 144->{co} 3x3")
+        for co in (96, 48, 16):   # hg_out's outputs in pieces that fill cuDNN's tiles: 96 + 48, 128 + 16
+            conv3d(8, 144, co, 16, 64, 64, 3, f"hg_out 3d 144->{co} 3x3x3")
         conv3d(8, 112, 64, 16, 64, 64, 3, "enc0 3d 112->64 3x3x3")
         conv2d(128, 112, 192, 64, 64, 3, 3, "enc0 split 112->192 3x3")
         for ci in (128, 16, 32, 192):
