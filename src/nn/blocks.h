@@ -43,7 +43,6 @@ typedef struct DittoConvBn {
     bool folded;            /* the norm folded into weight and bias at load (ditto_loader_get_conv_bn) */
 } DittoConvBn;
 
-/* Bind <key>.conv.weight (out, in, 3 in each of ns = 2 or 3 spatial dims), <key>.conv.bias and <key>.norm.* (out). */
 /*
  * Whether a network's convolution weights load channels-last
  * (DittoLoader.conv_channels_last): on CUDA with f16 activations, unless
@@ -52,6 +51,7 @@ typedef struct DittoConvBn {
 bool ditto_nn_conv_channels_last(const DittoBackend *be, DittoDType act);
 /* Tests: force the answer (1 on, 0 off) for networks loaded next; -1 restores the rule above. */
 void ditto_nn_force_conv_channels_last(int on);
+/* Bind <key>.conv.weight (out, in, 3 in each of ns = 2 or 3 spatial dims), <key>.conv.bias and <key>.norm.* (out). */
 void ditto_nn_load_conv_bn(DittoLoader *l, DittoConvBn *b, int ns, int64_t out, int64_t in, const char *key);
 /* The same keys, the eval-mode norm folded into the convolution's weight and bias (b->folded). */
 void ditto_nn_load_conv_bn_folded(DittoLoader *l, DittoConvBn *b, int ns, int64_t out, int64_t in, const char *key);

@@ -1691,14 +1691,20 @@ static int conv_small_o(DittoBackend *be, const ConvGeom *g, int64_t H, int64_t 
  */
 #define NHWC_CHUNK_DEFAULT ((size_t)32 << 20)
 
+/* An integer measurement switch: the variable's value when in [lo, hi], else dflt. */
+static int env_int(const char *name, int lo, int hi, int dflt)
+{
+    const char *e = getenv(name);
+    int v = e ? atoi(e) : dflt;
+    return v >= lo && v <= hi ? v : dflt;
+}
+
 /* DITTO_CUDA_NHWC_CHUNK_MB overrides the chunk bytes, for memory measurements. */
 static size_t nhwc_chunk_bytes(void)
 {
     static size_t b = 0;
-    if (!b) {
-        const char *e = getenv("DITTO_CUDA_NHWC_CHUNK_MB");
-        b = e && atoi(e) > 0 ? (size_t)atoi(e) << 20 : NHWC_CHUNK_DEFAULT;
-    }
+    if (!b)
+        b = (size_t)env_int("DITTO_CUDA_NHWC_CHUNK_MB", 1, INT_MAX, (int)(NHWC_CHUNK_DEFAULT >> 20)) << 20;
     return b;
 }
 #define NHWC_CHUNK_BYTES nhwc_chunk_bytes()
@@ -1938,6 +1944,15 @@ static __global__ void k_unfold_w(const __half *x, uint4 *xu, int C, int Cp, int
     }
 }
 
+/* The tap sum's output: *y = acc + bias[o] (+ *y when accum), max(0, .) when relu, rounded once. */
+static __device__ __forceinline__ void combine_store(float acc, const void *bias, bool bh, int o, bool accum, bool relu, __half *y)
+{
+    float r = acc + (bias ? ditto_ld(bias, o, bh) : 0.0f);
+    if (accum)
+        r += __half2float(*y);
+    *y = __float2half_rn(relu ? fmaxf(r, 0.0f) : r);
+}
+
 /*
  * y (N, O, D, HW) = bias + sum_i Z[n*D + d + i - pd][hw][i*O + o] (+ y when
  * accum), then max(0, .) when relu; a thread per (n, d, hw), all O. Z's
@@ -1968,15 +1983,9 @@ static __global__ void k_depth_combine(const __half *z0, int w0, const __half *z
             }
         }
 #pragma unroll
-        for (int o = 0; o < DEPTH_MAX_O; o++) {
-            if (o < O) {
-                const int64_t i = ((n * O + o) * D + d) * HW + hw;
-                float r = acc[o] + (bias ? ditto_ld(bias, o, bh) : 0.0f);
-                if (accum)
-                    r += __half2float(y[i]);
-                y[i] = __float2half_rn(relu ? fmaxf(r, 0.0f) : r);
-            }
-        }
+        for (int o = 0; o < DEPTH_MAX_O; o++)
+            if (o < O)
+                combine_store(acc[o], bias, bh, o, accum, relu, y + ((n * O + o) * D + d) * HW + hw);
     }
 }
 
@@ -2024,13 +2033,8 @@ static __global__ void __launch_bounds__(COMB_T) k_depth_combine_t(const __half 
 #pragma unroll
     for (int k = 0; k < NA; k++) {
         const int t = threadIdx.x + k * COMB_T, o = t / COMB_P, p = t % COMB_P;
-        if (o < O) {
-            const int64_t i = ((n * O + o) * D + d) * HW + hw0 + p;
-            float r = acc[k] + (bias ? ditto_ld(bias, o, bh) : 0.0f);
-            if (accum)
-                r += __half2float(y[i]);
-            y[i] = __float2half_rn(relu ? fmaxf(r, 0.0f) : r);
-        }
+        if (o < O)
+            combine_store(acc[k], bias, bh, o, accum, relu, y + ((n * O + o) * D + d) * HW + hw0 + p);
     }
 }
 
@@ -2040,13 +2044,6 @@ static __global__ void __launch_bounds__(COMB_T) k_depth_combine_t(const __half 
  * keeps wide kernels' kw taps; DITTO_CUDA_UNFOLD_SLICES=n (1..64) sets the
  * slices unfolded at a time. Each read once.
  */
-static int env_int(const char *name, int lo, int hi, int dflt)
-{
-    const char *e = getenv(name);
-    int v = e ? atoi(e) : dflt;
-    return v >= lo && v <= hi ? v : dflt;
-}
-
 static int depth_pieces_env(void)
 {
     static int n = -1;
@@ -2139,7 +2136,7 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
     char *ws;
     DITTO_TRY(ditto_cuda_workspace(be, w2_bytes + xt_bytes + zt_bytes + xu_bytes + cws, (void **)&ws));
     /* w2 (o2p, kh, kw, Cp): piece k's rows follow piece k-1's; Z piece k (slices, HW, width[k]) likewise */
-    __half *w2 = (__half *)ws, *xt = (__half *)(ws + w2_bytes), *zt = (__half *)(ws + w2_bytes + xt_bytes);
+    __half *w2 = (__half *)ws, *xt = unfold ? NULL : (__half *)(ws + w2_bytes), *zt = (__half *)(ws + w2_bytes + xt_bytes);
     __half *xu = unfold ? (__half *)(ws + w2_bytes + xt_bytes + zt_bytes) : NULL;
     __half *wk[2] = { w2, w2 + width[0] * kvol2 * cp }, *zk[2] = { zt, zt + nbi * D * HW * width[0] };
     void *cw = cws ? ws + w2_bytes + xt_bytes + zt_bytes + xu_bytes : NULL;
@@ -2158,6 +2155,8 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
     k_w_depth<<<ditto_cuda_blocks(nw, 256), 256, 0, cu->stream>>>((const __half *)w->data, w_krsc(w), w2, (int)g->O, (int)g->C, (int)kd,
                                                                   (int)g->k[1], (int)g->k[2], (int)cp, nw);
     DITTO_CUDA_LAUNCHED(be);
+    const void *bp = bias ? bias->data : NULL;
+    const bool bh = bias && bias->dtype == DITTO_F16;
     for (int64_t n = 0; n < g->N;) {
         /*
          * the biggest chunk every piece checked: nbi items, the tail, else
@@ -2193,8 +2192,6 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
             for (int k = 0; k < np; k++)
                 DITTO_TRY(plan_run(be, p[k], xt, wk[k], zk[k], cw));
         }
-        const void *bp = bias ? bias->data : NULL;
-        const bool bh = bias && bias->dtype == DITTO_F16;
         if (np == 1 && g->O % 2 == 0 && HW % COMB_P == 0) {
             k_depth_combine_t<<<dim3((unsigned)(HW / COMB_P), (unsigned)(cnt * D)), COMB_T, 0, cu->stream>>>(
                 zk[0], (int)width[0], bp, bh, accum, relu, yi, (int)g->O, (int)kd, (int)g->pb[0], (int)D, HW);
