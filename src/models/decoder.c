@@ -25,8 +25,9 @@
  * on the same source pixel summed (ditto-architecture.md 5.5 gives the
  * upsample-then-conv form; the two are equal in exact arithmetic). The four
  * parities run as one 2x2 convolution (padding 1) with 4 x 128 outputs at
- * half resolution, 4/9 of the multiply-adds, and a strided copy interleaves
- * them; no full-resolution label map is made.
+ * half resolution, 4/9 of the multiply-adds, and one strided pass
+ * interleaves them, adding the bias and applying the relu on the way; no
+ * full-resolution label map is made.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -61,7 +62,7 @@ typedef struct DecSpade {
     int64_t c;
     bool phase;             /* in an up block: mlp_shared as the sub-pixel phase convolution */
     DittoTensor shared_w;   /* <spade>.mlp_shared.0.weight (128,256,3,3); phase: (4*128,256,2,2), parity (ry,rx) in rows (2ry+rx)*128.. */
-    DittoTensor shared_b;   /* <spade>.mlp_shared.0.bias (128); phase: repeated for the 4 parities (4*128) */
+    DittoTensor shared_b;   /* <spade>.mlp_shared.0.bias (128); phase: added by phase_interleave (every parity the same) */
     DittoTensor gb_w;       /* <spade>.mlp_gamma.weight ; <spade>.mlp_beta.weight (2c,128,3,3) */
     DittoTensor gb_b;       /* <spade>.mlp_gamma.bias ; <spade>.mlp_beta.bias (2c) */
 } DecSpade;
@@ -169,14 +170,6 @@ static void phase_weights(void *ctx, const float *w, float *pw)
     }
 }
 
-/* (O) -> (4O): the bias of each parity */
-static void phase_bias(void *ctx, const float *b, float *pb)
-{
-    const PhaseDims *d = ctx;
-    for (int p = 0; p < 4; p++)
-        memcpy(pb + p * d->o, b, (size_t)d->o * sizeof(float));
-}
-
 static void load_spade(DittoLoader *l, DecSpade *s, int64_t c, int64_t hidden, int64_t label, bool phase, const char *key)
 {
     s->c = c;
@@ -185,11 +178,10 @@ static void load_spade(DittoLoader *l, DecSpade *s, int64_t c, int64_t hidden, i
         PhaseDims pd = { hidden, label };
         ditto_loader_get_map(l, &s->shared_w, DITTO_SHAPE(hidden, label, 3, 3), DITTO_SHAPE(4 * hidden, label, 2, 2), phase_weights, &pd,
                              "%s.mlp_shared.0.weight", key);
-        ditto_loader_get_map(l, &s->shared_b, DITTO_SHAPE(hidden), DITTO_SHAPE(4 * hidden), phase_bias, &pd, "%s.mlp_shared.0.bias", key);
     } else {
         ditto_loader_get(l, &s->shared_w, DITTO_SHAPE(hidden, label, 3, 3), "%s.mlp_shared.0.weight", key);
-        ditto_loader_get(l, &s->shared_b, DITTO_SHAPE(hidden), "%s.mlp_shared.0.bias", key);
     }
+    ditto_loader_get(l, &s->shared_b, DITTO_SHAPE(hidden), "%s.mlp_shared.0.bias", key);
     char gw[128], bw[128], gbias[128], bbias[128];
     snprintf(gw, sizeof gw, "%s.mlp_gamma.weight", key);
     snprintf(bw, sizeof bw, "%s.mlp_beta.weight", key);
@@ -408,28 +400,22 @@ static int upsample_nhwc(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
 
 /*
  * The hidden activation of a sub-pixel SPADE from its phase convolution's
- * output p, (B,h+1,w+1,4C) channels-last or (B,4C,h+1,w+1): parity (ry, rx)
- * sits in channels (2ry + rx)C.. at window offset (ry, rx), so
- * y[b, 2qy+ry, 2qx+rx, c] = p[b, qy+ry, qx+rx, (2ry+rx)C + c], an affine
- * view of p: one strided copy into y, (B,2h,2w,C) or (B,C,2h,2w), seen as
- * (B,h,2,w,2,C) or (B,C,h,2,w,2). Channels-last rows whose bytes are a
- * multiple of 8 move as 8-byte elements.
+ * output p (without bias), (B,h+1,w+1,4C) channels-last or (B,4C,h+1,w+1):
+ * parity (ry, rx) sits in channels (2ry + rx)C.. at window offset (ry, rx),
+ * so y[b, 2qy+ry, 2qx+rx, c] = relu(p[b, qy+ry, qx+rx, (2ry+rx)C + c] +
+ * bias[c]), an affine view of p: one strided pass into y, (B,2h,2w,C) or
+ * (B,C,2h,2w), seen as (B,h,2,w,2,C) or (B,C,h,2,w,2), that also adds
+ * mlp_shared's bias and applies its relu (no pass over p of their own).
  */
-static int phase_interleave(DittoBackend *be, bool nhwc, const DittoTensor *p, DittoTensor *y)
+static int phase_interleave(DittoBackend *be, bool nhwc, const DittoTensor *p, const DittoTensor *bias, DittoTensor *y)
 {
-    const int64_t B = y->shape[0], h = dim_h(y, nhwc) / 2, w = dim_w(y, nhwc) / 2;
-    int64_t C = y->shape[nhwc ? 3 : 1];
+    const int64_t B = y->shape[0], h = dim_h(y, nhwc) / 2, w = dim_w(y, nhwc) / 2, C = y->shape[nhwc ? 3 : 1];
     if (dim_h(y, nhwc) % 2 || dim_w(y, nhwc) % 2 || p->shape[0] != B || p->shape[nhwc ? 3 : 1] != 4 * C || dim_h(p, nhwc) != h + 1 ||
-        dim_w(p, nhwc) != w + 1 || p->dtype != y->dtype || !ditto_tensor_is_contiguous(p) || !ditto_tensor_is_contiguous(y))
+        dim_w(p, nhwc) != w + 1 || p->dtype != y->dtype || !ditto_tensor_is_contiguous(p) || !ditto_tensor_is_contiguous(y) ||
+        ditto_tensor_numel(bias) != C)
         return ditto_fail(&be->log, DITTO_ERR_SHAPE, "decoder: sub-pixel interleave of mismatched tensors");
-    DittoDType dt = p->dtype;
     int64_t shape[6], st[6];
     if (nhwc) {
-        const size_t row = (size_t)C * ditto_dtype_size(dt);
-        if (row % 8 == 0 && ((uintptr_t)p->data | (uintptr_t)y->data) % 8 == 0) {
-            dt = DITTO_I64;
-            C = (int64_t)(row / 8);
-        }
         const int64_t sw = 4 * C, sh = (w + 1) * sw;
         const int64_t sh6[6] = { B, h, 2, w, 2, C }, st6[6] = { (h + 1) * sh, sh, sh + 2 * C, sw, sw + C, 1 };
         memcpy(shape, sh6, sizeof shape);
@@ -440,11 +426,12 @@ static int phase_interleave(DittoBackend *be, bool nhwc, const DittoTensor *p, D
         memcpy(shape, sh6, sizeof shape);
         memcpy(st, st6, sizeof st);
     }
-    DittoTensor pv = ditto_tensor(p->data, dt, 6, shape), yv = ditto_tensor(y->data, dt, 6, shape);
+    DittoTensor pv = ditto_tensor(p->data, p->dtype, 6, shape), yv = ditto_tensor(y->data, y->dtype, 6, shape);
     memcpy(pv.stride, st, sizeof st);
     pv.device = p->device;
     yv.device = y->device;
-    return ditto_op_copy(be, &pv, &yv);
+    const DittoUnaryParams relu = { DITTO_UNARY_RELU, 0.0f, 0.0f };
+    return ditto_op_bias_unary(be, &relu, nhwc ? 5 : 1, &pv, bias, &yv);
 }
 
 /* Report activation x under name, as (B,C,H,W): channels-last ones through a contiguous NCHW copy in scratch. */
@@ -493,8 +480,8 @@ static int spade(DittoBackend *be, DittoArena *ws, DittoDType act, bool nhwc, co
         TRY(new_act(ws, act, nhwc, B, hid, H, W, &actv));
         DittoArenaMark mk = ditto_arena_mark(ws);
         TRY(new_act(ws, act, nhwc, B, 4 * hid, H / 2 + 1, W / 2 + 1, &ph));
-        TRY(ditto_op_conv(be, &pad1_relu, seg, &s->shared_w, &s->shared_b, &ph));         /* the 4 parities (B,4*128,H/2+1,W/2+1) */
-        TRY(phase_interleave(be, nhwc, &ph, &actv));                                       /* relu(mlp_shared(x2(seg))) (B,128,H,W) */
+        TRY(ditto_op_conv(be, &pad1, seg, &s->shared_w, NULL, &ph));                       /* the 4 parities (B,4*128,H/2+1,W/2+1) */
+        TRY(phase_interleave(be, nhwc, &ph, &s->shared_b, &actv));                         /* relu(mlp_shared(x2(seg))) (B,128,H,W) */
         ditto_arena_release(ws, mk);
     } else {
         TRY(new_act(ws, act, nhwc, B, s->shared_w.shape[0], H, W, &actv));

@@ -159,6 +159,22 @@ int ditto_op_unary(DittoBackend *be, const DittoUnaryParams *p, const DittoTenso
     CALL(DITTO_OP_UNARY, x, y, be->ops.unary(be, p, x, y));
 }
 
+int ditto_op_bias_unary(DittoBackend *be, const DittoUnaryParams *p, int axis, const DittoTensor *x, const DittoTensor *bias, DittoTensor *y)
+{
+    NEED(DITTO_OP_BIAS_UNARY, bias_unary);
+    DITTO_TRY(check_float(be, DITTO_OP_BIAS_UNARY, "x", x));
+    DITTO_TRY(check_float(be, DITTO_OP_BIAS_UNARY, "y", y));
+    DITTO_TRY(check_float(be, DITTO_OP_BIAS_UNARY, "bias", bias));
+    DITTO_TRY(check_contig(be, DITTO_OP_BIAS_UNARY, "bias", bias));
+    if ((unsigned)p->kind >= DITTO_UNARY_COUNT)
+        return bad_arg(be, DITTO_OP_BIAS_UNARY, "unknown kind");
+    if (!ditto_tensor_same_shape(x, y))
+        return bad_shape(be, DITTO_OP_BIAS_UNARY, "x and y differ", x, y);
+    if (axis < 0 || axis >= x->ndim || bias->ndim != 1 || bias->shape[0] != x->shape[axis])
+        return bad_shape(be, DITTO_OP_BIAS_UNARY, "bias does not match x along the axis", x, bias);
+    CALL(DITTO_OP_BIAS_UNARY, x, y, be->ops.bias_unary(be, p, axis, x, bias, y));
+}
+
 int ditto_op_act(DittoBackend *be, DittoUnaryKind kind, float alpha, const DittoTensor *x, DittoTensor *y)
 {
     DittoUnaryParams p = { kind, alpha, 0 };

@@ -280,6 +280,7 @@ typedef struct DittoOps {
     int (*copy)(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);  /* strided, casts dtype */
     int (*fill)(struct DittoBackend *be, float value, DittoTensor *y);
     int (*unary)(struct DittoBackend *be, const DittoUnaryParams *p, const DittoTensor *x, DittoTensor *y);
+    int (*bias_unary)(struct DittoBackend *be, const DittoUnaryParams *p, int axis, const DittoTensor *x, const DittoTensor *bias, DittoTensor *y);
     int (*binary)(struct DittoBackend *be, const DittoBinaryParams *p, const DittoTensor *a, const DittoTensor *b, DittoTensor *y);
     int (*softmax)(struct DittoBackend *be, const DittoSoftmaxParams *p, const DittoTensor *x, DittoTensor *y);
     int (*reduce)(struct DittoBackend *be, const DittoReduceParams *p, const DittoTensor *x, DittoTensor *y);
@@ -334,6 +335,14 @@ int ditto_op_fill(struct DittoBackend *be, float value, DittoTensor *y);
 /* y = f(x); same shape; x and y may be strided; y may be x (in place). */
 int ditto_op_unary(struct DittoBackend *be, const DittoUnaryParams *p, const DittoTensor *x, DittoTensor *y);
 int ditto_op_act(struct DittoBackend *be, DittoUnaryKind kind, float alpha, const DittoTensor *x, DittoTensor *y);
+/*
+ * y = f(x + bias[i_axis]): bias (x.shape[axis]) contiguous, added along axis;
+ * same shape; x and y may be strided; y may be x (in place). A bias and
+ * activation applied in the pass that moves x (the decoder's sub-pixel
+ * interleave).
+ */
+int ditto_op_bias_unary(struct DittoBackend *be, const DittoUnaryParams *p, int axis, const DittoTensor *x, const DittoTensor *bias,
+                        DittoTensor *y);
 /* y = a (op) b with NumPy broadcasting; a, b strided; y contiguous with the broadcast shape; y may alias a or b of the same shape. */
 int ditto_op_binary(struct DittoBackend *be, DittoBinaryKind kind, const DittoTensor *a, const DittoTensor *b, DittoTensor *y);
 /* softmax along axis; y same shape; y may be x. */

@@ -344,8 +344,11 @@ static bool unary_exact(DittoUnaryKind k)
            k == DITTO_UNARY_CLIP;
 }
 
-/* y = f(x) for a view x into a view y; ref computed into the layout of ytt (y covers ytt). */
-static void unary_case(TestCtx *c, const char *name, const DittoUnaryParams *p, View x, TT *ytt, View y)
+/*
+ * y = f(x) (or f(x + b[i_axis]) with a bias b: bias_unary) for a view x into
+ * a view y; ref computed into the layout of ytt (y covers ytt).
+ */
+static void unary_bias_case(TestCtx *c, const char *name, const DittoUnaryParams *p, View x, TT *b, int axis, TT *ytt, View y)
 {
     int64_t n = ditto_tensor_numel(&ytt->host), idx[DITTO_MAX_DIMS] = { 0 };
     double *ref = ref_alloc(n);
@@ -355,12 +358,86 @@ static void unary_case(TestCtx *c, const char *name, const DittoUnaryParams *p, 
         int64_t off = 0;
         for (int d = 0; d < y.h.ndim; d++)
             off += idx[d] * y.h.stride[d];
-        ref[(const float *)y.h.data + off - ybase] = unary_ref(p, at(&x.h, idx));
+        ref[(const float *)y.h.data + off - ybase] = unary_ref(p, b ? at(&x.h, idx) + tt_f32(b)[idx[axis]] : at(&x.h, idx));
     } while (x.h.ndim > 0 && op_next_idx(idx, x.h.shape, x.h.ndim));
-    int rc = ditto_op_unary(c->be, p, &x.d, &y.d);
-    double tol = unary_exact(p->kind) ? 0 : 2e-6;
+    int rc = b ? ditto_op_bias_unary(c->be, p, axis, &x.d, &b->dev, &y.d) : ditto_op_unary(c->be, p, &x.d, &y.d);
+    double tol = !b && unary_exact(p->kind) ? 0 : 2e-6;
     op_check(c, name, rc, ytt, ref, tol, tol);
     free(ref);
+}
+
+static void unary_case(TestCtx *c, const char *name, const DittoUnaryParams *p, View x, TT *ytt, View y)
+{
+    unary_bias_case(c, name, p, x, NULL, 0, ytt, y);
+}
+
+static void bias_unary_case(TestCtx *c, const char *name, const DittoUnaryParams *p, int axis, View x, TT *b, TT *ytt, View y)
+{
+    unary_bias_case(c, name, p, x, b, axis, ytt, y);
+}
+
+/*
+ * bias_unary: contiguous along the last axis and the decoder's sub-pixel
+ * interleave (a 6-D view of a (B, h+1, w+1, 4C) tensor into (B, 2h, 2w,
+ * C)), both the CUDA f16 path of 8 channels a thread; along a middle axis
+ * of a permuted x, in place; a bias of the wrong size.
+ */
+static void test_bias_unary(TestCtx *c)
+{
+    const DittoUnaryParams relu = { DITTO_UNARY_RELU, 0, 0 }, leaky = { DITTO_UNARY_LEAKY_RELU, 0.2f, 0 };
+    const DittoUnaryParams sig = { DITTO_UNARY_SIGMOID, 0, 0 };
+    if (test_selected(c, "bias_unary/last_axis")) {
+        TT *x = new_rand(c, 3, (int64_t[]){ 3, 5, 16 }, -2, 2), *b = new_rand(c, 1, (int64_t[]){ 16 }, -1, 1);
+        TT *y = new_out(c, DITTO_F32, 3, (int64_t[]){ 3, 5, 16 });
+        bias_unary_case(c, "bias_unary/last_axis", &relu, 2, view_of(x), b, y, view_of(y));
+        tt_free(x);
+        tt_free(b);
+        tt_free(y);
+    }
+    if (test_selected(c, "bias_unary/interleave")) {
+        const int64_t B = 2, h = 3, w = 5, C = 16, sw = 4 * C, sh = (w + 1) * sw;
+        TT *p = new_rand(c, 4, (int64_t[]){ B, h + 1, w + 1, 4 * C }, -2, 2), *b = new_rand(c, 1, &C, -1, 1);
+        TT *y = new_out(c, DITTO_F32, 6, (int64_t[]){ B, h, 2, w, 2, C });
+        View pv = view_of(p);
+        const int64_t shape[6] = { B, h, 2, w, 2, C }, st[6] = { (h + 1) * sh, sh, sh + 2 * C, sw, sw + C, 1 };
+        DittoTensor *ts[2] = { &pv.h, &pv.d };
+        for (int k = 0; k < 2; k++) {
+            ts[k]->ndim = 6;
+            memcpy(ts[k]->shape, shape, sizeof shape);
+            memcpy(ts[k]->stride, st, sizeof st);
+        }
+        bias_unary_case(c, "bias_unary/interleave", &relu, 5, pv, b, y, view_of(y));
+        tt_free(p);
+        tt_free(b);
+        tt_free(y);
+    }
+    if (test_selected(c, "bias_unary/middle_axis_strided")) {
+        TT *x = new_rand(c, 3, (int64_t[]){ 4, 6, 5 }, -2, 2), *b = new_rand(c, 1, (int64_t[]){ 4 }, -1, 1);
+        View xv = view_permute(view_of(x), (int[]){ 2, 0, 1 });   /* (5, 4, 6) */
+        TT *y = new_out(c, DITTO_F32, 3, xv.h.shape);
+        bias_unary_case(c, "bias_unary/middle_axis_strided", &leaky, 1, xv, b, y, view_of(y));
+        tt_free(x);
+        tt_free(b);
+        tt_free(y);
+    }
+    if (test_selected(c, "bias_unary/inplace")) {
+        TT *x = new_rand(c, 2, (int64_t[]){ 6, 8 }, -3, 3), *b = new_rand(c, 1, (int64_t[]){ 6 }, -1, 1);
+        double ref[48];
+        for (int i = 0; i < 48; i++)
+            ref[i] = 1.0 / (1.0 + exp(-((double)tt_f32(x)[i] + tt_f32(b)[i / 8])));
+        int rc = ditto_op_bias_unary(c->be, &sig, 0, &x->dev, &b->dev, &x->dev);
+        op_check(c, "bias_unary/inplace", rc, x, ref, 2e-6, 2e-6);
+        tt_free(x);
+        tt_free(b);
+    }
+    if (test_selected(c, "bias_unary/err_bias")) {
+        TT *x = new_rand(c, 2, (int64_t[]){ 3, 8 }, -1, 1), *b = new_rand(c, 1, (int64_t[]){ 3 }, -1, 1);
+        TT *y = new_out(c, DITTO_F32, 2, (int64_t[]){ 3, 8 });
+        expect_rc(c, "bias_unary/err_bias", ditto_op_bias_unary(c->be, &relu, 1, &x->dev, &b->dev, &y->dev), DITTO_ERR_SHAPE);
+        tt_free(x);
+        tt_free(b);
+        tt_free(y);
+    }
 }
 
 static void test_unary(TestCtx *c)
@@ -857,6 +934,7 @@ void test_ops_elementwise(TestCtx *c)
     test_copy_errors(c);
     test_fill(c);
     test_unary(c);
+    test_bias_unary(c);
     test_binary(c);
     test_softmax(c);
     test_reduce(c);

@@ -298,6 +298,33 @@ static int cpu_unary(DittoBackend *be, const DittoUnaryParams *p, const DittoTen
     return 0;
 }
 
+/* y = x + b (b: the bias broadcast along its axis), then the unary in place on y's row. */
+static void bias_unary_row(const void *arg, char *const *p, const int64_t *s, int64_t n)
+{
+    float *y = (float *)p[0];
+    const float *x = (const float *)p[1], *b = (const float *)p[2];
+    const int64_t sy = s[0] / (int64_t)sizeof(float), sx = s[1] / (int64_t)sizeof(float), sb = s[2] / (int64_t)sizeof(float);
+    for (int64_t i = 0; i < n; i++)
+        y[i * sy] = x[i * sx] + b[i * sb];
+    char *const q[2] = { p[0], p[0] };
+    const int64_t s2[2] = { s[0], s[0] };
+    unary_row(arg, q, s2, n);
+}
+
+static int cpu_bias_unary(DittoBackend *be, const DittoUnaryParams *p, int axis, const DittoTensor *x, const DittoTensor *bias, DittoTensor *y)
+{
+    DittoTensor bv = *y;   /* the bias as a view of y's shape: stride 1 along axis, 0 elsewhere */
+    bv.data = bias->data;
+    bv.dtype = bias->dtype;
+    for (int d = 0; d < bv.ndim; d++)
+        bv.stride[d] = d == axis ? 1 : 0;
+    const DittoTensor *t[3] = { y, x, &bv };
+    EwIter it;
+    ew_init(&it, 3, t);
+    ew_run(be, &it, bias_unary_row, p);
+    return 0;
+}
+
 /* ---- binary ---- */
 
 /* torch.maximum / minimum propagate NaN from either side */
@@ -641,6 +668,7 @@ void ditto_cpu_init_elementwise(DittoOps *ops)
     ops->fill = cpu_fill;
     ops->randn = cpu_randn;
     ops->unary = cpu_unary;
+    ops->bias_unary = cpu_bias_unary;
     ops->binary = cpu_binary;
     ops->softmax = cpu_softmax;
     ops->reduce = cpu_reduce;

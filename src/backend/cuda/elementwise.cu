@@ -386,6 +386,152 @@ static int cuda_unary(DittoBackend *be, const DittoUnaryParams *p, const DittoTe
     return 0;
 }
 
+/* ---- bias_unary ---- */
+
+/*
+ * y = f(x + bias[i_axis]) over y's logical shape (row-major), elements of
+ * vec values: vec 4 when the axis is the last, contiguous in x and y, f16
+ * both, its extent and every stride multiples of 4 and the pointers 8-byte
+ * aligned (each element then 8 bytes: 4 channels, the last extent and the
+ * strides given in those units); vec 1 otherwise. fp32 math, one rounding
+ * (what conv's bias pass did before the move).
+ */
+typedef struct BuDims {
+    int nd, axis, vec;
+    int64_t shape[DITTO_MAX_DIMS], xs[DITTO_MAX_DIMS], ys[DITTO_MAX_DIMS];
+} BuDims;
+
+static __global__ void bias_unary_kernel(const __grid_constant__ BuDims d, int64_t n, int kind, float a, float b, void *y, bool yh,
+                                         const void *x, bool xh, const void *bias, bool bh)
+{
+    EW_LOOP(i, n) {
+        int64_t t = i, xo = 0, yo = 0, c = 0;
+        for (int k = d.nd - 1; k >= 0; k--) {
+            const int64_t idx = t % d.shape[k];
+            t /= d.shape[k];
+            xo += idx * d.xs[k];
+            yo += idx * d.ys[k];
+            if (k == d.axis)
+                c = idx;
+        }
+        if (d.vec == 4) {
+            uint2 u = ((const uint2 *)x)[xo], o;
+            const __half *h = (const __half *)&u;
+            __half *oh = (__half *)&o;
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                oh[j] = __float2half_rn(unary_f(kind, a, b, __half2float(h[j]) + ditto_ld(bias, 4 * c + j, bh)));
+            ((uint2 *)y)[yo] = o;
+        } else {
+            ditto_st(y, yo, unary_f(kind, a, b, ditto_ld(x, xo, xh) + ditto_ld(bias, c, bh)), yh);
+        }
+    }
+}
+
+/*
+ * The channels-last case (the decoder's sub-pixel interleave): f16 x whose
+ * last axis is the bias axis, contiguous, its extent a multiple of 8 and
+ * every other stride too; y contiguous f16; fewer than 2^31 vectors. A
+ * thread per 8 channels (16-byte loads and stores); the position comes
+ * from 32-bit divisions over y's outer extents (shape[], innermost last;
+ * xs[] x's strides in 8-element units), the 8 biases in one or two
+ * 16-byte loads (bias 16-byte aligned too). The same math and rounding as
+ * bias_unary_kernel.
+ */
+typedef struct Bu8Dims {
+    int nd;                              /* outer dims, then the channel vectors */
+    unsigned shape[DITTO_MAX_DIMS];      /* outer extents; shape[nd] = channels / 8 */
+    int64_t xs[DITTO_MAX_DIMS];
+} Bu8Dims;
+
+template <int KIND>   /* a DittoUnaryKind fixed at compile time (the switch folds away), or -1: kind */
+static __global__ void bias_unary_h8_kernel(const __grid_constant__ Bu8Dims d, unsigned n8, int kind, float a, float b, uint4 *y,
+                                            const uint4 *x, const void *bias, bool bh)
+{
+    const int kd = KIND >= 0 ? KIND : kind;
+    for (unsigned v = blockIdx.x * blockDim.x + threadIdx.x; v < n8; v += gridDim.x * blockDim.x) {
+        unsigned t = v / d.shape[d.nd];
+        const unsigned c8 = v - t * d.shape[d.nd];
+        int64_t xo = c8;
+        for (int k = d.nd - 1; k >= 0; k--) {
+            const unsigned q = t / d.shape[k];
+            xo += (int64_t)(t - q * d.shape[k]) * d.xs[k];
+            t = q;
+        }
+        float bv[8];
+        if (bh) {   /* the 8 biases in one 16-byte load */
+            const uint4 bu = ((const uint4 *)bias)[c8];
+            const __half *bhv = (const __half *)&bu;
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                bv[j] = __half2float(bhv[j]);
+        } else {
+            const float4 b0 = ((const float4 *)bias)[2 * c8], b1 = ((const float4 *)bias)[2 * c8 + 1];
+            bv[0] = b0.x, bv[1] = b0.y, bv[2] = b0.z, bv[3] = b0.w, bv[4] = b1.x, bv[5] = b1.y, bv[6] = b1.z, bv[7] = b1.w;
+        }
+        uint4 u = x[xo], o;
+        const __half *h = (const __half *)&u;
+        __half *oh = (__half *)&o;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            oh[j] = __float2half_rn(unary_f(kd, a, b, __half2float(h[j]) + bv[j]));
+        y[v] = o;
+    }
+}
+
+static int cuda_bias_unary(DittoBackend *be, const DittoUnaryParams *p, int axis, const DittoTensor *x, const DittoTensor *bias,
+                           DittoTensor *y)
+{
+    bool xh = false, yh = false, bh = false;
+    DITTO_TRY(float_dtype(be, "bias_unary", x, &xh));
+    DITTO_TRY(float_dtype(be, "bias_unary", y, &yh));
+    DITTO_TRY(float_dtype(be, "bias_unary", bias, &bh));
+    const int64_t n = ditto_tensor_numel(y);
+    if (n == 0)
+        return 0;
+    const int last = y->ndim - 1;
+    bool v8 = xh && yh && axis == last && x->stride[last] == 1 && ditto_tensor_is_contiguous(y) && y->shape[last] % 8 == 0 &&
+              n / 8 < INT32_MAX && ((uintptr_t)x->data | (uintptr_t)y->data | (uintptr_t)bias->data) % 16 == 0;
+    for (int k = 0; k < last && v8; k++)
+        v8 = x->stride[k] % 8 == 0 && y->shape[k] <= UINT32_MAX;
+    if (v8) {
+        Bu8Dims d8;
+        d8.nd = last;
+        for (int k = 0; k < last; k++) {
+            d8.shape[k] = (unsigned)y->shape[k];
+            d8.xs[k] = x->stride[k] / 8;
+        }
+        d8.shape[last] = (unsigned)(y->shape[last] / 8);
+        const unsigned n8 = (unsigned)(n / 8);
+        if (p->kind == DITTO_UNARY_RELU)
+            bias_unary_h8_kernel<DITTO_UNARY_RELU><<<ew_blocks(n8), EW_THREADS, 0, ditto_cuda(be)->stream>>>(
+                d8, n8, (int)p->kind, p->alpha, p->beta, (uint4 *)y->data, (const uint4 *)x->data, bias->data, bh);
+        else
+            bias_unary_h8_kernel<-1><<<ew_blocks(n8), EW_THREADS, 0, ditto_cuda(be)->stream>>>(
+                d8, n8, (int)p->kind, p->alpha, p->beta, (uint4 *)y->data, (const uint4 *)x->data, bias->data, bh);
+        DITTO_CUDA_LAUNCHED(be);
+        return 0;
+    }
+    BuDims d;
+    d.nd = y->ndim;
+    d.axis = axis;
+    bool v4 = xh && yh && axis == last && x->stride[last] == 1 && y->stride[last] == 1 && y->shape[last] % 4 == 0 &&
+              ((uintptr_t)x->data | (uintptr_t)y->data) % 8 == 0;
+    for (int k = 0; k < last && v4; k++)
+        v4 = x->stride[k] % 4 == 0 && y->stride[k] % 4 == 0;
+    d.vec = v4 ? 4 : 1;
+    for (int k = 0; k < y->ndim; k++) {
+        d.shape[k] = k == last ? y->shape[k] / d.vec : y->shape[k];
+        d.xs[k] = k == last ? x->stride[k] : x->stride[k] / d.vec;
+        d.ys[k] = k == last ? y->stride[k] : y->stride[k] / d.vec;
+    }
+    const int64_t ne = n / d.vec;
+    bias_unary_kernel<<<ew_blocks(ne), EW_THREADS, 0, ditto_cuda(be)->stream>>>(d, ne, (int)p->kind, p->alpha, p->beta, y->data, yh, x->data,
+                                                                                xh, bias->data, bh);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
 /* ---- binary ---- */
 
 static __device__ __forceinline__ float binary_f(int kind, float u, float v)
@@ -815,6 +961,7 @@ void ditto_cuda_init_elementwise(DittoOps *ops)
     ops->fill = cuda_fill;
     ops->randn = cuda_randn;
     ops->unary = cuda_unary;
+    ops->bias_unary = cuda_bias_unary;
     ops->binary = cuda_binary;
     ops->softmax = cuda_softmax;
     ops->reduce = cuda_reduce;
