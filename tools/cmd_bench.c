@@ -94,19 +94,23 @@ typedef struct BenchPost {
     DittoPutback *pb;
     DittoBuffer frame_b, out_b, hwc_b, yuv_b;
     DittoTensor frame, out, hwc;    /* (H,W,3) u8, (B,H,W,3) u8, (B,512,512,3) f32 */
-    uint8_t *host;                  /* B frames of planes */
+    uint8_t *host;                  /* B frames of planes: page-locked where the backend has it, as a session's frame ring */
+    bool host_pinned;
     size_t plane_bytes;             /* one frame: Y, U, V */
     float M[9];
 } BenchPost;
 
-static void post_close(BenchPost *p)
+static void post_close(BenchPost *p, DittoBackend *be)
 {
     ditto_putback_close(&p->pb);
     ditto_buffer_free(&p->frame_b);
     ditto_buffer_free(&p->out_b);
     ditto_buffer_free(&p->hwc_b);
     ditto_buffer_free(&p->yuv_b);
-    free(p->host);
+    if (p->host_pinned)
+        be->host_free(be, p->host);
+    else
+        free(p->host);
     memset(p, 0, sizeof *p);
 }
 
@@ -124,7 +128,9 @@ static int post_open(BenchPost *p, DittoBackend *be, int64_t B)
     if (!rc) rc = alloc_t(be, &p->out_b, &p->out, DITTO_U8, DITTO_SHAPE(B, S, S, 3));
     if (!rc) rc = alloc_t(be, &p->hwc_b, &p->hwc, DITTO_F32, DITTO_SHAPE(B, C, C, 3));
     if (!rc) rc = ditto_buffer_alloc(&p->yuv_b, &be->allocator, p->plane_bytes * (size_t)B);
-    if (!rc && !(p->host = malloc(p->plane_bytes * (size_t)B)))
+    if (!rc && be->host_alloc && (p->host = be->host_alloc(be, p->plane_bytes * (size_t)B)))
+        p->host_pinned = true;
+    if (!rc && !p->host && !(p->host = malloc(p->plane_bytes * (size_t)B)))
         rc = DITTO_ERR_NOMEM;
     if (!rc) {   /* a frame of random pixels */
         uint8_t *h = malloc((size_t)(S * S * 3));
@@ -143,7 +149,7 @@ static int post_open(BenchPost *p, DittoBackend *be, int64_t B)
         }
     }
     if (rc < 0)
-        post_close(p);
+        post_close(p, be);
     return rc;
 }
 
@@ -609,7 +615,7 @@ int ditto_cmd_bench(int argc, char **argv)
         }
         ditto_arena_free(&ws);
         io_free(&io);
-        post_close(&post);
+        post_close(&post, be);
         if (rc < 0)
             break;
         p = strchr(p, ',');
