@@ -379,8 +379,9 @@ static void bias_unary_case(TestCtx *c, const char *name, const DittoUnaryParams
 /*
  * bias_unary: contiguous along the last axis and the decoder's sub-pixel
  * interleave (a 6-D view of a (B, h+1, w+1, 4C) tensor into (B, 2h, 2w,
- * C)), both the CUDA f16 path of 8 channels a thread; along a middle axis
- * of a permuted x, in place; a bias of the wrong size.
+ * C)), both the CUDA f16 path of 8 channels a thread (relu built in, leaky
+ * relu at run time); along a middle axis of a permuted x, in place; a bias
+ * of the wrong size.
  */
 static void test_bias_unary(TestCtx *c)
 {
@@ -390,6 +391,7 @@ static void test_bias_unary(TestCtx *c)
         TT *x = new_rand(c, 3, (int64_t[]){ 3, 5, 16 }, -2, 2), *b = new_rand(c, 1, (int64_t[]){ 16 }, -1, 1);
         TT *y = new_out(c, DITTO_F32, 3, (int64_t[]){ 3, 5, 16 });
         bias_unary_case(c, "bias_unary/last_axis", &relu, 2, view_of(x), b, y, view_of(y));
+        bias_unary_case(c, "bias_unary/last_axis_leaky", &leaky, 2, view_of(x), b, y, view_of(y));   /* CUDA f16: the kind at run time */
         tt_free(x);
         tt_free(b);
         tt_free(y);

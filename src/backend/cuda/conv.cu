@@ -28,10 +28,11 @@
  * (a 1x1 conv at 256x256 ran 10x slower than the best). So each channels-
  * last f16 geometry is tuned once (tune_engines): the legacy plan against
  * the graph API's heuristic engines (conv_graph.h, mode A), timed on hashed
- * operands behind a spin (no host gaps), keeping the fastest, an engine
- * only when it gives the same bits per item as its one-item plan. The choice holds for the
- * geometry at every item count and is kept on disk (engine_file_append), so
- * later processes run the same kernels. DITTO_CUDNN_ENGINES selects it.
+ * operands behind a spin (no host gaps), keeping the faster; an engine
+ * only when it gives the same bits per item as its one-item plan. The
+ * choice holds for the geometry at every item count and is kept on disk
+ * (engine_file_append), so later processes run the same kernels.
+ * DITTO_CUDNN_ENGINES selects it.
  *
  * NCHW path (f32; f16 with groups or asymmetric padding): y is prefilled
  * with the bias and cuDNN adds the convolution onto it (beta = 1), one
@@ -2242,8 +2243,8 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
         if (unfold) {
             const size_t smem = (size_t)(g->in[2] * cp) * 2;
             for (int64_t s0 = 0; s0 < cnt * D; s0 += ds) {
-                k_unfold_w<<<(unsigned)(ds * g->in[1]), unfold_threads(kwu, cp), smem, cu->stream>>>(xi, (uint4 *)xu, (int)g->C, (int)cp, (int)D, (int)g->in[1],
-                                                                                 (int)g->in[2], (int)kwu, (int)g->pb[2], s0);
+                k_unfold_w<<<(unsigned)(ds * g->in[1]), unfold_threads(kwu, cp), smem, cu->stream>>>(
+                    xi, (uint4 *)xu, (int)g->C, (int)cp, (int)D, (int)g->in[1], (int)g->in[2], (int)kwu, (int)g->pb[2], s0);
                 DITTO_CUDA_LAUNCHED(be);
                 for (int k = 0; k < np; k++)
                     DITTO_TRY(plan_run(be, p[k], xu, wk[k], zk[k] + s0 * HW * width[k], cw));

@@ -434,9 +434,8 @@ static __global__ void bias_unary_kernel(const __grid_constant__ BuDims d, int64
  * every other stride too; y contiguous f16; fewer than 2^31 vectors. A
  * thread per 8 channels (16-byte loads and stores); the position comes
  * from 32-bit divisions over y's outer extents (shape[], innermost last;
- * xs[] x's strides in 8-element units), the 8 biases in one or two
- * 16-byte loads (bias 16-byte aligned too). The same math and rounding as
- * bias_unary_kernel.
+ * xs[] x's strides in 8-element units); an f16 bias, 16-byte aligned, its
+ * 8 values in one load. The same math and rounding as bias_unary_kernel.
  */
 typedef struct Bu8Dims {
     int nd;                              /* outer dims, then the channel vectors */
@@ -446,7 +445,7 @@ typedef struct Bu8Dims {
 
 template <int KIND>   /* a DittoUnaryKind fixed at compile time (the switch folds away), or -1: kind */
 static __global__ void bias_unary_h8_kernel(const __grid_constant__ Bu8Dims d, unsigned n8, int kind, float a, float b, uint4 *y,
-                                            const uint4 *x, const void *bias, bool bh)
+                                            const uint4 *x, const __half *bias)
 {
     const int kd = KIND >= 0 ? KIND : kind;
     for (unsigned v = blockIdx.x * blockDim.x + threadIdx.x; v < n8; v += gridDim.x * blockDim.x) {
@@ -458,23 +457,14 @@ static __global__ void bias_unary_h8_kernel(const __grid_constant__ Bu8Dims d, u
             xo += (int64_t)(t - q * d.shape[k]) * d.xs[k];
             t = q;
         }
-        float bv[8];
-        if (bh) {   /* the 8 biases in one 16-byte load */
-            const uint4 bu = ((const uint4 *)bias)[c8];
-            const __half *bhv = (const __half *)&bu;
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                bv[j] = __half2float(bhv[j]);
-        } else {
-            const float4 b0 = ((const float4 *)bias)[2 * c8], b1 = ((const float4 *)bias)[2 * c8 + 1];
-            bv[0] = b0.x, bv[1] = b0.y, bv[2] = b0.z, bv[3] = b0.w, bv[4] = b1.x, bv[5] = b1.y, bv[6] = b1.z, bv[7] = b1.w;
-        }
+        const uint4 bu = ((const uint4 *)bias)[c8];   /* the 8 biases in one 16-byte load */
+        const __half *bv = (const __half *)&bu;
         uint4 u = x[xo], o;
         const __half *h = (const __half *)&u;
         __half *oh = (__half *)&o;
 #pragma unroll
         for (int j = 0; j < 8; j++)
-            oh[j] = __float2half_rn(unary_f(kd, a, b, __half2float(h[j]) + bv[j]));
+            oh[j] = __float2half_rn(unary_f(kd, a, b, __half2float(h[j]) + __half2float(bv[j])));
         y[v] = o;
     }
 }
@@ -490,7 +480,7 @@ static int cuda_bias_unary(DittoBackend *be, const DittoUnaryParams *p, int axis
     if (n == 0)
         return 0;
     const int last = y->ndim - 1;
-    bool v8 = xh && yh && axis == last && x->stride[last] == 1 && ditto_tensor_is_contiguous(y) && y->shape[last] % 8 == 0 &&
+    bool v8 = xh && yh && bh && axis == last && x->stride[last] == 1 && ditto_tensor_is_contiguous(y) && y->shape[last] % 8 == 0 &&
               n / 8 < INT32_MAX && ((uintptr_t)x->data | (uintptr_t)y->data | (uintptr_t)bias->data) % 16 == 0;
     for (int k = 0; k < last && v8; k++)
         v8 = x->stride[k] % 8 == 0 && y->shape[k] <= UINT32_MAX;
@@ -505,10 +495,10 @@ static int cuda_bias_unary(DittoBackend *be, const DittoUnaryParams *p, int axis
         const unsigned n8 = (unsigned)(n / 8);
         if (p->kind == DITTO_UNARY_RELU)
             bias_unary_h8_kernel<DITTO_UNARY_RELU><<<ew_blocks(n8), EW_THREADS, 0, ditto_cuda(be)->stream>>>(
-                d8, n8, (int)p->kind, p->alpha, p->beta, (uint4 *)y->data, (const uint4 *)x->data, bias->data, bh);
+                d8, n8, (int)p->kind, p->alpha, p->beta, (uint4 *)y->data, (const uint4 *)x->data, (const __half *)bias->data);
         else
             bias_unary_h8_kernel<-1><<<ew_blocks(n8), EW_THREADS, 0, ditto_cuda(be)->stream>>>(
-                d8, n8, (int)p->kind, p->alpha, p->beta, (uint4 *)y->data, (const uint4 *)x->data, bias->data, bh);
+                d8, n8, (int)p->kind, p->alpha, p->beta, (uint4 *)y->data, (const uint4 *)x->data, (const __half *)bias->data);
         DITTO_CUDA_LAUNCHED(be);
         return 0;
     }
