@@ -8,6 +8,7 @@ leave slow; also the mask head's depth-split variants (outputs 154, 160,
     python3 bench/torch_ref/conv_best.py
     python3 bench/torch_ref/conv_best.py --mask-split   # the depth-split conv per output count
     python3 bench/torch_ref/conv_best.py --reshape      # other forms of the warp's slow 3-D convs
+    python3 bench/torch_ref/conv_best.py --composite    # norm_s's gamma/beta conv with beta folded into conv_s
 
 --mask-split times the mask head's depth-split 2-D convolution (144 inputs,
 7x7, 64x64 slices of 8 items) for each output count a split of its 154
@@ -123,10 +124,26 @@ def reshape():
             conv2d(n, 1008, 160, 64, 64, 7, 1, "mask kw-unfold 1008->160 7x1")
 
 
+def composite():
+    """The up blocks' norm_s: its gamma/beta convolution (128 -> 2 fin, 3x3)
+    against gamma alone (128 -> fin) plus beta folded into the 1x1 conv_s
+    that follows (Ws * beta = (Ws o Wbeta) * a: 128 -> fout), at the
+    decoder's chunk sizes (up_0: 3 items at 128x128, up_1: 1 item at
+    256x256)."""
+    with torch.no_grad():
+        for n, hw, fin, fout, blk in ((3, 128, 512, 256, "up_0"), (1, 256, 256, 64, "up_1")):
+            conv2d(n, 128, 2 * fin, hw, hw, 3, 3, f"{blk} gamma+beta 128->{2 * fin}")
+            conv2d(n, 128, fin, hw, hw, 3, 3, f"{blk} gamma 128->{fin}")
+            conv2d(n, 128, fout, hw, hw, 3, 3, f"{blk} folded beta 128->{fout}")
+            conv2d(n, 128, fin + fout, hw, hw, 3, 3, f"{blk} gamma+folded beta 128->{fin + fout}")
+
+
 if __name__ == "__main__":
     if "--mask-split" in sys.argv[1:]:
         mask_split()
     elif "--reshape" in sys.argv[1:]:
         reshape()
+    elif "--composite" in sys.argv[1:]:
+        composite()
     else:
         main()
