@@ -61,10 +61,11 @@
 typedef struct DecSpade {
     int64_t c;
     bool phase;             /* in an up block: mlp_shared as the sub-pixel phase convolution */
+    bool gamma_only;        /* norm_s: gb_w, gb_b are mlp_gamma's alone (beta goes through conv_s folded: DecBlock.beta_s_w) */
     DittoTensor shared_w;   /* <spade>.mlp_shared.0.weight (128,256,3,3); phase: (4*128,256,2,2), parity (ry,rx) in rows (2ry+rx)*128.. */
     DittoTensor shared_b;   /* <spade>.mlp_shared.0.bias (128); phase: added by phase_interleave (every parity the same) */
-    DittoTensor gb_w;       /* <spade>.mlp_gamma.weight ; <spade>.mlp_beta.weight (2c,128,3,3) */
-    DittoTensor gb_b;       /* <spade>.mlp_gamma.bias ; <spade>.mlp_beta.bias (2c) */
+    DittoTensor gb_w;       /* <spade>.mlp_gamma.weight ; <spade>.mlp_beta.weight (2c,128,3,3); gamma_only (c,128,3,3) */
+    DittoTensor gb_b;       /* <spade>.mlp_gamma.bias ; <spade>.mlp_beta.bias (2c); gamma_only (c) */
 } DecSpade;
 
 /* SPADEResnetBlock(fin, fout), fmid = min(fin, fout); convs are spectral-norm (folded). */
@@ -76,6 +77,8 @@ typedef struct DecBlock {
     DittoTensor conv_1_w;   /* <block>.conv_1.{weight_orig,weight_u,weight_v} (fout,fmid,3,3) */
     DittoTensor conv_1_b;   /* <block>.conv_1.bias (fout) */
     DittoTensor conv_s_w;   /* <block>.conv_s.{weight_orig,weight_u,weight_v} (fout,fin,1,1), no bias */
+    DittoTensor beta_s_w;   /* conv_s folded into norm_s.mlp_beta: W_s W_beta (fout,128,3,3) */
+    DittoTensor beta_s_b;   /* W_s b_beta (fout) */
     DecSpade norm_0;        /* <block>.norm_0 (fin) */
     DecSpade norm_1;        /* <block>.norm_1 (fmid) */
     DecSpade norm_s;        /* <block>.norm_s (fin), learned shortcut only */
@@ -170,10 +173,11 @@ static void phase_weights(void *ctx, const float *w, float *pw)
     }
 }
 
-static void load_spade(DittoLoader *l, DecSpade *s, int64_t c, int64_t hidden, int64_t label, bool phase, const char *key)
+static void load_spade(DittoLoader *l, DecSpade *s, int64_t c, int64_t hidden, int64_t label, bool phase, bool gamma_only, const char *key)
 {
     s->c = c;
     s->phase = phase;
+    s->gamma_only = gamma_only;
     if (phase) {
         PhaseDims pd = { hidden, label };
         ditto_loader_get_map(l, &s->shared_w, DITTO_SHAPE(hidden, label, 3, 3), DITTO_SHAPE(4 * hidden, label, 2, 2), phase_weights, &pd,
@@ -182,6 +186,11 @@ static void load_spade(DittoLoader *l, DecSpade *s, int64_t c, int64_t hidden, i
         ditto_loader_get(l, &s->shared_w, DITTO_SHAPE(hidden, label, 3, 3), "%s.mlp_shared.0.weight", key);
     }
     ditto_loader_get(l, &s->shared_b, DITTO_SHAPE(hidden), "%s.mlp_shared.0.bias", key);
+    if (gamma_only) {   /* mlp_beta's keys are read by the fold into conv_s (load_block) */
+        ditto_loader_get(l, &s->gb_w, DITTO_SHAPE(c, hidden, 3, 3), "%s.mlp_gamma.weight", key);
+        ditto_loader_get(l, &s->gb_b, DITTO_SHAPE(c), "%s.mlp_gamma.bias", key);
+        return;
+    }
     char gw[128], bw[128], gbias[128], bbias[128];
     snprintf(gw, sizeof gw, "%s.mlp_gamma.weight", key);
     snprintf(bw, sizeof bw, "%s.mlp_beta.weight", key);
@@ -242,13 +251,18 @@ static void load_block(DittoDecoder *m, DittoLoader *l, DecBlock *b, int64_t fin
     ditto_loader_get(l, &b->conv_1_b, DITTO_SHAPE(b->fout), "%s.conv_1.bias", key);
     char sub[96];
     snprintf(sub, sizeof sub, "%s.norm_0", key);
-    load_spade(l, &b->norm_0, fin, m->c_hidden, m->c_in, up, sub);
+    load_spade(l, &b->norm_0, fin, m->c_hidden, m->c_in, up, false, sub);
     snprintf(sub, sizeof sub, "%s.norm_1", key);
-    load_spade(l, &b->norm_1, b->fmid, m->c_hidden, m->c_in, up, sub);
+    load_spade(l, &b->norm_1, b->fmid, m->c_hidden, m->c_in, up, false, sub);
     if (b->learned_shortcut) {
         ditto_loader_get_sn(l, &b->conv_s_w, DITTO_SHAPE(b->fout, fin, 1, 1), "%s.conv_s", key);
         snprintf(sub, sizeof sub, "%s.norm_s", key);
-        load_spade(l, &b->norm_s, fin, m->c_hidden, m->c_in, up, sub);
+        load_spade(l, &b->norm_s, fin, m->c_hidden, m->c_in, up, true, sub);
+        char cs[128], bw[128], bb[128];
+        snprintf(cs, sizeof cs, "%s.conv_s", key);
+        snprintf(bw, sizeof bw, "%s.norm_s.mlp_beta.weight", key);
+        snprintf(bb, sizeof bb, "%s.norm_s.mlp_beta.bias", key);
+        ditto_loader_get_sn_product(l, &b->beta_s_w, &b->beta_s_b, b->fout, cs, DITTO_SHAPE(fin, m->c_hidden, 3, 3), bw, bb);
     }
 }
 
@@ -462,16 +476,19 @@ static int tap_act(DittoBackend *be, DittoArena *ws, bool nhwc, const DittoTap *
  * nearest-upsampled by spade_norm); scratch in act. The gamma / beta
  * convolution runs without its bias, which spade_norm adds as it reads gb
  * (gb, the largest tensor of the block, is written once and read once).
+ * s->gamma_only (norm_s): no beta here; fold_w, fold_b make it, through
+ * conv_s, from the same hidden activation: fold_y = fold_w * actv + fold_b.
  */
 static int spade(DittoBackend *be, DittoArena *ws, DittoDType act, bool nhwc, const DecSpade *s, const DittoTensor *x, const DittoTensor *seg,
-                 bool lrelu, DittoTensor *y)
+                 bool lrelu, DittoTensor *y, const DittoTensor *fold_w, const DittoTensor *fold_b, DittoTensor *fold_y)
 {
     const int64_t B = y->shape[0], C = s->c, H = dim_h(y, nhwc), W = dim_w(y, nhwc);
     DittoConvParams pad1 = ditto_nn_conv_pad(1);
     pad1.nhwc = nhwc;
     DittoConvParams pad1_relu = pad1;
     pad1_relu.relu = true;
-    const DittoSpadeParams sp = { DEC_IN_EPS, lrelu, DEC_LRELU, nhwc };
+    const DittoSpadeParams sp = { DEC_IN_EPS, lrelu, DEC_LRELU, nhwc, s->gamma_only };
+    const int64_t gk = s->gamma_only ? 1 : 2;   /* gb's channels per channel of y */
     DittoArenaMark top = ditto_arena_mark(ws);
     DittoTensor actv, gb, ph;
     int rc;
@@ -487,8 +504,10 @@ static int spade(DittoBackend *be, DittoArena *ws, DittoDType act, bool nhwc, co
         TRY(new_act(ws, act, nhwc, B, s->shared_w.shape[0], H, W, &actv));
         TRY(ditto_op_conv(be, &pad1_relu, seg, &s->shared_w, &s->shared_b, &actv));        /* relu(mlp_shared) (B,128,H,W) */
     }
-    TRY(new_act(ws, act, nhwc, B, 2 * C, H, W, &gb));
-    TRY(ditto_op_conv(be, &pad1, &actv, &s->gb_w, NULL, &gb));                             /* mlp_gamma ; mlp_beta (B,2C,H,W), no bias */
+    if (s->gamma_only)
+        TRY(ditto_op_conv(be, &pad1, &actv, fold_w, fold_b, fold_y));                      /* W_s mlp_beta (B,fout,H,W) */
+    TRY(new_act(ws, act, nhwc, B, gk * C, H, W, &gb));
+    TRY(ditto_op_conv(be, &pad1, &actv, &s->gb_w, NULL, &gb));                             /* mlp_gamma ; mlp_beta (B,2C,H,W) or gamma alone, no bias */
     TRY(ditto_op_spade_norm(be, &sp, x, &gb, &s->gb_b, y));                                /* norm(x) * (1 + gamma) + beta [, lrelu] */
 done:
     ditto_arena_release(ws, top);
@@ -513,8 +532,8 @@ static int resblock(DittoDecoder *m, DittoArena *ws, bool nhwc, const DecBlock *
     const bool up = dim_h(x, nhwc) != H || dim_w(x, nhwc) != W;
     DittoConvParams pad0 = ditto_nn_conv_pad(0), pad1 = ditto_nn_conv_pad(1);
     pad0.nhwc = pad1.nhwc = nhwc;
-    DittoConvParams pad1_acc = pad1;
-    pad1_acc.accumulate = true;
+    DittoConvParams pad1_acc = pad1, pad0_acc = pad0;
+    pad1_acc.accumulate = pad0_acc.accumulate = true;
     DittoArenaMark top = ditto_arena_mark(ws), mk;
     DittoTensor seg = *feature, n_s, n_0, dx_0, n_1;
     int rc;
@@ -532,12 +551,18 @@ static int resblock(DittoDecoder *m, DittoArena *ws, bool nhwc, const DecBlock *
         TRY(new_act(ws, m->act, nhwc, B, m->c_in, H / sf, W / sf, &seg));
         TRY(nhwc ? upsample_nhwc(be, feature, &seg) : ditto_op_upsample_nearest(be, feature, &seg));   /* (B,256,H/sf,W/sf) */
     }
-    /* x_s = conv_s(norm_s(x)) if fin != fout, else x */
+    /*
+     * x_s = conv_s(norm_s(x)) if fin != fout, else x. conv_s (1x1, nothing
+     * between) is linear, so its share of norm_s's beta is W_s mlp_beta(a) =
+     * (W_s W_beta) * a + W_s b_beta: one convolution to fout channels (folded
+     * at load) instead of mlp_beta's fin, then conv_s of the gamma part adds
+     * onto it.
+     */
     if (b->learned_shortcut) {
         mk = ditto_arena_mark(ws);
         TRY(new_act(ws, m->act, nhwc, B, b->fin, H, W, &n_s));
-        TRY(spade(be, ws, m->act, nhwc, &b->norm_s, x, &seg, false, &n_s));                        /* (B,fin,H,W) */
-        TRY(ditto_op_conv(be, &pad0, &n_s, &b->conv_s_w, NULL, y));                        /* (B,fout,H,W) */
+        TRY(spade(be, ws, m->act, nhwc, &b->norm_s, x, &seg, false, &n_s, &b->beta_s_w, &b->beta_s_b, y));   /* norm(x)(1+gamma) (B,fin,H,W); y */
+        TRY(ditto_op_conv(be, &pad0_acc, &n_s, &b->conv_s_w, NULL, y));                    /* y += conv_s (B,fout,H,W) */
         ditto_arena_release(ws, mk);
     } else if (up) {
         TRY(nhwc ? upsample_nhwc(be, x, y) : ditto_op_upsample_nearest(be, x, y));
@@ -552,12 +577,12 @@ static int resblock(DittoDecoder *m, DittoArena *ws, bool nhwc, const DecBlock *
     TRY(new_act(ws, m->act, nhwc, B, b->fmid, H, W, &dx_0));
     mk = ditto_arena_mark(ws);
     TRY(new_act(ws, m->act, nhwc, B, b->fin, H, W, &n_0));
-    TRY(spade(be, ws, m->act, nhwc, &b->norm_0, x, &seg, true, &n_0));                             /* lrelu(norm_0(x)) (B,fin,H,W) */
+    TRY(spade(be, ws, m->act, nhwc, &b->norm_0, x, &seg, true, &n_0, NULL, NULL, NULL));                             /* lrelu(norm_0(x)) (B,fin,H,W) */
     TRY(ditto_op_conv(be, &pad1, &n_0, &b->conv_0_w, NULL, &dx_0));                        /* (B,fmid,H,W), no bias */
     ditto_arena_release(ws, mk);
     /* out = x_s + conv_1(lrelu(norm_1(dx))): conv_1 accumulates onto x_s in y */
     TRY(new_act(ws, m->act, nhwc, B, b->fmid, H, W, &n_1));
-    TRY(spade(be, ws, m->act, nhwc, &b->norm_1, &dx_0, &seg, true, &n_1));                         /* lrelu(norm_1(dx)) (B,fmid,H,W) */
+    TRY(spade(be, ws, m->act, nhwc, &b->norm_1, &dx_0, &seg, true, &n_1, NULL, NULL, NULL));                         /* lrelu(norm_1(dx)) (B,fmid,H,W) */
     TRY(ditto_op_conv(be, &pad1_acc, &n_1, &b->conv_1_w, &b->conv_1_b, y));                /* y += conv_1 (B,fout,H,W) */
 done:
     ditto_arena_release(ws, top);

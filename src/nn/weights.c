@@ -348,16 +348,10 @@ int ditto_loader_skip(DittoLoader *l, const char *fmt, ...)
     return 0;
 }
 
-int ditto_loader_get_sn(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape, const char *fmt, ...)
+/* The folded spectral-norm weight of base (its full key) as host float32 (caller frees), NULL after an error. */
+static float *sn_host(DittoLoader *l, int ndim, const int64_t *shape, const char *base)
 {
-    memset(out, 0, sizeof *out);
-    if (l->err)
-        return l->err;
-    char base[200], key[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vkey(l, base, sizeof base, fmt, ap);
-    va_end(ap);
+    char key[288];   /* base (under 256) and a suffix */
     int64_t rows = shape[0], cols = 1;
     for (int i = 1; i < ndim; i++)
         cols *= shape[i];
@@ -368,8 +362,9 @@ int ditto_loader_get_sn(DittoLoader *l, DittoTensor *out, int ndim, const int64_
     snprintf(key, sizeof key, "%s.weight_v", base);
     DittoCatalogEntry *ev = eu ? expect(l, key, 1, &cols) : NULL;
     if (!ev)
-        return l->err;
+        return NULL;
     float *w = read_host(l, ew), *u = w ? read_host(l, eu) : NULL, *v = u ? read_host(l, ev) : NULL;
+    bool ok = false;
     if (v) {
         /* sigma = u . (W v), accumulated in double */
         double sigma = 0;
@@ -386,12 +381,84 @@ int ditto_loader_get_sn(DittoLoader *l, DittoTensor *out, int ndim, const int64_
             float fs = (float)sigma;
             for (int64_t i = 0; i < rows * cols; i++)
                 w[i] = w[i] / fs;
-            bind(l, out, ndim, shape, w, l->dtype);   /* folded in fp32, then rounded once */
+            ok = true;
         }
     }
-    ditto_free_aligned(w);
     ditto_free_aligned(u);
     ditto_free_aligned(v);
+    if (!ok) {
+        ditto_free_aligned(w);
+        return NULL;
+    }
+    return w;
+}
+
+int ditto_loader_get_sn(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape, const char *fmt, ...)
+{
+    memset(out, 0, sizeof *out);
+    if (l->err)
+        return l->err;
+    char base[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vkey(l, base, sizeof base, fmt, ap);
+    va_end(ap);
+    float *w = sn_host(l, ndim, shape, base);
+    if (w)
+        bind(l, out, ndim, shape, w, l->dtype);   /* folded in fp32, then rounded once */
+    ditto_free_aligned(w);
+    return l->err;
+}
+
+int ditto_loader_get_sn_product(DittoLoader *l, DittoTensor *w, DittoTensor *b, int64_t o, const char *k1, int ndim2, const int64_t *shape2,
+                                const char *k2w, const char *k2b)
+{
+    memset(w, 0, sizeof *w);
+    memset(b, 0, sizeof *b);
+    if (l->err)
+        return l->err;
+    if (ndim2 < 1 || ndim2 > DITTO_MAX_DIMS || o < 1)
+        return ditto_loader_fail(l, DITTO_ERR_INVAL, "bad shape of a folded convolution");
+    const int64_t m = shape2[0];
+    int64_t rest = 1;
+    for (int i = 1; i < ndim2; i++)
+        rest *= shape2[i];
+    char key1[256], keyw[256], keyb[256];
+    key_of(l, key1, sizeof key1, "%s", k1);
+    key_of(l, keyw, sizeof keyw, "%s", k2w);
+    key_of(l, keyb, sizeof keyb, "%s", k2b);
+    float *w1 = sn_host(l, DITTO_SHAPE(o, m, 1, 1), key1);   /* (o, m) */
+    DittoCatalogEntry *ew = w1 ? expect(l, keyw, ndim2, shape2) : NULL;
+    DittoCatalogEntry *eb = ew ? expect(l, keyb, 1, &m) : NULL;
+    float *w2 = eb ? read_host(l, ew) : NULL, *b2 = w2 ? read_host(l, eb) : NULL;
+    float *pw = b2 ? ditto_malloc_aligned((size_t)(o * rest + o) * sizeof(float)) : NULL;
+    if (b2 && !pw)
+        ditto_loader_fail(l, DITTO_ERR_NOMEM, "out of memory for parameters");
+    if (pw) {
+        /* pw (o, rest) = w1 (o, m) w2 (m, rest), pb (o) = w1 b2: sums in double, rounded once */
+        float *pb = pw + o * rest;
+        for (int64_t r = 0; r < o; r++) {
+            for (int64_t j = 0; j < rest; j++) {
+                double s = 0;
+                for (int64_t k = 0; k < m; k++)
+                    s += (double)w1[r * m + k] * w2[k * rest + j];
+                pw[r * rest + j] = (float)s;
+            }
+            double s = 0;
+            for (int64_t k = 0; k < m; k++)
+                s += (double)w1[r * m + k] * b2[k];
+            pb[r] = (float)s;
+        }
+        int64_t wshape[DITTO_MAX_DIMS];
+        memcpy(wshape, shape2, sizeof(int64_t) * (size_t)ndim2);
+        wshape[0] = o;
+        if (bind(l, w, ndim2, wshape, pw, l->dtype) >= 0)
+            bind(l, b, 1, &o, pb, l->dtype);
+    }
+    ditto_free_aligned(pw);
+    ditto_free_aligned(b2);
+    ditto_free_aligned(w2);
+    ditto_free_aligned(w1);
     return l->err;
 }
 

@@ -94,6 +94,16 @@ int ditto_loader_skip(DittoLoader *l, const char *fmt, ...) DITTO_LOADER_PRINTF(
  * torch.nn.utils.spectral_norm: no power iteration).
  */
 int ditto_loader_get_sn(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape, const char *fmt, ...) DITTO_LOADER_PRINTF(5, 6);
+/*
+ * A spectral-norm 1x1 convolution K1 (o, m, 1, 1) folded into the
+ * convolution before it, K2w (shape2 = (m, ...)) with bias K2b (m), when
+ * nothing lies between them: w (o, shape2[1:]...) = W1 W2 and b (o) = W1 b2,
+ * summed in double from W1 folded as ditto_loader_get_sn folds it, bound in
+ * l->dtype (rounded once). Keys as ditto_loader_get_cat's (the prefix
+ * added). The decoder's shortcut: conv_s after mlp_beta.
+ */
+int ditto_loader_get_sn_product(DittoLoader *l, DittoTensor *w, DittoTensor *b, int64_t o, const char *k1, int ndim2, const int64_t *shape2,
+                                const char *k2w, const char *k2b);
 /* BatchNorm K.{weight,bias,running_mean,running_var} of size c (+ num_batches_tracked); weight, bias in l->dtype, running stats float32. */
 typedef struct DittoBatchNorm {
     DittoTensor weight, bias, mean, var;

@@ -409,14 +409,18 @@ int ditto_op_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const Ditto
         return bad_shape(be, DITTO_OP_SPADE_NORM, "x and y differ (other than by integer 2-D upsampling factors)", x, y);
     DITTO_TRY(check_float(be, DITTO_OP_SPADE_NORM, "gb", gb));
     DITTO_TRY(check_contig(be, DITTO_OP_SPADE_NORM, "gb", gb));
+    const int64_t k = p->gamma_only ? 1 : 2;   /* gb's channels per channel of x: gamma (and beta) */
     ok = gb->ndim == y->ndim;
     for (int i = 0; ok && i < y->ndim; i++)
-        ok = gb->shape[i] == (i == cax ? 2 * y->shape[i] : y->shape[i]);
+        ok = gb->shape[i] == (i == cax ? k * y->shape[i] : y->shape[i]);
     if (!ok)
-        return bad_shape(be, DITTO_OP_SPADE_NORM, p->nhwc ? "gb needs (N, spatial of y, 2C)" : "gb needs (N, 2C, spatial of y)", y, gb);
+        return bad_shape(be, DITTO_OP_SPADE_NORM,
+                         p->gamma_only ? (p->nhwc ? "gb needs (N, spatial of y, C)" : "gb needs (N, C, spatial of y)")
+                                       : (p->nhwc ? "gb needs (N, spatial of y, 2C)" : "gb needs (N, 2C, spatial of y)"),
+                         y, gb);
     if (gb->data == y->data)
         return bad_arg(be, DITTO_OP_SPADE_NORM, "y must not alias gb");
-    DITTO_TRY(check_vec(be, DITTO_OP_SPADE_NORM, "bias", bias, 2 * x->shape[cax]));
+    DITTO_TRY(check_vec(be, DITTO_OP_SPADE_NORM, "bias", bias, k * x->shape[cax]));
     CALL(DITTO_OP_SPADE_NORM, x, y, be->ops.spade_norm(be, p, x, gb, bias, y));
 }
 

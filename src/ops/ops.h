@@ -150,6 +150,7 @@ typedef struct DittoSpadeParams {
     bool act;
     float slope;
     bool nhwc;               /* channels-last: x, y (N, spatial..., C), gb (N, spatial..., 2C) */
+    bool gamma_only;         /* gb holds gamma alone (C channels, bias C): no beta */
 } DittoSpadeParams;
 
 /* mask_blend: frame rows [y0, y1) and columns [x0, x1). */
@@ -387,6 +388,8 @@ int ditto_op_instance_norm(struct DittoBackend *be, float eps, const DittoTensor
  * integer factors H / h, W / w: x is read nearest-upsampled to (H, W) (its
  * statistics are those of the upsampled x), so no upsampled copy is needed;
  * y is then not x.
+ * p->gamma_only: gb (and bias) have C channels, gamma alone, and beta is 0
+ * (the decoder's shortcut SPADE, whose beta goes through conv_s folded).
  */
 int ditto_op_spade_norm(struct DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, const DittoTensor *bias,
                         DittoTensor *y);

@@ -141,8 +141,12 @@ static void norm_case(TestCtx *c, NormKind kind, int nd, const int64_t *sh, int 
     tt_free(var);
 }
 
-/* spade_case_opt bias: none, a (2C) bias in the test storage dtype, a float32 one (also in fp16 mode) */
-enum { SPADE_NO_BIAS, SPADE_BIAS, SPADE_BIAS_F32 };
+/*
+ * spade_case_opt bias: none, a (2C) bias in the test storage dtype, a
+ * float32 one (also in fp16 mode); | SPADE_GAMMA_ONLY: gb and the bias
+ * hold gamma alone (C channels), beta 0
+ */
+enum { SPADE_NO_BIAS, SPADE_BIAS, SPADE_BIAS_F32, SPADE_GAMMA_ONLY = 4 };
 
 /*
  * spade_norm: instance statistics of x modulated by gb = (gamma, beta) planes
@@ -156,12 +160,17 @@ enum { SPADE_NO_BIAS, SPADE_BIAS, SPADE_BIAS_F32 };
 static void spade_case_up(TestCtx *c, int nd, const int64_t *sh, bool act, float offset, bool in_place, bool nhwc, int bias, int up, bool wide)
 {
     const int fh = up, fw = up > 1 && wide ? up + 1 : up;
+    const bool gonly = bias & SPADE_GAMMA_ONLY;
+    const int K = gonly ? 1 : 2;   /* gb's channels per channel of x */
+    bias &= ~SPADE_GAMMA_ONLY;
     char name[200], s[DITTO_SHAPE_STR_MAX], ups[32] = "";
     if (up > 1)
         snprintf(ups, sizeof ups, " up %dx%d", fh, fw);
     snprintf(name, sizeof name, "spade_norm %s%s%s%s%s%s%s", ditto_shape_str(sh, nd, s, sizeof s), act ? " lrelu 0.2" : "",
              offset != 0 ? " offset 1000" : "", in_place ? " in place" : "", nhwc ? " nhwc" : "",
              bias == SPADE_BIAS ? " bias" : bias == SPADE_BIAS_F32 ? " bias f32" : "", ups);
+    if (gonly)
+        strncat(name, " gamma only", sizeof name - strlen(name) - 1);
     if (!test_selected(c, name))
         return;
     const int cax = nhwc ? nd - 1 : 1, hax = nhwc ? 1 : 2;
@@ -172,7 +181,7 @@ static void spade_case_up(TestCtx *c, int nd, const int64_t *sh, bool act, float
         ysh[hax + 1] *= fw;
     }
     memcpy(gsh, ysh, sizeof(int64_t) * (size_t)nd);
-    gsh[cax] *= 2;
+    gsh[cax] *= K;
     TT *x = tt_new(c, DITTO_F32, nd, sh), *y = in_place ? x : tt_new(c, DITTO_F32, nd, ysh), *gb = tt_new(c, DITTO_F32, nd, gsh);
     tt_fill_uniform(x, offset - 1, offset + 1);
     tt_fill_uniform(gb, -1.5f, 1.5f);
@@ -180,7 +189,7 @@ static void spade_case_up(TestCtx *c, int nd, const int64_t *sh, bool act, float
     tt_to_dev(gb);
     if (!in_place)
         tt_to_dev(y);
-    const int64_t N = sh[0], C = sh[cax], ny = ditto_tensor_numel(&y->host), C2 = 2 * C;
+    const int64_t N = sh[0], C = sh[cax], ny = ditto_tensor_numel(&y->host), C2 = K * C;
     TT *bt = bias == SPADE_BIAS ? tt_new(c, DITTO_F32, 1, &C2) : bias == SPADE_BIAS_F32 ? tt_new_f32dev(c, 1, &C2) : NULL;
     if (bt) {
         tt_fill_uniform(bt, -0.75f, 0.75f);
@@ -195,16 +204,16 @@ static void spade_case_up(TestCtx *c, int nd, const int64_t *sh, bool act, float
     const int64_t W = up > 1 ? ysh[hax + 1] : 1, wx = up > 1 ? sh[hax + 1] : 1;
     /*
      * y position k of plane (n, c): y at n*C*R + c*yc + k*yk, gamma at
-     * n*2C*R + c*yc + k*gk, beta C*yc further; it reads x position kx (k, or
-     * its source under upsampling) at n*C*Rx + c*xc + kx*yk
+     * n*KC*R + c*yc + k*gk, beta C*yc further (K 2); it reads x position kx
+     * (k, or its source under upsampling) at n*C*Rx + c*xc + kx*yk
      */
-    const int64_t yc = nhwc ? 1 : R, xc = nhwc ? 1 : Rx, yk = nhwc ? C : 1, gk = nhwc ? 2 * C : 1;
+    const int64_t yc = nhwc ? 1 : R, xc = nhwc ? 1 : Rx, yk = nhwc ? C : 1, gk = nhwc ? K * C : 1;
     const double eps = 1e-5;
     const float *xh = tt_f32(x), *gh = tt_f32(gb);
     double *ref = malloc(sizeof(double) * (size_t)(ny ? ny : 1));
     for (int64_t n = 0; n < N; n++)
         for (int64_t ch = 0; ch < C; ch++) {
-            const int64_t xo = n * C * Rx + ch * xc, yo = n * C * R + ch * yc, go = n * 2 * C * R + ch * yc;
+            const int64_t xo = n * C * Rx + ch * xc, yo = n * C * R + ch * yc, go = n * K * C * R + ch * yc;
             double m = 0, v = 0;
             for (int64_t k = 0; k < R; k++) {
                 const int64_t kx = up > 1 ? k / W / fh * wx + k % W / fw : k;
@@ -218,12 +227,13 @@ static void spade_case_up(TestCtx *c, int nd, const int64_t *sh, bool act, float
             v /= (double)R;
             for (int64_t k = 0; k < R; k++) {
                 const int64_t kx = up > 1 ? k / W / fh * wx + k % W / fw : k;
-                double g = gh[go + k * gk] + (bh ? (double)bh[ch] : 0.0), b = gh[go + k * gk + C * yc] + (bh ? (double)bh[C + ch] : 0.0);
+                double g = gh[go + k * gk] + (bh ? (double)bh[ch] : 0.0);
+                double b = gonly ? 0.0 : gh[go + k * gk + C * yc] + (bh ? (double)bh[C + ch] : 0.0);
                 double o = (xh[xo + kx * yk] - m) / sqrt(v + eps) * (1.0 + g) + b;
                 ref[yo + k * yk] = act && o < 0 ? 0.2 * o : o;
             }
         }
-    DittoSpadeParams p = { (float)eps, act, 0.2f, nhwc };
+    DittoSpadeParams p = { (float)eps, act, 0.2f, nhwc, gonly };
     int rc = ditto_op_spade_norm(c->be, &p, &x->dev, &gb->dev, bt ? &bt->dev : NULL, &y->dev);
     op_check(c, name, rc, y, ref, TOL_L2, TOL_MAX);
     free(ref);
@@ -258,7 +268,7 @@ static void norm_negative(TestCtx *c)
     expect_rc(c, "norm negative: instance_norm 2-D x", ditto_op_instance_norm(c->be, 1e-5f, &x2->dev, NULL, NULL, &x2->dev), DITTO_ERR_SHAPE);
     {
         TT *gb = tt_new(c, DITTO_F32, 4, (int64_t[]){ 2, 12, 5, 7 }), *gbad = tt_new(c, DITTO_F32, 4, (int64_t[]){ 2, 6, 5, 7 });
-        DittoSpadeParams sp = { 1e-5f, true, 0.2f, false }, spl = { 1e-5f, true, 0.2f, true };
+        DittoSpadeParams sp = { 1e-5f, true, 0.2f, false, false }, spl = { 1e-5f, true, 0.2f, true, false };
         expect_rc(c, "norm negative: spade_norm gb not 2C", ditto_op_spade_norm(c->be, &sp, &x->dev, &gbad->dev, NULL, &y->dev), DITTO_ERR_SHAPE);
         expect_rc(c, "norm negative: spade_norm x/y differ", ditto_op_spade_norm(c->be, &sp, &x->dev, &gb->dev, NULL, &y2->dev), DITTO_ERR_SHAPE);
         DittoTensor alias = gb->dev;   /* first half of gb as y */
@@ -269,6 +279,13 @@ static void norm_negative(TestCtx *c)
         TT *b14 = tt_new(c, DITTO_F32, 1, (int64_t[]){ 14 });
         expect_rc(c, "norm negative: spade_norm bias of C", ditto_op_spade_norm(c->be, &sp, &x->dev, &gb->dev, &v6->dev, &y->dev), DITTO_ERR_SHAPE);
         expect_rc(c, "norm negative: spade_norm bias of 2C+2", ditto_op_spade_norm(c->be, &sp, &x->dev, &gb->dev, &b14->dev, &y->dev), DITTO_ERR_SHAPE);
+        /* gamma only: gb and the bias have C channels; the 2C ones do not fit */
+        DittoSpadeParams sg = { 1e-5f, true, 0.2f, false, true };
+        expect_rc(c, "norm negative: spade_norm gamma only, gb of 2C", ditto_op_spade_norm(c->be, &sg, &x->dev, &gb->dev, NULL, &y->dev), DITTO_ERR_SHAPE);
+        TT *b12 = tt_new(c, DITTO_F32, 1, (int64_t[]){ 12 });
+        expect_rc(c, "norm negative: spade_norm gamma only, bias of 2C", ditto_op_spade_norm(c->be, &sg, &x->dev, &gbad->dev, &b12->dev, &y->dev), DITTO_ERR_SHAPE);
+        expect_rc(c, "norm negative: spade_norm gamma only ok", ditto_op_spade_norm(c->be, &sg, &x->dev, &gbad->dev, &v6->dev, &y->dev), 0);
+        tt_free(b12);
         /* channels-last: x (2,6,5,7) has C = 7, so gb needs (2,6,5,14); the NCHW gb does not fit */
         TT *gbl = tt_new(c, DITTO_F32, 4, (int64_t[]){ 2, 6, 5, 14 });
         expect_rc(c, "norm negative: spade_norm nhwc gb in NCHW order", ditto_op_spade_norm(c->be, &spl, &x->dev, &gb->dev, NULL, &y->dev), DITTO_ERR_SHAPE);
@@ -394,6 +411,18 @@ void test_ops_norm(TestCtx *c)
      * strided loop), 3 items, upsampled
      */
     spade_case_up(c, 4, (const int64_t[]){ 3, 55, 55, 64 }, true, 0, false, true, SPADE_BIAS, 2, false);
+    /*
+     * gamma only (gb and bias of C channels, no beta), every kernel: NCHW
+     * planes a multiple of 8 or not, channels-last C a multiple of 8 with C / 8
+     * dividing the block or not, and not a multiple of 8; upsampled, in place
+     */
+    for (int nhwc = 0; nhwc < 2; nhwc++) {
+        spade_case_opt(c, 4, (const int64_t[]){ 2, 5, 7, 6 }, false, 0, false, nhwc, SPADE_BIAS | SPADE_GAMMA_ONLY);
+        spade_case_opt(c, 4, (const int64_t[]){ 2, 3, 8, 16 }, true, 0, true, nhwc, SPADE_BIAS | SPADE_GAMMA_ONLY);
+        spade_case_opt(c, 4, (const int64_t[]){ 2, 24, 40, 72 }, false, 0, false, nhwc, SPADE_NO_BIAS | SPADE_GAMMA_ONLY);
+        spade_case_up(c, 4, (const int64_t[]){ 2, 24, 40, 16 }, false, 0, false, nhwc, SPADE_BIAS | SPADE_GAMMA_ONLY, 2, true);
+    }
+    spade_case_up(c, 4, (const int64_t[]){ 3, 55, 55, 64 }, false, 0, false, true, SPADE_BIAS | SPADE_GAMMA_ONLY, 2, false);
     /* large common offset: catches single-pass float variance */
     norm_case(c, NK_BATCH, 4, s4b, 0, 2, 1000, 1e-5f);
     norm_case(c, NK_INSTANCE, 4, s4b, 0, 2, 1000, 1e-5f);

@@ -132,9 +132,9 @@ static int cpu_instance_norm(DittoBackend *be, const DittoNormParams *p, const D
 /* ---- SPADE: instance norm modulated per element by gb = (gamma, beta) (+ their bias), optional LeakyReLU ---- */
 
 typedef struct SpadeTask {
-    const float *x, *gb, *bias;     /* bias (2C) of gb or NULL */
+    const float *x, *gb, *bias;     /* bias (K C) of gb or NULL */
     float *y;
-    int64_t C, R, items;            /* y planes of R values */
+    int64_t C, K, R, items;         /* y planes of R values; gb planes: K C (2: gamma, beta; 1: gamma) */
     int64_t Rx, W, wx, fh, fw;      /* x planes of Rx values; with upsampling y (H, W) reads x (H / fh, wx = W / fw) */
     double eps, slope;
     bool act;
@@ -150,14 +150,14 @@ static void spade_task(void *ctx, int t)
     for (int64_t pl = lo; pl < hi; pl++) {   /* plane pl = n * C + c */
         int64_t n = pl / k->C, c = pl % k->C;
         const float *x = k->x + pl * k->Rx;
-        const float *g = k->gb + (n * 2 * k->C + c) * k->R, *b = g + k->C * k->R;
+        const float *g = k->gb + (n * k->K * k->C + c) * k->R, *b = k->K == 2 ? g + k->C * k->R : NULL;
         float *y = k->y + pl * k->R;
-        const double bg = k->bias ? k->bias[c] : 0.0, bb = k->bias ? k->bias[k->C + c] : 0.0;
+        const double bg = k->bias ? k->bias[c] : 0.0, bb = k->bias && b ? k->bias[k->C + c] : 0.0;
         double m, r;
         plane_stats(x, k->Rx, k->eps, &m, &r);   /* a nearest upsample repeats every value fh fw times: the same statistics */
         for (int64_t i = 0; i < k->R; i++) {
             const float xv = up ? x[i / k->W / k->fh * k->wx + i % k->W / k->fw] : x[i];
-            double v = (xv - m) * r * (1.0 + ((double)g[i] + bg)) + ((double)b[i] + bb);
+            double v = (xv - m) * r * (1.0 + ((double)g[i] + bg)) + (b ? (double)b[i] + bb : 0.0);
             y[i] = (float)(k->act && v < 0 ? v * k->slope : v);
         }
     }
@@ -175,7 +175,8 @@ static int cpu_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const Dit
     const int cax = p->nhwc ? x->ndim - 1 : 1, hax = p->nhwc ? 1 : 2;
     const int64_t N = x->shape[0], C = x->shape[cax], NC = N * C;
     const int64_t R = NC > 0 ? ditto_tensor_numel(y) / NC : 0, Rx = NC > 0 ? ditto_tensor_numel(x) / NC : 0;
-    SpadeTask k = { x->data, gb->data, bias ? bias->data : NULL, y->data, C, R, N * C, Rx, 1, 1, 1, 1, p->eps, p->slope, p->act, 1 };
+    const int64_t K = p->gamma_only ? 1 : 2;
+    SpadeTask k = { x->data, gb->data, bias ? bias->data : NULL, y->data, C, K, R, N * C, Rx, 1, 1, 1, 1, p->eps, p->slope, p->act, 1 };
     if (k.items == 0 || k.R == 0)
         return 0;
     if (Rx != R) {   /* 4-D (the front end's rule) */
@@ -190,12 +191,12 @@ static int cpu_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const Dit
         return 0;
     }
     const int64_t nx = N * C * Rx, ny = N * C * R;
-    float *xs = ditto_malloc_aligned(sizeof(float) * (size_t)(nx + 3 * ny));   /* x, gb (2), y */
+    float *xs = ditto_malloc_aligned(sizeof(float) * (size_t)(nx + (K + 1) * ny));   /* x, gb (K), y */
     if (!xs)
-        return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op spade_norm: cannot allocate %lld floats of layout scratch", (long long)(nx + 3 * ny));
-    float *gs = xs + nx, *ys = gs + 2 * ny;
+        return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op spade_norm: cannot allocate %lld floats of layout scratch", (long long)(nx + (K + 1) * ny));
+    float *gs = xs + nx, *ys = gs + K * ny;
     ditto_cpu_transpose(be, x->data, xs, N, Rx, C);       /* (N, Rx, C) -> (N, C, Rx) */
-    ditto_cpu_transpose(be, gb->data, gs, N, R, 2 * C);   /* (N, R, 2C) -> (N, 2C, R): gamma planes, then beta */
+    ditto_cpu_transpose(be, gb->data, gs, N, R, K * C);   /* (N, R, KC) -> (N, KC, R): gamma planes (then beta) */
     k.x = xs;
     k.gb = gs;
     k.y = ys;

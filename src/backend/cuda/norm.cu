@@ -33,19 +33,21 @@ typedef struct NormArgs {
     int64_t sets, len, G, Cg, R;
     double eps;
     /*
-     * SPADE (spade_norm): per-element gamma = gb[(n*2C + c)*len + k], beta C
-     * planes later, plus gbias[c] / gbias[C + c] when given; LeakyReLU(slope) when act
+     * SPADE (spade_norm): per-element gamma = gb[(n*gk*C + c)*len + k], beta C
+     * planes later (gk 2; gk 1: gamma only, beta 0), plus gbias[c] / gbias[C + c]
+     * when given; LeakyReLU(slope) when act
      */
     const void *gb, *gbias;
     bool gbh, gbiash, act;
+    int gk;
     float slope;
 } NormArgs;
 
-/* Bias of the SPADE gamma (channel c) and beta (C + c), 0 without one. */
-static __device__ __forceinline__ void spade_bias(const void *bias, bool bh, int64_t C, int64_t c, float *bg, float *bb)
+/* Bias of the SPADE gamma (channel c) and beta (C + c), 0 without one; gk 1 (gamma only): no beta bias. */
+static __device__ __forceinline__ void spade_bias(const void *bias, bool bh, int64_t C, int64_t c, int gk, float *bg, float *bb)
 {
     *bg = bias ? ditto_ld(bias, c, bh) : 0.0f;
-    *bb = bias ? ditto_ld(bias, C + c, bh) : 0.0f;
+    *bb = bias && gk == 2 ? ditto_ld(bias, C + c, bh) : 0.0f;
 }
 
 static __device__ __forceinline__ double warp_sum(double v)
@@ -78,10 +80,10 @@ static __device__ __forceinline__ void norm_store(const NormArgs &a, int64_t s, 
     int64_t i = s * a.len + k;
     float d = (ditto_ld(a.x, i, a.xh) - m_hi) - m_lo;
     if (a.gb) {   /* instance sets: s = n * G + c, G = C */
-        int64_t gi = ((s / a.G) * 2 * a.G + s % a.G) * a.len + k;
+        int64_t gi = ((s / a.G) * a.gk * a.G + s % a.G) * a.len + k;
         float bg, bb;
-        spade_bias(a.gbias, a.gbiash, a.G, s % a.G, &bg, &bb);
-        float g = ditto_ld(a.gb, gi, a.gbh) + bg, bt = ditto_ld(a.gb, gi + a.G * a.len, a.gbh) + bb;
+        spade_bias(a.gbias, a.gbiash, a.G, s % a.G, a.gk, &bg, &bb);
+        float g = ditto_ld(a.gb, gi, a.gbh) + bg, bt = a.gk == 2 ? ditto_ld(a.gb, gi + a.G * a.len, a.gbh) + bb : 0.0f;
         float v = fmaf(d * rstd, 1.0f + g, bt);
         ditto_st(a.y, i, a.act && v < 0.0f ? v * a.slope : v, a.yh);
         return;
@@ -292,13 +294,13 @@ static int cuda_instance_norm(DittoBackend *be, const DittoNormParams *p, const 
  * (fp16 inputs: exact), then one pass that writes y. bias (2C, f32 or f16)
  * or NULL: added to gamma and beta in fp32.
  */
-static __global__ void k_spade_h8(const __half *x, const __half *gb, const void *bias, bool bh, __half *y, int64_t C, int64_t R, float eps,
-                                  bool act, float slope)
+static __global__ void k_spade_h8(const __half *x, const __half *gb, const void *bias, bool bh, __half *y, int64_t C, int64_t R, int gk,
+                                  float eps, bool act, float slope)
 {
     __shared__ double sh[32];
     const int64_t s = blockIdx.x, n = s / C, c = s % C;
     const uint4 *xv = (const uint4 *)(x + s * R);
-    const uint4 *gv = (const uint4 *)(gb + (n * 2 * C + c) * R), *bv = (const uint4 *)(gb + (n * 2 * C + C + c) * R);
+    const uint4 *gv = (const uint4 *)(gb + (n * gk * C + c) * R), *bv = (const uint4 *)(gb + (n * gk * C + C + c) * R);   /* bv: gk 2 */
     uint4 *yv = (uint4 *)(y + s * R);
     const int64_t nv = R / 8;
     /* deviations from the plane's first value: a common offset (x = 1000 +- 1) cancels before squaring */
@@ -322,9 +324,9 @@ static __global__ void k_spade_h8(const __half *x, const __half *gb, const void 
     var = var > 0.0 ? var : 0.0;
     const float m = (float)mean, rstd = (float)(1.0 / sqrt(var + (double)eps));
     float bg, bb;
-    spade_bias(bias, bh, C, c, &bg, &bb);
+    spade_bias(bias, bh, C, c, gk, &bg, &bb);
     for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-        uint4 u = xv[i], g = gv[i], b = bv[i], o;
+        uint4 u = xv[i], g = gv[i], b = gk == 2 ? bv[i] : make_uint4(0u, 0u, 0u, 0u), o;
         const __half2 *hx = (const __half2 *)&u, *hg = (const __half2 *)&g, *hb = (const __half2 *)&b;
         __half2 *ho = (__half2 *)&o;
 #pragma unroll
@@ -483,7 +485,7 @@ static __device__ __forceinline__ int64_t spade_xpos(const SpadeUp &u, int64_t k
  */
 template <typename I>
 static __global__ void k_spade_nhwc_apply(const __half *x, const __half *gb, const void *bias, bool bh, __half *y, const float *stat, int64_t R,
-                                          int64_t Rx, SpadeUp up, int64_t C, int64_t NC, int64_t nvec, bool act, float slope)
+                                          int64_t Rx, SpadeUp up, int64_t C, int64_t NC, int64_t nvec, int gk, bool act, float slope)
 {
     const I CV = (I)(C / 8), Ri = (I)R, Rxi = (I)Rx, Ci = (I)C, nv = (I)nvec;
     const I W = (I)up.W, wx = (I)up.wx, fh = (I)up.fh, fw = (I)up.fw;
@@ -495,7 +497,8 @@ static __global__ void k_spade_nhwc_apply(const __half *x, const __half *gb, con
             tx = n * Rxi + k / W / fh * wx + k % W / fw;
         }
         uint4 u = *(const uint4 *)(x + tx * Ci + cv * 8);
-        uint4 g = *(const uint4 *)(gb + t * 2 * Ci + cv * 8), b = *(const uint4 *)(gb + t * 2 * Ci + Ci + cv * 8), o;
+        const __half *gp = gb + t * (I)gk * Ci + cv * 8;
+        uint4 g = *(const uint4 *)gp, b = gk == 2 ? *(const uint4 *)(gp + Ci) : make_uint4(0u, 0u, 0u, 0u), o;
         const float *ms = stat + n * Ci + cv * 8, *rs = ms + NC;
         const __half2 *hx = (const __half2 *)&u, *hg = (const __half2 *)&g, *hb = (const __half2 *)&b;
         __half2 *ho = (__half2 *)&o;
@@ -503,8 +506,8 @@ static __global__ void k_spade_nhwc_apply(const __half *x, const __half *gb, con
         for (int j = 0; j < 4; j++) {
             float2 fx = __half22float2(hx[j]), fg = __half22float2(hg[j]), fb = __half22float2(hb[j]);
             float bg0, bb0, bg1, bb1;
-            spade_bias(bias, bh, C, (int64_t)(cv * 8) + 2 * j, &bg0, &bb0);
-            spade_bias(bias, bh, C, (int64_t)(cv * 8) + 2 * j + 1, &bg1, &bb1);
+            spade_bias(bias, bh, C, (int64_t)(cv * 8) + 2 * j, gk, &bg0, &bb0);
+            spade_bias(bias, bh, C, (int64_t)(cv * 8) + 2 * j + 1, gk, &bg1, &bb1);
             float v0 = fmaf((fx.x - ms[2 * j]) * rs[2 * j], 1.0f + (fg.x + bg0), fb.x + bb0);
             float v1 = fmaf((fx.y - ms[2 * j + 1]) * rs[2 * j + 1], 1.0f + (fg.y + bg1), fb.y + bb1);
             if (act) {
@@ -529,7 +532,7 @@ static __global__ void k_spade_nhwc_apply(const __half *x, const __half *gb, con
 
 template <typename I>
 static __global__ void k_spade_nhwc_rows(const __half *x, const __half *gb, const void *bias, bool bh, __half *y, const float *stat, int64_t R,
-                                         int64_t Rx, SpadeUp up, int64_t C, int64_t NC, bool act, float slope)
+                                         int64_t Rx, SpadeUp up, int64_t C, int64_t NC, int gk, bool act, float slope)
 {
     const I Ci = (I)C, CV = Ci / 8, cv = (I)threadIdx.x % CV, n = (I)blockIdx.y, Ri = (I)R, Rxi = (I)Rx;
     const I W = (I)up.W, wx = (I)up.wx, fh = (I)up.fh, fw = (I)up.fw;
@@ -539,12 +542,13 @@ static __global__ void k_spade_nhwc_rows(const __half *x, const __half *gb, cons
     for (int j = 0; j < 8; j++) {
         ms[j] = stat[n * Ci + cv * 8 + j];
         rs[j] = stat[NC + n * Ci + cv * 8 + j];
-        spade_bias(bias, bh, C, (int64_t)(cv * 8 + j), &bg[j], &bb[j]);
+        spade_bias(bias, bh, C, (int64_t)(cv * 8 + j), gk, &bg[j], &bb[j]);
     }
     for (I k = (I)blockIdx.x * per + (I)threadIdx.x / CV; k < Ri; k += per * (I)gridDim.x) {
         const I t = n * Ri + k, tx = up.up ? n * Rxi + k / W / fh * wx + k % W / fw : t;
         uint4 u = *(const uint4 *)(x + tx * Ci + cv * 8);
-        uint4 g = *(const uint4 *)(gb + t * 2 * Ci + cv * 8), b = *(const uint4 *)(gb + t * 2 * Ci + Ci + cv * 8), o;
+        const __half *gp = gb + t * (I)gk * Ci + cv * 8;
+        uint4 g = *(const uint4 *)gp, b = gk == 2 ? *(const uint4 *)(gp + Ci) : make_uint4(0u, 0u, 0u, 0u), o;
         const __half2 *hx = (const __half2 *)&u, *hg = (const __half2 *)&g, *hb = (const __half2 *)&b;
         __half2 *ho = (__half2 *)&o;
 #pragma unroll
@@ -571,11 +575,11 @@ static __global__ void k_spade_nhwc_rows(const __half *x, const __half *gb, cons
 static __global__ void k_spade_generic(NormArgs a, int64_t C, int64_t R, int64_t Rx, bool nhwc, SpadeUp up)
 {
     __shared__ double sh[32];
-    const int64_t step = nhwc ? C : 1, gstep = nhwc ? 2 * C : 1, boff = nhwc ? C : C * R;
+    const int64_t step = nhwc ? C : 1, gstep = nhwc ? a.gk * C : 1, boff = nhwc ? C : C * R;
     for (int64_t s = blockIdx.x; s < a.sets; s += gridDim.x) {
         const int64_t n = s / C, c = s % C;
         const int64_t xb = nhwc ? n * Rx * C + c : s * Rx, yb = nhwc ? n * R * C + c : s * R;
-        const int64_t gbase = nhwc ? n * R * 2 * C + c : (n * 2 * C + c) * R;
+        const int64_t gbase = nhwc ? n * R * a.gk * C + c : (n * a.gk * C + c) * R;
         double acc = 0.0;
         for (int64_t k = threadIdx.x; k < Rx; k += blockDim.x)
             acc += ditto_ld(a.x, xb + k * step, a.xh);
@@ -589,11 +593,11 @@ static __global__ void k_spade_generic(NormArgs a, int64_t C, int64_t R, int64_t
         float m_hi, m_lo, rstd;
         split_stats(mean, var, a.eps, &m_hi, &m_lo, &rstd);
         float bg, bb;
-        spade_bias(a.gbias, a.gbiash, C, c, &bg, &bb);
+        spade_bias(a.gbias, a.gbiash, C, c, a.gk, &bg, &bb);
         for (int64_t k = threadIdx.x; k < R; k += blockDim.x) {
             const int64_t gi = gbase + k * gstep;
             float d = (ditto_ld(a.x, xb + spade_xpos(up, k) * step, a.xh) - m_hi) - m_lo;
-            float g = ditto_ld(a.gb, gi, a.gbh) + bg, bt = ditto_ld(a.gb, gi + boff, a.gbh) + bb;
+            float g = ditto_ld(a.gb, gi, a.gbh) + bg, bt = a.gk == 2 ? ditto_ld(a.gb, gi + boff, a.gbh) + bb : 0.0f;
             float v = fmaf(d * rstd, 1.0f + g, bt);
             ditto_st(a.y, yb + k * step, a.act && v < 0.0f ? v * a.slope : v, a.yh);
         }
@@ -625,6 +629,7 @@ static NormArgs spade_args(const DittoSpadeParams *p, const DittoTensor *x, cons
     a.gbiash = is_h(bias);
     a.act = p->act;
     a.slope = p->slope;
+    a.gk = p->gamma_only ? 1 : 2;
     return a;
 }
 
@@ -665,20 +670,23 @@ static int spade_nhwc(DittoBackend *be, const DittoSpadeParams *p, const DittoTe
         __half *yh = (__half *)y->data;
         const __half *gh = (const __half *)gb->data;
         const int64_t CV = C / 8;
+        const int gk = p->gamma_only ? 1 : 2;
         if (CV <= NORM_THREADS && NORM_THREADS % CV == 0) {
             /* fixed channels a thread: blocks of an item cover its positions, SPN_APPLY_BLOCKS in all */
             const int64_t per = NORM_THREADS / CV, need = (R + per - 1) / per, share = SPN_APPLY_BLOCKS / N > 0 ? SPN_APPLY_BLOCKS / N : 1;
             const dim3 grid_r((unsigned)(need < share ? need : share), (unsigned)N);
             if (2 * NC * R + (int64_t)NORM_THREADS * SPN_APPLY_BLOCKS * 2 < (int64_t)UINT32_MAX)
-                k_spade_nhwc_rows<uint32_t><<<grid_r, NORM_THREADS, 0, st>>>(xh, gh, bp, is_h(bias), yh, stat, R, Rx, up, C, NC, p->act, p->slope);
+                k_spade_nhwc_rows<uint32_t><<<grid_r, NORM_THREADS, 0, st>>>(xh, gh, bp, is_h(bias), yh, stat, R, Rx, up, C, NC, gk, p->act,
+                                                                              p->slope);
             else
-                k_spade_nhwc_rows<int64_t><<<grid_r, NORM_THREADS, 0, st>>>(xh, gh, bp, is_h(bias), yh, stat, R, Rx, up, C, NC, p->act, p->slope);
+                k_spade_nhwc_rows<int64_t><<<grid_r, NORM_THREADS, 0, st>>>(xh, gh, bp, is_h(bias), yh, stat, R, Rx, up, C, NC, gk, p->act,
+                                                                             p->slope);
         } else if (2 * NC * R + (int64_t)blocks * NORM_THREADS < (int64_t)UINT32_MAX)   /* every element index and the loop's last step */
-            k_spade_nhwc_apply<uint32_t><<<blocks, NORM_THREADS, 0, st>>>(xh, gh, bp, is_h(bias), yh, stat, R, Rx, up, C, NC, nvec, p->act,
-                                                                           p->slope);
+            k_spade_nhwc_apply<uint32_t><<<blocks, NORM_THREADS, 0, st>>>(xh, gh, bp, is_h(bias), yh, stat, R, Rx, up, C, NC, nvec, gk,
+                                                                           p->act, p->slope);
         else
-            k_spade_nhwc_apply<int64_t><<<blocks, NORM_THREADS, 0, st>>>(xh, gh, bp, is_h(bias), yh, stat, R, Rx, up, C, NC, nvec, p->act,
-                                                                          p->slope);
+            k_spade_nhwc_apply<int64_t><<<blocks, NORM_THREADS, 0, st>>>(xh, gh, bp, is_h(bias), yh, stat, R, Rx, up, C, NC, nvec, gk,
+                                                                          p->act, p->slope);
         DITTO_CUDA_LAUNCHED(be);
         return 0;
     }
@@ -702,7 +710,8 @@ static int cuda_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const Di
         ((uintptr_t)x->data | (uintptr_t)gb->data | (uintptr_t)y->data) % 16 == 0) {
         k_spade_h8<<<(unsigned)sets, NORM_THREADS, 0, ditto_cuda(be)->stream>>>((const __half *)x->data, (const __half *)gb->data,
                                                                                 bias ? bias->data : NULL, is_h(bias), (__half *)y->data,
-                                                                                x->shape[1], R, p->eps, p->act, p->slope);
+                                                                                x->shape[1], R, p->gamma_only ? 1 : 2, p->eps, p->act,
+                                                                                p->slope);
         DITTO_CUDA_LAUNCHED(be);
         return 0;
     }
