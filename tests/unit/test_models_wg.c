@@ -883,6 +883,76 @@ static void test_loader_channels_last(TestCtx *c)
     free(l.k);
 }
 
+/*
+ * ditto_loader_get_sn_product: a spectral-norm 1x1 convolution (o, m) folded
+ * into the convolution before it (m, k, 3, 3) and its bias (m), against the
+ * product in double of what ditto_loader_get_sn and ditto_loader_get bind for
+ * the same keys (the same sums: equal floats); a bias of the wrong size is
+ * refused with the key named.
+ */
+static void test_loader_sn_product(TestCtx *c)
+{
+    const char *cname = "loader_sn_product";
+    if (!test_selected(c, cname))
+        return;
+    const int64_t o = 5, m = 7, k = 3, rest = k * 9;
+    SynList l = { 0 };
+    SYN(&l, "s.weight_orig", o, m, 1, 1);
+    SYN(&l, "s.weight_u", o);
+    SYN(&l, "s.weight_v", m);
+    SYN(&l, "b.weight", m, k, 3, 3);
+    SYN(&l, "b.bias", m);
+    SYN(&l, "bad.bias", m + 1);
+    void *blob = NULL;
+    DittoCatalog *cat = syn_catalog(c, &l, "sn_product.pth", &blob);
+    if (!cat) {
+        test_report(c, cname, false, "cannot make the catalog");
+        free(l.k);
+        return;
+    }
+    DittoWeights wt = { 0 }, wbad = { 0 };
+    DittoLoader ld, lbad;
+    ditto_loader_init(&ld, cat, c->be, &wt, "test", "");
+    DittoTensor ws, w2, b2, pw, pb, qw, qb;
+    ditto_loader_get_sn(&ld, &ws, DITTO_SHAPE(o, m, 1, 1), "s");
+    ditto_loader_get(&ld, &w2, DITTO_SHAPE(m, k, 3, 3), "b.weight");
+    ditto_loader_get(&ld, &b2, DITTO_SHAPE(m), "b.bias");
+    int rc = ditto_loader_get_sn_product(&ld, &pw, &pb, o, "s", DITTO_SHAPE(m, k, 3, 3), "b.weight", "b.bias");
+    if (rc < 0) {
+        test_report(c, cname, false, "load failed: %d", rc);
+    } else {
+        float hs[5 * 7], h2[7 * 27], hb2[7], hp[5 * 27], hpb[5];
+        c->be->download(c->be, hs, ws.data, sizeof hs);
+        c->be->download(c->be, h2, w2.data, sizeof h2);
+        c->be->download(c->be, hb2, b2.data, sizeof hb2);
+        c->be->download(c->be, hp, pw.data, sizeof hp);
+        c->be->download(c->be, hpb, pb.data, sizeof hpb);
+        int64_t bad = 0;
+        for (int64_t r = 0; r < o; r++) {
+            for (int64_t j = 0; j < rest; j++) {
+                double v = 0;
+                for (int64_t q = 0; q < m; q++)
+                    v += (double)hs[r * m + q] * h2[q * rest + j];
+                bad += (float)v != hp[r * rest + j];
+            }
+            double v = 0;
+            for (int64_t q = 0; q < m; q++)
+                v += (double)hs[r * m + q] * hb2[q];
+            bad += (float)v != hpb[r];
+        }
+        const bool shapes = pw.ndim == 4 && pw.shape[0] == o && pw.shape[1] == k && pb.ndim == 1 && pb.shape[0] == o;
+        test_report(c, cname, shapes && bad == 0, "%lld of %lld values differ", (long long)bad, (long long)(o * rest + o));
+    }
+    ditto_loader_init(&lbad, cat, c->be, &wbad, "test", "");
+    rc = ditto_loader_get_sn_product(&lbad, &qw, &qb, o, "s", DITTO_SHAPE(m, k, 3, 3), "b.weight", "bad.bias");
+    test_report(c, "loader_sn_product.bad_bias", rc == DITTO_ERR_KEY && !qw.data && !qb.data, "rc %d", rc);
+    ditto_weights_free(&wt);
+    ditto_weights_free(&wbad);
+    ditto_catalog_close(&cat);
+    free(blob);
+    free(l.k);
+}
+
 /* The warp and the decoder of the fixtures loaded with channels-last weights: the same outputs, bit for bit. */
 static void test_networks_channels_last(TestCtx *c, DittoArena *ws)
 {
@@ -1007,6 +1077,7 @@ int main(int argc, char **argv)
     }
     test_decoder_layout(&c, &ws);
     test_loader_channels_last(&c);
+    test_loader_sn_product(&c);
     test_full_size(&c);
     ditto_arena_free(&ws);
     test_close(&c);
