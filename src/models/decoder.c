@@ -577,12 +577,12 @@ static int resblock(DittoDecoder *m, DittoArena *ws, bool nhwc, const DecBlock *
     TRY(new_act(ws, m->act, nhwc, B, b->fmid, H, W, &dx_0));
     mk = ditto_arena_mark(ws);
     TRY(new_act(ws, m->act, nhwc, B, b->fin, H, W, &n_0));
-    TRY(spade(be, ws, m->act, nhwc, &b->norm_0, x, &seg, true, &n_0, NULL, NULL, NULL));                             /* lrelu(norm_0(x)) (B,fin,H,W) */
+    TRY(spade(be, ws, m->act, nhwc, &b->norm_0, x, &seg, true, &n_0, NULL, NULL, NULL));       /* lrelu(norm_0(x)) (B,fin,H,W) */
     TRY(ditto_op_conv(be, &pad1, &n_0, &b->conv_0_w, NULL, &dx_0));                        /* (B,fmid,H,W), no bias */
     ditto_arena_release(ws, mk);
     /* out = x_s + conv_1(lrelu(norm_1(dx))): conv_1 accumulates onto x_s in y */
     TRY(new_act(ws, m->act, nhwc, B, b->fmid, H, W, &n_1));
-    TRY(spade(be, ws, m->act, nhwc, &b->norm_1, &dx_0, &seg, true, &n_1, NULL, NULL, NULL));                         /* lrelu(norm_1(dx)) (B,fmid,H,W) */
+    TRY(spade(be, ws, m->act, nhwc, &b->norm_1, &dx_0, &seg, true, &n_1, NULL, NULL, NULL));   /* lrelu(norm_1(dx)) (B,fmid,H,W) */
     TRY(ditto_op_conv(be, &pad1_acc, &n_1, &b->conv_1_w, &b->conv_1_b, y));                /* y += conv_1 (B,fout,H,W) */
 done:
     ditto_arena_release(ws, top);

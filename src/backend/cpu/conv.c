@@ -427,11 +427,7 @@ static int cpu_conv(DittoBackend *be, const DittoConvParams *p, const DittoTenso
     float *wc = ditto_malloc_aligned(sizeof(float) * (size_t)(n + 1));
     if (!wc)
         return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op conv: cannot allocate %lld floats for the weights", (long long)n);
-    const float *src = w->data;
-    for (int64_t o = 0; o < O; o++)
-        for (int64_t c = 0; c < Cg; c++)
-            for (int64_t k = 0; k < kvol; k++)
-                wc[(o * Cg + c) * kvol + k] = src[(o * kvol + k) * Cg + c];
+    ditto_cpu_transpose(be, w->data, wc, O, kvol, Cg);   /* (O, k..., C/groups) -> (O, C/groups, k...) */
     DittoTensor wt = *w;
     wt.data = wc;
     ditto_tensor_set_contiguous(&wt);

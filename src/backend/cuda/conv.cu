@@ -759,7 +759,14 @@ static int engine_mode(void)
 }
 
 static size_t nhwc_chunk_bytes(void);
-static int env_int(const char *name, int lo, int hi, int dflt);
+
+/* An integer measurement switch: the variable's value when in [lo, hi], else dflt. */
+static int env_int(const char *name, int lo, int hi, int dflt)
+{
+    const char *e = getenv(name);
+    int v = e ? atoi(e) : dflt;
+    return v >= lo && v <= hi ? v : dflt;
+}
 
 static void cg_conv(const ConvGeom *g, int64_t cp, int64_t op, int64_t n, CgConv *cv)
 {
@@ -1726,14 +1733,6 @@ static int conv_small_o(DittoBackend *be, const ConvGeom *g, int64_t H, int64_t 
  * costs no measurable speed against 128 MiB and 76 MB of device memory less.
  */
 #define NHWC_CHUNK_DEFAULT ((size_t)32 << 20)
-
-/* An integer measurement switch: the variable's value when in [lo, hi], else dflt. */
-static int env_int(const char *name, int lo, int hi, int dflt)
-{
-    const char *e = getenv(name);
-    int v = e ? atoi(e) : dflt;
-    return v >= lo && v <= hi ? v : dflt;
-}
 
 /* DITTO_CUDA_NHWC_CHUNK_MB overrides the chunk bytes, for memory measurements. */
 static size_t nhwc_chunk_bytes(void)

@@ -389,15 +389,12 @@ static int cuda_unary(DittoBackend *be, const DittoUnaryParams *p, const DittoTe
 /* ---- bias_unary ---- */
 
 /*
- * y = f(x + bias[i_axis]) over y's logical shape (row-major), elements of
- * vec values: vec 4 when the axis is the last, contiguous in x and y, f16
- * both, its extent and every stride multiples of 4 and the pointers 8-byte
- * aligned (each element then 8 bytes: 4 channels, the last extent and the
- * strides given in those units); vec 1 otherwise. fp32 math, one rounding
- * (what conv's bias pass did before the move).
+ * y = f(x + bias[i_axis]) over y's logical shape (row-major), an element a
+ * thread: fp32 math, one rounding (what conv's bias pass did before the
+ * move). The channels-last f16 case has the kernel below.
  */
 typedef struct BuDims {
-    int nd, axis, vec;
+    int nd, axis;
     int64_t shape[DITTO_MAX_DIMS], xs[DITTO_MAX_DIMS], ys[DITTO_MAX_DIMS];
 } BuDims;
 
@@ -414,17 +411,7 @@ static __global__ void bias_unary_kernel(const __grid_constant__ BuDims d, int64
             if (k == d.axis)
                 c = idx;
         }
-        if (d.vec == 4) {
-            uint2 u = ((const uint2 *)x)[xo], o;
-            const __half *h = (const __half *)&u;
-            __half *oh = (__half *)&o;
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                oh[j] = __float2half_rn(unary_f(kind, a, b, __half2float(h[j]) + ditto_ld(bias, 4 * c + j, bh)));
-            ((uint2 *)y)[yo] = o;
-        } else {
-            ditto_st(y, yo, unary_f(kind, a, b, ditto_ld(x, xo, xh) + ditto_ld(bias, c, bh)), yh);
-        }
+        ditto_st(y, yo, unary_f(kind, a, b, ditto_ld(x, xo, xh) + ditto_ld(bias, c, bh)), yh);
     }
 }
 
@@ -505,19 +492,13 @@ static int cuda_bias_unary(DittoBackend *be, const DittoUnaryParams *p, int axis
     BuDims d;
     d.nd = y->ndim;
     d.axis = axis;
-    bool v4 = xh && yh && axis == last && x->stride[last] == 1 && y->stride[last] == 1 && y->shape[last] % 4 == 0 &&
-              ((uintptr_t)x->data | (uintptr_t)y->data) % 8 == 0;
-    for (int k = 0; k < last && v4; k++)
-        v4 = x->stride[k] % 4 == 0 && y->stride[k] % 4 == 0;
-    d.vec = v4 ? 4 : 1;
     for (int k = 0; k < y->ndim; k++) {
-        d.shape[k] = k == last ? y->shape[k] / d.vec : y->shape[k];
-        d.xs[k] = k == last ? x->stride[k] : x->stride[k] / d.vec;
-        d.ys[k] = k == last ? y->stride[k] : y->stride[k] / d.vec;
+        d.shape[k] = y->shape[k];
+        d.xs[k] = x->stride[k];
+        d.ys[k] = y->stride[k];
     }
-    const int64_t ne = n / d.vec;
-    bias_unary_kernel<<<ew_blocks(ne), EW_THREADS, 0, ditto_cuda(be)->stream>>>(d, ne, (int)p->kind, p->alpha, p->beta, y->data, yh, x->data,
-                                                                                xh, bias->data, bh);
+    bias_unary_kernel<<<ew_blocks(n), EW_THREADS, 0, ditto_cuda(be)->stream>>>(d, n, (int)p->kind, p->alpha, p->beta, y->data, yh, x->data,
+                                                                               xh, bias->data, bh);
     DITTO_CUDA_LAUNCHED(be);
     return 0;
 }

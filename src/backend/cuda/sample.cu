@@ -469,7 +469,6 @@ static __device__ __forceinline__ void motion_kps(const MotionArgs &a, int64_t n
     }
 }
 
-/* A thread per (n, m, position): the heatmap and the c deformed feature channels of motion m. */
 /*
  * Both motion_input kernels' head for point t = ((n, m), position): its
  * motion S, the heatmap difference written to channel m (c + 1) of item n
@@ -490,6 +489,7 @@ static __device__ __forceinline__ int64_t motion_head(const MotionArgs &a, int64
     return yb;
 }
 
+/* A thread per (n, m, position): the heatmap and the c deformed feature channels of motion m. */
 static __global__ void motion_input_kernel(const __grid_constant__ MotionArgs a)
 {
     const int64_t HW = a.H * a.W, vol = a.D * HW, c1 = a.c + 1;
