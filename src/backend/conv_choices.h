@@ -9,7 +9,10 @@
  *   v1|<scope>|<the 25 key numbers, comma-separated>|legacy
  *   v1|<scope>|<key>|<engine index>|<knob type>:<value>,...
  * where scope is "<device>|<cuDNN version>". Lines of another scope and
- * malformed ones are skipped when reading.
+ * malformed ones are skipped when reading. A key whose last number is not 0
+ * names a convolution with its epilogue (bias, relu, residual) fused: there
+ * "legacy" means the epilogue keeps its own pass, engine 1073741824 (2^30)
+ * cuDNN's legacy fused call, any other engine a fused graph.
  */
 #ifndef DITTO_BACKEND_CONV_CHOICES_H
 #define DITTO_BACKEND_CONV_CHOICES_H

@@ -54,6 +54,11 @@
  * (cuDNN with beta = 0, the checked plans unchanged) and its bias pass reads
  * that scratch and the residual and writes y once.
  *
+ * Channels-last direct convolutions with a bias and a relu or a residual
+ * run their epilogue inside cuDNN's kernel where that was timed faster
+ * (conv_fused, below the small-O kernel); DITTO_CUDA_CONV_EPILOGUE=pass
+ * keeps the separate pass.
+ *
  * DITTO_CUDA_CONV (nchw, nhwc, nhwc-batch, no-split) overrides the f16
  * strategy for measurements (nchw also sends channels-last tensors through
  * the transposes); DITTO_CUDA_DEPTH_PIECES, _DEPTH_UNFOLD and
@@ -61,6 +66,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,11 +112,15 @@ typedef struct ConvEngines {
     CgEngine eng[CONV_MAX_ENGINES];
 } ConvEngines;
 
+typedef struct FusedPlan FusedPlan;
+
 struct DittoCudaConvCache {
     ConvPlan *plans;
     int n, cap;
     ConvEngines *engines;
     int neng, capeng;
+    FusedPlan **fused;        /* conv_fused's plans, each allocated alone (pointers stay valid as the array grows) */
+    int nfused, capfused;
     bool file_read;           /* the tuned choices on disk were read (engine_file) */
 };
 
@@ -194,6 +204,8 @@ static void plan_destroy(ConvPlan *pl)
     ditto_cg_plan_free(&pl->cg);
 }
 
+static void fused_plan_free(FusedPlan *f);
+
 void ditto_cuda_conv_cache_free(DittoCuda *cu)
 {
     DittoCudaConvCache *c = cu->conv_cache;
@@ -201,6 +213,9 @@ void ditto_cuda_conv_cache_free(DittoCuda *cu)
         return;
     for (int i = 0; i < c->n; i++)
         plan_destroy(&c->plans[i]);
+    for (int i = 0; i < c->nfused; i++)
+        fused_plan_free(c->fused[i]);
+    ditto_free(c->fused);
     ditto_free(c->plans);
     ditto_free(c->engines);
     ditto_free(c);
@@ -715,7 +730,7 @@ static __global__ void k_count_diff(const uint16_t *a, const uint16_t *b, int64_
 static cudnnStatus_t plan_exec(DittoBackend *be, const ConvPlan *p, const void *x, const void *w, void *y, void *cw)
 {
     if (p->cg)
-        return ditto_cg_exec(be, p->cg, x, w, y, p->ws ? cw : NULL);
+        return ditto_cg_exec(be, p->cg, x, w, NULL, NULL, y, p->ws ? cw : NULL);
     const float one = 1.0f, zero = 0.0f;
     return cudnnConvolutionForward(ditto_cuda(be)->cudnn, &one, p->xd, x, p->wd, w, p->cd, p->algo, p->ws ? cw : NULL, p->ws, &zero,
                                    p->yd, y);
@@ -771,6 +786,8 @@ static int env_int(const char *name, int lo, int hi, int dflt)
 static void cg_conv(const ConvGeom *g, int64_t cp, int64_t op, int64_t n, CgConv *cv)
 {
     cv->nsd = g->ns == 1 ? 2 : g->ns;
+    cv->epi = CG_EPI_NONE;
+    cv->bias_f16 = false;
     cv->n = n;
     cv->c = cp;
     cv->o = op;
@@ -842,6 +859,20 @@ static float tune_margin(void)
     return (float)pct / 100.0f;
 }
 
+/* End of a timed sequence begun at e0: record e1, free ws, *ms = mean of TUNE_RUNS (-1 when a run failed). */
+static int tune_end(DittoBackend *be, cudaEvent_t e0, cudaEvent_t e1, void *ws, bool ran, float *ms)
+{
+    cudaStream_t st = ditto_cuda(be)->stream;
+    cudaEventRecord(e1, st);
+    if (ws)
+        cudaFreeAsync(ws, st);
+    float v = 0.0f;
+    if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&v, e0, e1) != cudaSuccess)
+        return ditto_cuda_fail(be, cudaGetLastError(), "cudaEventElapsedTime (convolution timing)", __FILE__, __LINE__);
+    *ms = ran ? v / TUNE_RUNS : -1.0f;
+    return 0;
+}
+
 /* Mean ms of TUNE_RUNS runs of plan p (legacy when p->cg is NULL) after one untimed, queued behind a spin; < 0 when it does not run. */
 static int time_plan(DittoBackend *be, const ConvPlan *p, const TuneBufs *t, cudaEvent_t e0, cudaEvent_t e1, float *ms)
 {
@@ -858,14 +889,7 @@ static int time_plan(DittoBackend *be, const ConvPlan *p, const TuneBufs *t, cud
             cudaEventRecord(e0, cu->stream);
         ran = plan_exec(be, p, t->x, t->w, t->y, ws) == CUDNN_STATUS_SUCCESS;
     }
-    cudaEventRecord(e1, cu->stream);
-    if (ws)
-        cudaFreeAsync(ws, cu->stream);
-    float v = 0.0f;
-    if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&v, e0, e1) != cudaSuccess)
-        return ditto_cuda_fail(be, cudaGetLastError(), "cudaEventElapsedTime (engine timing)", __FILE__, __LINE__);
-    *ms = ran ? v / TUNE_RUNS : -1.0f;
-    return 0;
+    return tune_end(be, e0, e1, ws, ran, ms);
 }
 
 /* *same: plan p over its n items gives, for each, the bits of plan one run on that item alone. */
@@ -2517,6 +2541,448 @@ static bool nhwc_epilogue_scratch(void)
     return on;
 }
 
+/* ---- conv_fused: the direct path's epilogue inside cuDNN's kernel ---- */
+
+/*
+ * A bias, relu and residual after a channels-last convolution cost a pass
+ * over y (k_bias_act_h8), or with the residual a scratch output and a pass
+ * (9-14 us an item at 64x64x512 on the H200). cuDNN can apply them in the
+ * convolution's own epilogue, before y's one rounding:
+ * - relu(conv + bias (+ y)): graph-API engines compiled ahead of time
+ *   (conv_graph.h, CG_EPI_*), as fast as the plain convolution's;
+ * - conv + bias + y (and relu(conv + bias + y)):
+ *   cudnnConvolutionBiasActivationForward, for the identity with the
+ *   implicit-precomp GEMM (the only algorithm it takes there; graph engines
+ *   for the identity compile at run time, which model load cannot afford),
+ *   an f16 bias. Without the residual this call would be handed y as its z
+ *   with a zero scale, and whether it reads it is not documented: y may hold
+ *   any bits, so conv + bias alone keeps its pass.
+ * Per geometry and kind, fused and unfused (the tuned conv plan, then the
+ * pass) are timed once like the engines (tune_fused), and the choice is
+ * kept in the choices file under the geometry key whose last number is the
+ * kind (EPI_KEY). A fused plan for N items runs batched only once checked
+ * bit-identical per item against its one-item plan (fused_check), as the
+ * plain plans are. DITTO_CUDA_CONV_EPILOGUE=pass keeps the pass (A/B).
+ */
+enum { EPI_NONE, EPI_RELU, EPI_ZRELU, EPI_ZID };
+#define EPI_KEY (KEY_LEN - 1)                     /* make_key leaves this last number 0 */
+#define EPI_LEGACY_ENGINE ((int64_t)1 << 30)      /* a choice's engine: cudnnConvolutionBiasActivationForward */
+
+struct FusedPlan {
+    int64_t key[KEY_LEN];
+    int epi;
+    ConvPlan conv;                /* descriptors and algorithm (legacy), or conv.cg (graph engine) */
+    cudnnTensorDescriptor_t bd;   /* legacy: the bias (1, O, 1, 1) */
+    cudnnActivationDescriptor_t ad;
+    int batch_ok;                 /* as ConvPlan's */
+};
+
+static bool epi_relu(int epi)
+{
+    return epi == EPI_RELU || epi == EPI_ZRELU;
+}
+
+static bool epi_z(int epi)
+{
+    return epi == EPI_ZRELU || epi == EPI_ZID;
+}
+
+static int epi_kind(const DittoTensor *bias, bool relu, bool acc)
+{
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("DITTO_CUDA_CONV_EPILOGUE");
+        off = e && !strcmp(e, "pass");
+    }
+    if (off || !bias || engine_mode() == ENG_LEGACY)
+        return EPI_NONE;
+    /* the identity form takes an f16 bias only (pseudo-half configuration), and the residual (above) */
+    if (!relu && (bias->dtype != DITTO_F16 || !acc))
+        return EPI_NONE;
+    return relu ? (acc ? EPI_ZRELU : EPI_RELU) : EPI_ZID;
+}
+
+static void fused_plan_free(FusedPlan *f)
+{
+    if (!f)
+        return;
+    plan_destroy(&f->conv);
+    if (f->bd)
+        cudnnDestroyTensorDescriptor(f->bd);
+    if (f->ad)
+        cudnnDestroyActivationDescriptor(f->ad);
+    ditto_free(f);
+}
+
+static void epi_key(const ConvGeom *g, int64_t nb, int epi, bool bh, int64_t *key)
+{
+    make_key(g, DITTO_F16, nb, true, key);
+    key[EPI_KEY] = epi + (bh ? 8 : 0);
+}
+
+/* *out: engine e's fused plan of g at nb items, or NULL when e does not run it (freed). */
+static int fused_setup(DittoBackend *be, const ConvGeom *g, int64_t nb, int epi, bool bh, const CgEngine *e, FusedPlan **out)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    *out = NULL;
+    FusedPlan *f = (FusedPlan *)ditto_calloc(1, sizeof *f);
+    if (!f)
+        return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op conv: out of memory for a fused plan");
+    epi_key(g, nb, epi, bh, f->key);
+    f->epi = epi;
+    int rc = plan_setup_legacy(be, g, DITTO_F16, nb, true, &f->conv);
+    f->batch_ok = nb == 1 ? 1 : -1;
+    bool ok = rc == 0;
+    if (ok && e->index == EPI_LEGACY_ENGINE) {
+        cudnnConvolutionFwdAlgo_t algo = epi_relu(epi) ? f->conv.algo : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+        size_t need = 0;
+        ok = cudnnGetConvolutionForwardWorkspaceSize(cu->cudnn, f->conv.xd, f->conv.wd, f->conv.cd, f->conv.yd, algo, &need) ==
+                 CUDNN_STATUS_SUCCESS &&
+             need <= CONV_WS_LIMIT && cudnnCreateTensorDescriptor(&f->bd) == CUDNN_STATUS_SUCCESS &&
+             cudnnSetTensor4dDescriptor(f->bd, CUDNN_TENSOR_NHWC, bh ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT, 1, (int)g->O, 1, 1) ==
+                 CUDNN_STATUS_SUCCESS &&
+             cudnnCreateActivationDescriptor(&f->ad) == CUDNN_STATUS_SUCCESS &&
+             cudnnSetActivationDescriptor(f->ad, epi_relu(epi) ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
+                                          CUDNN_NOT_PROPAGATE_NAN, 0.0) == CUDNN_STATUS_SUCCESS;
+        f->conv.algo = algo;
+        f->conv.ws = need;
+    } else if (ok) {
+        CgConv cv;
+        cg_conv(g, g->C, g->O, nb, &cv);
+        cv.epi = epi == EPI_RELU ? CG_EPI_RELU : CG_EPI_ZRELU;
+        cv.bias_f16 = bh;
+        ok = epi_relu(epi) && (rc = ditto_cg_plan(be, &cv, e, CONV_WS_LIMIT, &f->conv.cg)) == 0 && f->conv.cg;
+        if (ok)
+            f->conv.ws = f->conv.cg->ws;
+    }
+    if (!ok) {
+        fused_plan_free(f);
+        return rc < 0 ? rc : 0;
+    }
+    *out = f;
+    return 0;
+}
+
+/* y = epilogue(conv(x, w)) with f in place (z is y); ws: f->conv.ws bytes. */
+static cudnnStatus_t fused_exec(DittoBackend *be, const FusedPlan *f, const void *x, const void *w, const void *bias, void *y, void *ws)
+{
+    if (f->conv.cg)
+        return ditto_cg_exec(be, f->conv.cg, x, w, bias, y, y, f->conv.ws ? ws : NULL);
+    const float one = 1.0f, a2 = epi_z(f->epi) ? 1.0f : 0.0f;
+    return cudnnConvolutionBiasActivationForward(ditto_cuda(be)->cudnn, &one, f->conv.xd, x, f->conv.wd, w, f->conv.cd, f->conv.algo,
+                                                 f->conv.ws ? ws : NULL, f->conv.ws, &a2, f->conv.yd, y, f->bd, bias, f->ad, f->conv.yd,
+                                                 y);
+}
+
+static __global__ void k_bias_act_h8(const __half *t, __half *y, const void *bias, bool bh, bool relu, bool acc, int64_t O8, int64_t nvec);
+
+/* Hashed operands of a fused timing or check: x (n items), w, bias, z and y (n items), y1 (one item), t (n items, the unfused path's scratch). */
+typedef struct FusedBufs {
+    char *buf;
+    __half *x, *w, *z, *y, *y1, *t;
+    void *bias;
+    int64_t item_x, item_y;
+    unsigned int *cnt;
+} FusedBufs;
+
+static int fused_bufs(DittoBackend *be, const ConvGeom *g, int64_t n, bool bh, FusedBufs *b)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    memset(b, 0, sizeof *b);
+    b->item_x = g->C * g->in_vol;
+    b->item_y = g->O * g->out_vol;
+    const size_t sx = align256((size_t)(n * b->item_x) * 2), sw = align256((size_t)(g->O * g->C * g->k_vol) * 2),
+                 sb = align256((size_t)g->O * 4), sy = align256((size_t)(n * b->item_y) * 2), s1 = align256((size_t)b->item_y * 2);
+    if (cudaMallocAsync((void **)&b->buf, sx + sw + sb + 3 * sy + s1 + 256, cu->stream) != cudaSuccess) {
+        cudaGetLastError();
+        b->buf = NULL;
+        return 0;
+    }
+    char *p = b->buf;
+    b->x = (__half *)p;
+    b->w = (__half *)(p += sx);
+    b->bias = (void *)(p += sw);
+    b->z = (__half *)(p += sb);
+    b->y = (__half *)(p += sy);
+    b->t = (__half *)(p += sy);
+    b->y1 = (__half *)(p += sy);
+    b->cnt = (unsigned int *)(p + s1);
+    /* values in [-1, 1), as tune_engines' */
+    k_fill_hash<<<ditto_cuda_blocks(n * b->item_x, 256), 256, 0, cu->stream>>>(b->x, n * b->item_x, 0x51ed270bu);
+    k_fill_hash<<<ditto_cuda_blocks(g->O * g->C * g->k_vol, 256), 256, 0, cu->stream>>>(b->w, g->O * g->C * g->k_vol, 0x2f6b1c3du);
+    k_fill_hash<<<ditto_cuda_blocks(n * b->item_y, 256), 256, 0, cu->stream>>>(b->z, n * b->item_y, 0x7a3c9e11u);
+    if (bh)
+        k_fill_hash<<<1, 256, 0, cu->stream>>>((__half *)b->bias, g->O, 0x1b873593u);
+    else
+        cudaMemsetAsync(b->bias, 0, (size_t)g->O * 4, cu->stream);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+/*
+ * *same: fused plan f over its n items gives, for each, the bits of plan one
+ * on that item alone (both in place over a copy of z).
+ */
+static int fused_same(DittoBackend *be, const FusedPlan *f, const FusedPlan *one, int64_t n, const FusedBufs *b, bool *same)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    void *ws;
+    *same = false;
+    if (!tune_ws(cu, f->conv.ws > one->conv.ws ? f->conv.ws : one->conv.ws, &ws))
+        return 0;
+    cudaMemsetAsync(b->cnt, 0, sizeof *b->cnt, cu->stream);
+    cudaMemcpyAsync(b->y, b->z, (size_t)(n * b->item_y) * 2, cudaMemcpyDeviceToDevice, cu->stream);
+    bool ran = fused_exec(be, f, b->x, b->w, b->bias, b->y, ws) == CUDNN_STATUS_SUCCESS;
+    for (int64_t i = 0; i < n && ran; i++) {
+        cudaMemcpyAsync(b->y1, b->z + i * b->item_y, (size_t)b->item_y * 2, cudaMemcpyDeviceToDevice, cu->stream);
+        ran = fused_exec(be, one, b->x + i * b->item_x, b->w, b->bias, b->y1, ws) == CUDNN_STATUS_SUCCESS;
+        if (ran)
+            k_count_diff<<<ditto_cuda_blocks(b->item_y, 256), 256, 0, cu->stream>>>((const uint16_t *)(b->y + i * b->item_y),
+                                                                                     (const uint16_t *)b->y1, b->item_y, b->cnt);
+    }
+    if (ws)
+        cudaFreeAsync(ws, cu->stream);
+    unsigned int host = 1;
+    if (cudaMemcpyAsync(&host, b->cnt, sizeof host, cudaMemcpyDeviceToHost, cu->stream) != cudaSuccess ||
+        cudaStreamSynchronize(cu->stream) != cudaSuccess)
+        return ditto_cuda_fail(be, cudaGetLastError(), "cudaMemcpyAsync (fused check)", __FILE__, __LINE__);
+    *same = ran && host == 0;
+    return 0;
+}
+
+/* Mean ms of TUNE_RUNS runs (after one untimed, behind a spin) of f, or of the unfused plan u and its pass when f is NULL; < 0: does not run. */
+static int fused_time(DittoBackend *be, const ConvGeom *g, const FusedPlan *f, const ConvPlan *u, int epi, bool bh, int64_t n,
+                      const FusedBufs *b, cudaEvent_t e0, cudaEvent_t e1, float *ms)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    void *ws;
+    *ms = -1.0f;
+    k_tune_spin<<<1, 1, 0, cu->stream>>>(TUNE_SPIN_CYCLES);
+    DITTO_CUDA_LAUNCHED(be);
+    if (!tune_ws(cu, f ? f->conv.ws : u->ws, &ws))
+        return 0;
+    const int64_t nvec = n * b->item_y / 8;
+    bool ran = true;
+    for (int r = 0; r <= TUNE_RUNS && ran; r++) {
+        if (r == 1)
+            cudaEventRecord(e0, cu->stream);
+        if (f) {
+            ran = fused_exec(be, f, b->x, b->w, b->bias, b->y, ws) == CUDNN_STATUS_SUCCESS;
+        } else {
+            __half *out = epi_z(epi) ? b->t : b->y;   /* conv_nhwc_direct's unfused forms */
+            ran = plan_exec(be, u, b->x, b->w, out, ws) == CUDNN_STATUS_SUCCESS;
+            k_bias_act_h8<<<ditto_cuda_blocks(nvec, 256), 256, 0, cu->stream>>>(out, b->y, b->bias, bh, epi_relu(epi), epi_z(epi), g->O / 8,
+                                                                                nvec);
+        }
+    }
+    return tune_end(be, e0, e1, ws, ran, ms);
+}
+
+/*
+ * Choose e (key set) for kind epi at n items: the unfused plan u and its
+ * pass against each fused candidate (the heuristics' engines for the relu
+ * kinds, then the legacy call), the fastest candidate under the unfused time
+ * that keeps its bits per item; else e->n = 0 (unfused). *timed as
+ * tune_engines'.
+ */
+static int tune_fused(DittoBackend *be, const ConvGeom *g, int epi, bool bh, int64_t n, const ConvPlan *u, ConvEngines *e, bool *timed)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    *timed = false;
+    e->n = 0;
+    CgEngine cand[CONV_MAX_ENGINES + 1];
+    int nc = 0;
+    if (epi_relu(epi)) {
+        CgConv cv;
+        cg_conv(g, g->C, g->O, n, &cv);
+        cv.epi = epi == EPI_RELU ? CG_EPI_RELU : CG_EPI_ZRELU;
+        cv.bias_f16 = bh;
+        DITTO_TRY(ditto_cg_engines(be, &cv, engine_mode() == ENG_TUNE_B, cand, CONV_MAX_ENGINES, &nc));
+    }
+    if (bh && epi_z(epi)) {   /* the legacy call is handed y as z: with the residual only */
+        memset(&cand[nc], 0, sizeof cand[nc]);
+        cand[nc++].index = EPI_LEGACY_ENGINE;
+    }
+    if (!nc)
+        return 0;
+    FusedBufs b;
+    DITTO_TRY(fused_bufs(be, g, n, bh, &b));
+    if (!b.buf)
+        return 0;   /* no room to time: unfused, not kept */
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float ms[CONV_MAX_ENGINES + 1], ms_u = -1.0f;
+    int rc = 0, pick = -1;
+    if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
+        rc = ditto_cuda_fail(be, cudaGetLastError(), "cudaEventCreate (fused timing)", __FILE__, __LINE__);
+        goto done;
+    }
+    rc = fused_time(be, g, NULL, u, epi, bh, n, &b, e0, e1, &ms_u);
+    for (int i = 0; i < nc && !rc; i++) {
+        FusedPlan *f = NULL;
+        ms[i] = -1.0f;
+        rc = fused_setup(be, g, n, epi, bh, &cand[i], &f);
+        if (!rc && f)
+            rc = fused_time(be, g, f, NULL, epi, bh, n, &b, e0, e1, &ms[i]);
+        fused_plan_free(f);
+    }
+    while (!rc) {
+        int best = -1;
+        for (int i = 0; i < nc; i++)
+            if (ms[i] >= 0.0f && (ms_u < 0.0f || ms[i] < tune_margin() * ms_u) && (best < 0 || ms[i] < ms[best]))
+                best = i;
+        if (best < 0)
+            break;
+        FusedPlan *f = NULL, *one = NULL;
+        bool same = n == 1;
+        rc = fused_setup(be, g, n, epi, bh, &cand[best], &f);
+        if (!rc && f)
+            rc = fused_setup(be, g, 1, epi, bh, &cand[best], &one);
+        if (!rc && f && one && n > 1)
+            rc = fused_same(be, f, one, n, &b, &same);
+        same = same && f && one;
+        fused_plan_free(f);
+        fused_plan_free(one);
+        if (same) {
+            pick = best;
+            break;
+        }
+        ms[best] = -1.0f;
+    }
+    if (!rc) {
+        char got[64] = "pass kept";
+        if (pick >= 0)
+            snprintf(got, sizeof got, "%s %.1f us", cand[pick].index == EPI_LEGACY_ENGINE ? "fused (legacy call)" : "fused engine",
+                     1000.0 * ms[pick]);
+        ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: C %lld O %lld k %lldx%lld in %lldx%lld epilogue %d at %lld items: pass %.1f us, %s",
+                  (long long)g->C, (long long)g->O, (long long)g->k[1], (long long)g->k[2], (long long)g->in[1], (long long)g->in[2], epi,
+                  (long long)n, 1000.0 * ms_u, got);
+        if (pick >= 0) {
+            e->eng[0] = cand[pick];
+            e->n = 1;
+        }
+        *timed = true;
+    }
+done:
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    cudaFreeAsync(b.buf, cu->stream);
+    return rc;
+}
+
+/* The choice for g and kind epi (tuned at n items with the unfused plan u on first use): *out, or NULL for unfused. */
+static int fused_choice(DittoBackend *be, const ConvGeom *g, int epi, bool bh, int64_t n, const ConvPlan *u, const CgEngine **out)
+{
+    DittoCudaConvCache *c = ditto_cuda(be)->conv_cache;
+    *out = NULL;
+    if (!c->file_read)
+        DITTO_TRY(engine_file_read(be, c));
+    int64_t key[KEY_LEN];
+    epi_key(g, 0, epi, bh, key);
+    int i = 0;
+    while (i < c->neng && memcmp(c->engines[i].key, key, sizeof key))
+        i++;
+    if (i == c->neng) {
+        bool cap, timed = false;
+        DITTO_TRY(is_capturing(be, &cap));
+        if (cap)
+            return 0;   /* cannot time while recording: unfused, decided on an uncaptured run */
+        DITTO_TRY(engines_grow(be, c));
+        ConvEngines *e = &c->engines[c->neng];
+        memset(e, 0, sizeof *e);
+        memcpy(e->key, key, sizeof key);
+        DITTO_TRY(tune_fused(be, g, epi, bh, n, u, e, &timed));
+        if (timed)
+            engine_file_append(be, e);
+        c->neng++;
+    }
+    *out = c->engines[i].n ? &c->engines[i].eng[0] : NULL;
+    return 0;
+}
+
+/* *out: the cached fused plan of g at nb items with engine e (made on first use; NULL when e does not run it). */
+static int fused_get(DittoBackend *be, const ConvGeom *g, int64_t nb, int epi, bool bh, const CgEngine *e, FusedPlan **out)
+{
+    DittoCudaConvCache *c = ditto_cuda(be)->conv_cache;
+    int64_t key[KEY_LEN];
+    epi_key(g, nb, epi, bh, key);
+    for (int i = 0; i < c->nfused; i++)
+        if (!memcmp(c->fused[i]->key, key, sizeof key)) {
+            *out = c->fused[i];
+            return 0;
+        }
+    *out = NULL;
+    DITTO_TRY(cache_grow(be, (void **)&c->fused, c->nfused, &c->capfused, sizeof(FusedPlan *), "fused plan"));
+    FusedPlan *f = NULL;
+    DITTO_TRY(fused_setup(be, g, nb, epi, bh, e, &f));
+    if (f) {
+        c->fused[c->nfused++] = f;
+        *out = f;
+    }
+    return 0;
+}
+
+/* First use of a fused plan of nb > 1 items: the per-item check against one (never while capturing: then item by item). */
+static int fused_batch_check(DittoBackend *be, const ConvGeom *g, FusedPlan *f, const FusedPlan *one, int64_t nb, bool bh)
+{
+    bool cap, same = false;
+    DITTO_TRY(is_capturing(be, &cap));
+    if (!cap) {
+        FusedBufs b;
+        DITTO_TRY(fused_bufs(be, g, nb, bh, &b));
+        if (b.buf) {
+            int rc = fused_same(be, f, one, nb, &b, &same);
+            cudaFreeAsync(b.buf, ditto_cuda(be)->stream);
+            DITTO_TRY(rc);
+        }
+    }
+    f->batch_ok = same;
+    ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: C %lld O %lld k %lldx%lld in %lldx%lld epilogue %d: %lld-item fused plan %s", (long long)g->C,
+              (long long)g->O, (long long)g->k[1], (long long)g->k[2], (long long)g->in[1], (long long)g->in[2], f->epi, (long long)nb,
+              same ? "bit-identical per item: batched" : "item by item");
+    return 0;
+}
+
+/*
+ * The fused plans of conv_nhwc_direct's chunks (c's counts): pl, tail, one
+ * as in ChunkPlans, all NULL when the kind runs unfused here.
+ */
+typedef struct FusedChunks {
+    FusedPlan *pl, *tail, *one;
+    size_t ws;
+} FusedChunks;
+
+static int fused_chunks(DittoBackend *be, const ConvGeom *g, int epi, bool bh, const ChunkPlans *c, FusedChunks *fc)
+{
+    memset(fc, 0, sizeof *fc);
+    const CgEngine *e;
+    DITTO_TRY(fused_choice(be, g, epi, bh, c->nb, c->pl, &e));
+    if (!e)
+        return 0;
+    FusedPlan *pl = NULL, *tail = NULL, *one = NULL;
+    DITTO_TRY(fused_get(be, g, 1, epi, bh, e, &one));
+    if (one)
+        DITTO_TRY(fused_get(be, g, c->nb, epi, bh, e, &pl));
+    if (one && pl && g->N % c->nb)
+        DITTO_TRY(fused_get(be, g, g->N % c->nb, epi, bh, e, &tail));
+    if (!one || !pl || (g->N % c->nb && !tail))
+        return 0;   /* the engine plans at the tuned count only: unfused */
+    if (pl->batch_ok < 0)
+        DITTO_TRY(fused_batch_check(be, g, pl, one, c->nb, bh));
+    if (tail && tail->batch_ok < 0)
+        DITTO_TRY(fused_batch_check(be, g, tail, one, g->N % c->nb, bh));
+    fc->pl = pl;
+    fc->tail = tail;
+    fc->one = one;
+    fc->ws = one->conv.ws;
+    if (pl->conv.ws > fc->ws)
+        fc->ws = pl->conv.ws;
+    if (tail && tail->conv.ws > fc->ws)
+        fc->ws = tail->conv.ws;
+    return 0;
+}
+
 static int conv_nhwc_direct(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias,
                             bool relu, bool acc, DittoTensor *y, bool batch)
 {
@@ -2540,13 +3006,21 @@ static int conv_nhwc_direct(DittoBackend *be, const ConvGeom *g, const DittoTens
             DITTO_TRY(check_chunk_plans(be, g, &c, wt_bytes, item_x, item_y));
         }
     }
-    /* with acc, each chunk's convolution goes to scratch t, then one pass y = t + bias (+ y, the residual) */
-    const bool via_t = acc || ((bias || relu) && nhwc_epilogue_scratch());
+    const bool bh = bias && bias->dtype == DITTO_F16;
+    const int epi = epi_kind(bias, relu, acc);
+    FusedChunks fc;
+    memset(&fc, 0, sizeof fc);
+    if (epi != EPI_NONE)
+        DITTO_TRY(fused_chunks(be, g, epi, bh, &c, &fc));
+    const bool fused = fc.pl != NULL;
+    /* unfused with acc, each chunk's convolution goes to scratch t, then one pass y = t + bias (+ y, the residual) */
+    const bool via_t = !fused && (acc || ((bias || relu) && nhwc_epilogue_scratch()));
     const size_t t_bytes = via_t ? align256(item_y * (size_t)nb) : 0;
     char *ws;
-    DITTO_TRY(ditto_cuda_workspace(be, wt_bytes + t_bytes + cws, (void **)&ws));
+    const size_t cw_bytes = fc.ws > cws ? fc.ws : cws;
+    DITTO_TRY(ditto_cuda_workspace(be, wt_bytes + t_bytes + cw_bytes, (void **)&ws));
     __half *wt = (__half *)ws, *t = via_t ? (__half *)(ws + wt_bytes) : NULL;
-    void *cw = cws ? ws + wt_bytes + t_bytes : NULL;
+    void *cw = cw_bytes ? ws + wt_bytes + t_bytes : NULL;
     /* a channels-last w is already what cuDNN reads (C and O are multiples of 8 here) */
     const __half *wk = w_krsc(w) ? (const __half *)w->data : wt;
     if (wk == wt) {
@@ -2554,12 +3028,25 @@ static int conv_nhwc_direct(DittoBackend *be, const ConvGeom *g, const DittoTens
         DITTO_CUDA_LAUNCHED(be);
     }
     const void *bp = bias ? bias->data : NULL;
-    const bool bh = bias && bias->dtype == DITTO_F16;
     for (int64_t n = 0; n < g->N;) {
         int64_t cnt;
         const ConvPlan *p = pick_chunk(g, n, nb, pl, tail, one, &cnt);
         const __half *xi = (const __half *)x->data + n * g->C * g->in_vol;
         __half *yi = (__half *)y->data + n * g->O * g->out_vol;
+        if (fused) {   /* the same chunks, each fused plan checked like its plain one */
+            const FusedPlan *f = fc.one;
+            if (cnt == nb && fc.pl->batch_ok)
+                f = fc.pl;
+            else if (cnt > 1 && fc.tail && fc.tail->batch_ok && n == g->N / nb * nb && fc.pl->batch_ok)
+                f = fc.tail;
+            cnt = f == fc.one ? 1 : cnt;
+            cudnnStatus_t st = fused_exec(be, f, xi, wk, bp, yi, cw);
+            if (st != CUDNN_STATUS_SUCCESS)
+                return ditto_cudnn_fail(be, st, f->conv.cg ? "cudnnBackendExecute (fused conv)" : "cudnnConvolutionBiasActivationForward",
+                                        __FILE__, __LINE__);
+            n += cnt;
+            continue;
+        }
         DITTO_TRY(plan_run(be, p, xi, wk, via_t ? t : yi, cw));
         if (via_t) {
             const int64_t nvec = cnt * g->O * g->out_vol / 8;
@@ -2568,7 +3055,7 @@ static int conv_nhwc_direct(DittoBackend *be, const ConvGeom *g, const DittoTens
         }
         n += cnt;
     }
-    return via_t ? 0 : bias_act(be, y, bias, relu, true, g->O, g->out_vol);
+    return via_t || fused ? 0 : bias_act(be, y, bias, relu, true, g->O, g->out_vol);
 }
 
 /*

@@ -11,7 +11,7 @@ extern "C" {
 #include "core/mem.h"
 }
 
-enum { UID_X = 1, UID_W = 2, UID_Y = 3 };
+enum { UID_X = 1, UID_W = 2, UID_Y = 3, UID_B = 4, UID_Z = 5, UID_T0 = 100, UID_T1 = 101, UID_T2 = 102 };
 
 typedef cudnnBackendDescriptor_t Desc;
 
@@ -44,8 +44,13 @@ static void destroy_all(Desc *refs, int n)
         cudnnBackendDestroyDescriptor(refs[i]);
 }
 
-/* An f16 tensor (n, c, spatial...) with the channels innermost: strides (vol*c, 1, ..., c). */
-static cudnnStatus_t make_tensor(Desc *refs, int *nrefs, int cap, int64_t uid, int nsd, int64_t n, int64_t c, const int64_t *sp, Desc *t)
+/*
+ * A tensor (n, c, spatial...) with the channels innermost: strides (vol*c,
+ * 1, ..., c); f16, or f32 for a virtual one (an epilogue's intermediate,
+ * never in memory) and an f32 bias.
+ */
+static cudnnStatus_t make_tensor(Desc *refs, int *nrefs, int cap, int64_t uid, int nsd, int64_t n, int64_t c, const int64_t *sp, bool f32,
+                                 bool virt, Desc *t)
 {
     int64_t dims[5], str[5], s = c;
     dims[0] = n;
@@ -57,7 +62,7 @@ static cudnnStatus_t make_tensor(Desc *refs, int *nrefs, int cap, int64_t uid, i
         s *= sp[i];
     }
     str[0] = s;
-    const cudnnDataType_t dt = CUDNN_DATA_HALF;
+    const cudnnDataType_t dt = f32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_HALF;
     const int64_t align = 16;
     cudnnStatus_t st;
     ST_TRY(make(CUDNN_BACKEND_TENSOR_DESCRIPTOR, refs, nrefs, cap, t));
@@ -66,18 +71,41 @@ static cudnnStatus_t make_tensor(Desc *refs, int *nrefs, int cap, int64_t uid, i
     ST_TRY(set_i64(*t, CUDNN_ATTR_TENSOR_STRIDES, nsd + 2, str));
     ST_TRY(set_i64(*t, CUDNN_ATTR_TENSOR_UNIQUE_ID, 1, &uid));
     ST_TRY(set_i64(*t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, 1, &align));
+    if (virt)
+        ST_TRY(cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt));
     return cudnnBackendFinalize(*t);
 }
 
-/* The operation graph of cv: y = conv(x, w), alpha 1, beta 0. */
+/* The operation y = mode(x, b) (b NULL for a unary mode), fp32 math. */
+static cudnnStatus_t make_pointwise(Desc *refs, int *nrefs, int cap, cudnnPointwiseMode_t mode, Desc x, Desc b, Desc y, Desc *op)
+{
+    const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+    Desc pw;
+    cudnnStatus_t st;
+    ST_TRY(make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, refs, nrefs, cap, &pw));
+    ST_TRY(cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode));
+    ST_TRY(cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec));
+    ST_TRY(cudnnBackendFinalize(pw));
+    ST_TRY(make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, refs, nrefs, cap, op));
+    ST_TRY(set_desc(*op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, 1, &pw));
+    ST_TRY(set_desc(*op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, 1, &x));
+    if (b)
+        ST_TRY(set_desc(*op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, 1, &b));
+    ST_TRY(set_desc(*op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, 1, &y));
+    return cudnnBackendFinalize(*op);
+}
+
+/* The operation graph of cv: y = conv(x, w) (alpha 1, beta 0), then cv->epi's epilogue through fp32 virtual tensors. */
 static cudnnStatus_t make_graph(cudnnHandle_t h, const CgConv *cv, Desc *refs, int *nrefs, int cap, Desc *graph)
 {
     const int nsd = cv->nsd, off = 3 - nsd;
-    Desc x, w, y, conv, op;
+    const bool epi = cv->epi != CG_EPI_NONE;
+    Desc x, w, y, conv, ops[4];
+    int nops = 0;
     cudnnStatus_t st;
-    ST_TRY(make_tensor(refs, nrefs, cap, UID_X, nsd, cv->n, cv->c, cv->in + off, &x));
-    ST_TRY(make_tensor(refs, nrefs, cap, UID_W, nsd, cv->o, cv->c, cv->k + off, &w));
-    ST_TRY(make_tensor(refs, nrefs, cap, UID_Y, nsd, cv->n, cv->o, cv->out + off, &y));
+    ST_TRY(make_tensor(refs, nrefs, cap, UID_X, nsd, cv->n, cv->c, cv->in + off, false, false, &x));
+    ST_TRY(make_tensor(refs, nrefs, cap, UID_W, nsd, cv->o, cv->c, cv->k + off, false, false, &w));
+    ST_TRY(make_tensor(refs, nrefs, cap, UID_Y, nsd, cv->n, cv->o, cv->out + off, false, false, &y));
 
     const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
     const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
@@ -92,19 +120,40 @@ static cudnnStatus_t make_graph(cudnnHandle_t h, const CgConv *cv, Desc *refs, i
     ST_TRY(set_i64(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, nsd, cv->pad + off));
     ST_TRY(cudnnBackendFinalize(conv));
 
+    Desc acc = y;   /* the convolution's output: y, or an fp32 virtual tensor feeding the epilogue */
+    if (epi)
+        ST_TRY(make_tensor(refs, nrefs, cap, UID_T0, nsd, cv->n, cv->o, cv->out + off, true, true, &acc));
     const float alpha = 1.0f, beta = 0.0f;
+    Desc op;
     ST_TRY(make(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, refs, nrefs, cap, &op));
     ST_TRY(set_desc(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, 1, &x));
     ST_TRY(set_desc(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, 1, &w));
-    ST_TRY(set_desc(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, 1, &y));
+    ST_TRY(set_desc(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, 1, &acc));
     ST_TRY(set_desc(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, 1, &conv));
     ST_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha));
     ST_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta));
     ST_TRY(cudnnBackendFinalize(op));
+    ops[nops++] = op;
+
+    if (epi) {
+        static const int64_t one[3] = { 1, 1, 1 };
+        Desc b, t;
+        if (cv->epi == CG_EPI_ZRELU) {   /* acc + z */
+            Desc z;
+            ST_TRY(make_tensor(refs, nrefs, cap, UID_Z, nsd, cv->n, cv->o, cv->out + off, false, false, &z));
+            ST_TRY(make_tensor(refs, nrefs, cap, UID_T1, nsd, cv->n, cv->o, cv->out + off, true, true, &t));
+            ST_TRY(make_pointwise(refs, nrefs, cap, CUDNN_POINTWISE_ADD, acc, z, t, &ops[nops++]));
+            acc = t;
+        }
+        ST_TRY(make_tensor(refs, nrefs, cap, UID_B, nsd, 1, cv->o, one, !cv->bias_f16, false, &b));
+        ST_TRY(make_tensor(refs, nrefs, cap, UID_T2, nsd, cv->n, cv->o, cv->out + off, true, true, &t));
+        ST_TRY(make_pointwise(refs, nrefs, cap, CUDNN_POINTWISE_ADD, acc, b, t, &ops[nops++]));
+        ST_TRY(make_pointwise(refs, nrefs, cap, CUDNN_POINTWISE_RELU_FWD, t, NULL, y, &ops[nops++]));
+    }
 
     ST_TRY(make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, refs, nrefs, cap, graph));
     ST_TRY(cudnnBackendSetAttribute(*graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
-    ST_TRY(set_desc(*graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, 1, &op));
+    ST_TRY(set_desc(*graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, nops, ops));
     return cudnnBackendFinalize(*graph);
 }
 
@@ -165,14 +214,14 @@ static bool read_cfg(Desc cfg, CgEngine *e)
 int ditto_cg_engines(DittoBackend *be, const CgConv *cv, bool mode_b, CgEngine *out, int max, int *n)
 {
     DittoCuda *cu = ditto_cuda(be);
-    Desc refs[8 + CG_MAX_HEUR], graph, heur;
+    Desc refs[CG_GRAPH_REFS + 1 + CG_MAX_HEUR], graph, heur;
     int nrefs = 0;
     *n = 0;
     const cudnnBackendHeurMode_t mode = mode_b ? CUDNN_HEUR_MODE_B : CUDNN_HEUR_MODE_A;
     int64_t count = 0, got = 0;
-    cudnnStatus_t st = make_graph(cu->cudnn, cv, refs, &nrefs, 8, &graph);
+    cudnnStatus_t st = make_graph(cu->cudnn, cv, refs, &nrefs, CG_GRAPH_REFS, &graph);
     if (st == CUDNN_STATUS_SUCCESS)
-        st = make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, refs, &nrefs, 8, &heur);
+        st = make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, refs, &nrefs, CG_GRAPH_REFS + 1, &heur);
     if (st == CUDNN_STATUS_SUCCESS)
         st = set_desc(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, 1, &graph);
     if (st == CUDNN_STATUS_SUCCESS)
@@ -186,7 +235,7 @@ int ditto_cg_engines(DittoBackend *be, const CgConv *cv, bool mode_b, CgEngine *
     Desc *cfgs = refs + nrefs;
     int ncfg = 0;
     for (; st == CUDNN_STATUS_SUCCESS && ncfg < count; ncfg++)
-        st = make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, refs, &nrefs, 8 + CG_MAX_HEUR, &cfgs[ncfg]);
+        st = make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, refs, &nrefs, CG_GRAPH_REFS + 1 + CG_MAX_HEUR, &cfgs[ncfg]);
     if (st == CUDNN_STATUS_SUCCESS && count > 0)
         st = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfgs);
     for (int64_t i = 0; st == CUDNN_STATUS_SUCCESS && i < got && i < count && *n < max; i++)
@@ -251,20 +300,23 @@ int ditto_cg_plan(DittoBackend *be, const CgConv *cv, const CgEngine *e, size_t 
     }
     pl->ws = (size_t)ws;
     pl->index = e->index;
+    pl->epi = cv->epi;
     *out = pl;
     return 0;
 }
 
-cudnnStatus_t ditto_cg_exec(DittoBackend *be, const CgPlan *pl, const void *x, const void *w, void *y, void *ws)
+cudnnStatus_t ditto_cg_exec(DittoBackend *be, const CgPlan *pl, const void *x, const void *w, const void *bias, const void *z, void *y,
+                            void *ws)
 {
-    const int64_t uids[3] = { UID_X, UID_W, UID_Y };
-    void *ptrs[3] = { (void *)x, (void *)w, y };
+    const int64_t uids[5] = { UID_X, UID_W, UID_Y, UID_B, UID_Z };
+    void *ptrs[5] = { (void *)x, (void *)w, y, (void *)bias, (void *)z };
+    const int64_t n = pl->epi == CG_EPI_ZRELU ? 5 : pl->epi == CG_EPI_RELU ? 4 : 3;
     Desc vp = NULL;
     cudnnStatus_t st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
     if (st == CUDNN_STATUS_SUCCESS)
-        st = set_i64(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, 3, uids);
+        st = set_i64(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, n, uids);
     if (st == CUDNN_STATUS_SUCCESS)
-        st = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs);
+        st = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs);
     if (st == CUDNN_STATUS_SUCCESS)
         st = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
     if (st == CUDNN_STATUS_SUCCESS)
