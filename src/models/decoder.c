@@ -78,7 +78,7 @@ typedef struct DecBlock {
     DittoTensor conv_1_b;   /* <block>.conv_1.bias (fout) */
     DittoTensor conv_s_w;   /* <block>.conv_s.{weight_orig,weight_u,weight_v} (fout,fin,1,1), no bias */
     DittoTensor beta_s_w;   /* conv_s folded into norm_s.mlp_beta: W_s W_beta (fout,128,3,3) */
-    DittoTensor beta_s_b;   /* W_s b_beta (fout) */
+    DittoTensor beta_s_b;   /* W_s b_beta (fout): conv_s's bias */
     DecSpade norm_0;        /* <block>.norm_0 (fin) */
     DecSpade norm_1;        /* <block>.norm_1 (fmid) */
     DecSpade norm_s;        /* <block>.norm_s (fin), learned shortcut only */
@@ -476,11 +476,12 @@ static int tap_act(DittoBackend *be, DittoArena *ws, bool nhwc, const DittoTap *
  * nearest-upsampled by spade_norm); scratch in act. The gamma / beta
  * convolution runs without its bias, which spade_norm adds as it reads gb
  * (gb, the largest tensor of the block, is written once and read once).
- * s->gamma_only (norm_s): no beta here; fold_w, fold_b make it, through
- * conv_s, from the same hidden activation: fold_y = fold_w * actv + fold_b.
+ * s->gamma_only (norm_s): no beta here; fold_w makes it, through conv_s,
+ * from the same hidden activation: fold_y = fold_w * actv (its bias is
+ * added by conv_s, which adds onto fold_y: resblock).
  */
 static int spade(DittoBackend *be, DittoArena *ws, DittoDType act, bool nhwc, const DecSpade *s, const DittoTensor *x, const DittoTensor *seg,
-                 bool lrelu, DittoTensor *y, const DittoTensor *fold_w, const DittoTensor *fold_b, DittoTensor *fold_y)
+                 bool lrelu, DittoTensor *y, const DittoTensor *fold_w, DittoTensor *fold_y)
 {
     const int64_t B = y->shape[0], C = s->c, H = dim_h(y, nhwc), W = dim_w(y, nhwc);
     DittoConvParams pad1 = ditto_nn_conv_pad(1);
@@ -505,7 +506,7 @@ static int spade(DittoBackend *be, DittoArena *ws, DittoDType act, bool nhwc, co
         TRY(ditto_op_conv(be, &pad1_relu, seg, &s->shared_w, &s->shared_b, &actv));        /* relu(mlp_shared) (B,128,H,W) */
     }
     if (s->gamma_only)
-        TRY(ditto_op_conv(be, &pad1, &actv, fold_w, fold_b, fold_y));                      /* W_s mlp_beta (B,fout,H,W) */
+        TRY(ditto_op_conv(be, &pad1, &actv, fold_w, NULL, fold_y));                        /* W_s mlp_beta, no bias (B,fout,H,W) */
     TRY(new_act(ws, act, nhwc, B, gk * C, H, W, &gb));
     TRY(ditto_op_conv(be, &pad1, &actv, &s->gb_w, NULL, &gb));                             /* mlp_gamma ; mlp_beta (B,2C,H,W) or gamma alone, no bias */
     TRY(ditto_op_spade_norm(be, &sp, x, &gb, &s->gb_b, y));                                /* norm(x) * (1 + gamma) + beta [, lrelu] */
@@ -556,13 +557,15 @@ static int resblock(DittoDecoder *m, DittoArena *ws, bool nhwc, const DecBlock *
      * between) is linear, so its share of norm_s's beta is W_s mlp_beta(a) =
      * (W_s W_beta) * a + W_s b_beta: one convolution to fout channels (folded
      * at load) instead of mlp_beta's fin, then conv_s of the gamma part adds
-     * onto it.
+     * onto it, adding the fold's bias W_s b_beta too: a convolution with a
+     * bias and a residual can run as one cuDNN call (conv.cu's conv_fused),
+     * so the fold has no bias pass.
      */
     if (b->learned_shortcut) {
         mk = ditto_arena_mark(ws);
         TRY(new_act(ws, m->act, nhwc, B, b->fin, H, W, &n_s));
-        TRY(spade(be, ws, m->act, nhwc, &b->norm_s, x, &seg, false, &n_s, &b->beta_s_w, &b->beta_s_b, y));   /* norm(x)(1+gamma) (B,fin,H,W); y */
-        TRY(ditto_op_conv(be, &pad0_acc, &n_s, &b->conv_s_w, NULL, y));                    /* y += conv_s (B,fout,H,W) */
+        TRY(spade(be, ws, m->act, nhwc, &b->norm_s, x, &seg, false, &n_s, &b->beta_s_w, y));   /* norm(x)(1+gamma) (B,fin,H,W); y */
+        TRY(ditto_op_conv(be, &pad0_acc, &n_s, &b->conv_s_w, &b->beta_s_b, y));            /* y += conv_s + W_s b_beta (B,fout,H,W) */
         ditto_arena_release(ws, mk);
     } else if (up) {
         TRY(nhwc ? upsample_nhwc(be, x, y) : ditto_op_upsample_nearest(be, x, y));
@@ -577,12 +580,12 @@ static int resblock(DittoDecoder *m, DittoArena *ws, bool nhwc, const DecBlock *
     TRY(new_act(ws, m->act, nhwc, B, b->fmid, H, W, &dx_0));
     mk = ditto_arena_mark(ws);
     TRY(new_act(ws, m->act, nhwc, B, b->fin, H, W, &n_0));
-    TRY(spade(be, ws, m->act, nhwc, &b->norm_0, x, &seg, true, &n_0, NULL, NULL, NULL));       /* lrelu(norm_0(x)) (B,fin,H,W) */
+    TRY(spade(be, ws, m->act, nhwc, &b->norm_0, x, &seg, true, &n_0, NULL, NULL));             /* lrelu(norm_0(x)) (B,fin,H,W) */
     TRY(ditto_op_conv(be, &pad1, &n_0, &b->conv_0_w, NULL, &dx_0));                        /* (B,fmid,H,W), no bias */
     ditto_arena_release(ws, mk);
     /* out = x_s + conv_1(lrelu(norm_1(dx))): conv_1 accumulates onto x_s in y */
     TRY(new_act(ws, m->act, nhwc, B, b->fmid, H, W, &n_1));
-    TRY(spade(be, ws, m->act, nhwc, &b->norm_1, &dx_0, &seg, true, &n_1, NULL, NULL, NULL));   /* lrelu(norm_1(dx)) (B,fmid,H,W) */
+    TRY(spade(be, ws, m->act, nhwc, &b->norm_1, &dx_0, &seg, true, &n_1, NULL, NULL));         /* lrelu(norm_1(dx)) (B,fmid,H,W) */
     TRY(ditto_op_conv(be, &pad1_acc, &n_1, &b->conv_1_w, &b->conv_1_b, y));                /* y += conv_1 (B,fout,H,W) */
 done:
     ditto_arena_release(ws, top);
