@@ -1,7 +1,8 @@
 /*
  * cuDNN graph-API convolutions (conv_graph.h): one forward-convolution
- * operation per graph, f16 tensors in channels-last strides, float compute.
- * Every descriptor a plan refers to lives as long as the plan.
+ * operation per graph (then its pointwise epilogue, if any), f16 tensors in
+ * channels-last strides, float compute. Every descriptor a plan refers to
+ * lives as long as the plan.
  */
 #include <string.h>
 
