@@ -63,6 +63,21 @@ typedef struct DittoBackend {
      */
     void *(*host_alloc)(struct DittoBackend *be, size_t n);
     void (*host_free)(struct DittoBackend *be, void *p);
+    /*
+     * Device -> host copies that overlap later work (CUDA: a copy stream;
+     * the CPU copies at once). download_async queues a copy of n bytes that
+     * starts after all work queued so far (dst: host_alloc memory where there
+     * is such, not read until the copy is done). download_notify queues
+     * fn(arg), run once every copy queued before it is done, on another
+     * thread (CUDA's host-function thread; the CPU runs it in the caller):
+     * it must not call the backend. download_fence makes the work queued
+     * after it wait for the queued copies and notifications (their sources
+     * may then be overwritten). download_wait blocks until they are done.
+     */
+    int (*download_async)(struct DittoBackend *be, void *dst, const void *src, size_t n);
+    int (*download_notify)(struct DittoBackend *be, void (*fn)(void *arg), void *arg);
+    int (*download_fence)(struct DittoBackend *be);
+    int (*download_wait)(struct DittoBackend *be);
     int (*sync)(struct DittoBackend *be);
     /* Device memory (DittoMemInfo); NULL on backends that do not track it (the CPU: see peak RSS). */
     int (*mem_info)(struct DittoBackend *be, DittoMemInfo *info);

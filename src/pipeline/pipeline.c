@@ -43,6 +43,7 @@
 #include "weights/synthetic.h"
 
 #define RENDER_SLOTS 2
+#define PUB_SLOTS 4   /* batches whose frames may be in flight from the device at once: 2 (the fence), with room */
 #define PCM_PIECE (4 * DITTO_HUBERT_CHUNK)
 
 /* Seeds of the synthetic networks (added to DittoModelsParams.synthetic_seed). */
@@ -725,6 +726,16 @@ struct DittoSession {
     bool os_pooled;            /* the out slots are the model set's page-locked memory (else each its own malloc) */
     int64_t os_head, os_tail;
     bool os_closed, holding;
+    /*
+     * device_post: slots os_tail .. os_resv-1 are taken by copies from the
+     * device still running; each batch's notification (published) moves
+     * os_tail to its pub entry's tail when they are done.
+     */
+    int64_t os_resv;
+    struct Published {
+        DittoSession *s;
+        int64_t tail;
+    } pub[PUB_SLOTS];
 
     double t_open;
     double seconds[DITTO_STAGE_COUNT];
@@ -936,6 +947,24 @@ static int alloc_out_slots(DittoSession *s)
     return 0;
 }
 
+/*
+ * The frames of a batch reach the caller when their copies from the device
+ * are done (ditto_renderer_fetch_notify: another thread, while the render
+ * worker computes the next batch).
+ */
+static void published(void *arg)
+{
+    struct Published *p = arg;
+    DittoSession *s = p->s;
+    pthread_mutex_lock(&s->mu);
+    if (p->tail > s->os_tail)
+        s->os_tail = p->tail;
+    if (!s->t_batch0)
+        s->t_batch0 = ditto_now();
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void *render_main(void *arg)
 {
     DittoSession *s = arg;
@@ -957,6 +986,8 @@ static void *render_main(void *arg)
         fail(s, ditto_fail(&s->log, rc, "render: capturing the batch graphs: %s", ditto_strerror(rc)));
     s->t_prep = ditto_now();
     double wait_motion = 0, wait_out = 0;   /* seconds blocked on the motion queue, on room for finished frames */
+    bool first_logged = false;
+    int64_t batches = 0;
     while (rc >= 0) {
         pthread_mutex_lock(&s->mu);
         const double w0 = ditto_now();
@@ -971,7 +1002,13 @@ static void *render_main(void *arg)
         }
         int64_t avail = s->mq_tail - s->mq_head;
         int n = (int)(avail < s->B ? avail : s->B);
-        if (n == 0) {   /* closed and drained */
+        if (n == 0) {   /* closed and drained: once the last frames are out of the device, the post worker closes the ring */
+            pthread_mutex_unlock(&s->mu);
+            if (s->device_post && (rc = ditto_renderer_fetch_wait(s->rend)) < 0) {
+                fail(s, rc);
+                break;
+            }
+            pthread_mutex_lock(&s->mu);
             s->rs_closed = true;
             pthread_cond_broadcast(&s->cv);
             pthread_mutex_unlock(&s->mu);
@@ -998,11 +1035,17 @@ static void *render_main(void *arg)
             ditto_log(&s->log, DITTO_LOG_INFO, "render: first batch of %d: stitch %.3f s, warp %.3f s, decode %.3f s, paste-back %.3f s, colour %.3f s",
                       n, t.stitch, t.warp, t.decode, t.putback, t.color);
         if (rc >= 0 && s->device_post) {
-            /* finished frames straight from the device into the caller's ring (no render slot, no copy) */
+            /*
+             * Finished frames straight from the device into the caller's ring
+             * (no render slot, no copy): a slot per frame is taken, its copy
+             * queued, and published() hands the batch over once the copies are
+             * done, while the next batch is computed. The renderer's next
+             * paste-back waits for them (fence) before it overwrites its frames.
+             */
             for (int k = 0; k < n && rc >= 0; k++) {
                 pthread_mutex_lock(&s->mu);
                 const double w1 = ditto_now();
-                while (!s->abort && s->os_tail - s->os_head >= s->n_os)
+                while (!s->abort && s->os_resv - s->os_head >= s->n_os)
                     pthread_cond_wait(&s->cv, &s->mu);
                 wait_out += ditto_now() - w1;
                 if (s->abort) {
@@ -1010,22 +1053,20 @@ static void *render_main(void *arg)
                     rc = DITTO_ERR_BADSTATE;
                     break;
                 }
-                OutSlot *o = &s->os[s->os_tail % s->n_os];
+                OutSlot *o = &s->os[s->os_resv % s->n_os];
+                o->index = g + k;
+                s->os_resv++;
                 pthread_mutex_unlock(&s->mu);
                 double t0 = ditto_now();
                 rc = ditto_renderer_fetch(s->rend, k, o->rgb, o->y);
                 t.color += ditto_now() - t0;
-                pthread_mutex_lock(&s->mu);
-                if (rc >= 0) {
-                    o->index = g + k;
-                    s->os_tail++;
-                    if (!s->t_batch0) {
-                        s->t_batch0 = ditto_now();
-                        first = true;
-                    }
-                    pthread_cond_broadcast(&s->cv);
-                }
-                pthread_mutex_unlock(&s->mu);
+            }
+            if (rc >= 0) {
+                /* pub[] entries: a batch's notification has run before the next batch's paste-back (the fence waits for it) */
+                struct Published *p = &s->pub[batches % PUB_SLOTS];
+                p->s = s;
+                p->tail = s->os_resv;
+                rc = ditto_renderer_fetch_notify(s->rend, published, p);
             }
             if (rc == DITTO_ERR_BADSTATE)   /* aborted while waiting: another stage's error, or close */
                 break;
@@ -1048,9 +1089,23 @@ static void *render_main(void *arg)
             s->rs_tail++;
             pthread_cond_broadcast(&s->cv);
         }
+        if (s->device_post && !first_logged && s->t_batch0)   /* published() set it: log once, here */
+            first = first_logged = true;
         pthread_mutex_unlock(&s->mu);
         g += n;
+        batches++;
         if (first)
+            log_first_frame(s);
+    }
+    /* no notification may run after the worker is gone (the session is freed after the join) */
+    if (s->device_post) {
+        int rw = ditto_renderer_fetch_wait(s->rend);
+        if (rw < 0 && rc >= 0)
+            fail(s, rc = rw);
+        pthread_mutex_lock(&s->mu);
+        const bool log_first = !first_logged && s->t_batch0 && !s->abort;
+        pthread_mutex_unlock(&s->mu);
+        if (log_first)   /* a clip of one batch */
             log_first_frame(s);
     }
     /* what held the render loop up: the first wait for motion includes the first window */

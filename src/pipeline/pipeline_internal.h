@@ -78,17 +78,25 @@ typedef struct DittoRenderTimes {
  * (n entries, each may be NULL) or NULL. Without device_post -> out, host
  * memory: n renders (n, 512, 512, 3) float32 in 0..255. With device_post
  * out must be NULL: the n finished frames stay on the device for
- * ditto_renderer_fetch() until the next run. Adds the stage times to *t
- * (may be NULL).
+ * ditto_renderer_fetch() (their copies finish before the next run
+ * overwrites them). Adds the stage times to *t (may be NULL).
  */
 int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_d_info, const DittoCtrl *const *ctrl, void *out,
                        DittoRenderTimes *t);
 /*
- * device_post: finished frame k (< n) of the last run: RGB24 (H,W,3) into
- * rgb unless NULL, and the yuv420p planes Y (H,W), U and V (ch,cw each,
- * ditto_yuv420_chroma_size), packed in that order, into yuv.
+ * device_post: queue the copy of finished frame k (< n) of the last run:
+ * RGB24 (H,W,3) into rgb unless NULL, and the yuv420p planes Y (H,W), U and
+ * V (ch,cw each, ditto_yuv420_chroma_size), packed in that order, into yuv
+ * (host_alloc memory where the backend has it). The copies run while the
+ * next batch is computed: the host memory holds the frame only once
+ * ditto_renderer_fetch_notify's fn has run (or ditto_renderer_fetch_wait
+ * returned).
  */
 int ditto_renderer_fetch(DittoRenderer *r, int k, void *rgb, void *yuv);
+/* fn(arg) once the copies queued so far are done, on another thread (backend.h's download_notify): fn must not call the backend. */
+int ditto_renderer_fetch_notify(DittoRenderer *r, void (*fn)(void *arg), void *arg);
+/* Block until every queued copy and notification is done. */
+int ditto_renderer_fetch_wait(DittoRenderer *r);
 
 /*
  * ditto_now() when the session's first motion frame reached the render

@@ -192,6 +192,7 @@ void ditto_renderer_close(DittoRenderer **pr)
     if (!pr || !*pr)
         return;
     DittoRenderer *r = *pr;
+    r->be->download_wait(r->be);   /* no copy out of out_buf still running */
     if (r->g_warp)
         r->be->graph_free(r->be, r->g_warp);
     if (r->g_dec)
@@ -330,6 +331,7 @@ static int run_post(DittoRenderer *r, int64_t g0, int64_t N, double *t_putback)
     DittoTensor hwc = dev_tensor(be, &r->hwc_buf, DITTO_F32, DITTO_SHAPE(N, side, side, 3));
     DittoTensor src = dev_tensor(be, &r->src_buf, DITTO_U8, DITTO_SHAPE(H, W, 3));
     double t0 = ditto_now();
+    DITTO_TRY(be->download_fence(be));   /* the last batch's frames copied out of out_buf before it is overwritten */
     for (int64_t b = 0; b < N; b++) {
         int64_t k = ditto_mirror_index(g0 + b, av->n_frames);
         if (av->n_frames > 1)   /* stream-ordered: the previous frame's paste-back has read the buffer */
@@ -361,11 +363,24 @@ int ditto_renderer_fetch(DittoRenderer *r, int k, void *rgb, void *yuv)
     /* the device frame is rgb | y u v, packed */
     const uint8_t *src = (const uint8_t *)r->out_buf.ptr + (size_t)k * r->frame_bytes;
     const size_t rgb_bytes = (size_t)(r->W * r->H * 3);
+    DittoBackend *be = r->be;
     if (rgb && (uint8_t *)yuv == (uint8_t *)rgb + rgb_bytes)
-        return r->be->download(r->be, rgb, src, r->frame_bytes);
+        return be->download_async(be, rgb, src, r->frame_bytes);
     if (rgb)
-        DITTO_TRY(r->be->download(r->be, rgb, src, rgb_bytes));
-    return r->be->download(r->be, yuv, src + rgb_bytes, r->frame_bytes - rgb_bytes);
+        DITTO_TRY(be->download_async(be, rgb, src, rgb_bytes));
+    return be->download_async(be, yuv, src + rgb_bytes, r->frame_bytes - rgb_bytes);
+}
+
+int ditto_renderer_fetch_notify(DittoRenderer *r, void (*fn)(void *arg), void *arg)
+{
+    if (!r || !fn)
+        return DITTO_ERR_INVAL;
+    return r->be->download_notify(r->be, fn, arg);
+}
+
+int ditto_renderer_fetch_wait(DittoRenderer *r)
+{
+    return r ? r->be->download_wait(r->be) : 0;
 }
 
 int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_d_info, const DittoCtrl *const *ctrl, void *out,

@@ -45,6 +45,20 @@ static void cpu_mark_free(DittoBackend *be, void *mark)
     ditto_free(mark);
 }
 
+/* The CPU's copies are done when download_async returns: notifications run at once, fences and waits have nothing to wait for. */
+static int cpu_download_notify(DittoBackend *be, void (*fn)(void *arg), void *arg)
+{
+    (void)be;
+    fn(arg);
+    return 0;
+}
+
+static int cpu_download_nothing(DittoBackend *be)
+{
+    (void)be;
+    return 0;
+}
+
 static void cpu_destroy(DittoBackend *be)
 {
     ditto_pool_destroy(&be->pool);
@@ -67,6 +81,10 @@ int ditto_backend_cpu_open(DittoBackend **out, const DittoBackendParams *p)
     be->log = p->log;
     be->upload = cpu_memcpy;
     be->download = cpu_memcpy;
+    be->download_async = cpu_memcpy;
+    be->download_notify = cpu_download_notify;
+    be->download_fence = cpu_download_nothing;
+    be->download_wait = cpu_download_nothing;
     be->sync = cpu_sync;
     be->destroy = cpu_destroy;
     be->mark_new = cpu_mark_new;

@@ -167,6 +167,35 @@ static int cuda_download(DittoBackend *be, void *dst, const void *src, size_t n)
     return 0;
 }
 
+static int cuda_download_async(DittoBackend *be, void *dst, const void *src, size_t n)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    DITTO_CUDA_CHECK(be, cudaEventRecord(cu->copy_after, cu->stream));
+    DITTO_CUDA_CHECK(be, cudaStreamWaitEvent(cu->copy_stream, cu->copy_after, 0));
+    DITTO_CUDA_CHECK(be, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, cu->copy_stream));
+    return 0;
+}
+
+static int cuda_download_notify(DittoBackend *be, void (*fn)(void *arg), void *arg)
+{
+    DITTO_CUDA_CHECK(be, cudaLaunchHostFunc(ditto_cuda(be)->copy_stream, fn, arg));
+    return 0;
+}
+
+static int cuda_download_fence(DittoBackend *be)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    DITTO_CUDA_CHECK(be, cudaEventRecord(cu->copy_done, cu->copy_stream));
+    DITTO_CUDA_CHECK(be, cudaStreamWaitEvent(cu->stream, cu->copy_done, 0));
+    return 0;
+}
+
+static int cuda_download_wait(DittoBackend *be)
+{
+    DITTO_CUDA_CHECK(be, cudaStreamSynchronize(ditto_cuda(be)->copy_stream));
+    return 0;
+}
+
 static void *cuda_host_alloc(DittoBackend *be, size_t n)
 {
     (void)be;
@@ -257,6 +286,14 @@ static void cuda_destroy(DittoBackend *be)
     if (cu) {
         if (cu->stream)
             cudaStreamSynchronize(cu->stream);
+        if (cu->copy_stream) {
+            cudaStreamSynchronize(cu->copy_stream);
+            cudaStreamDestroy(cu->copy_stream);
+        }
+        if (cu->copy_after)
+            cudaEventDestroy(cu->copy_after);
+        if (cu->copy_done)
+            cudaEventDestroy(cu->copy_done);
         if (cu->workspace)
             cudaFree(cu->workspace);
         if (cu->scratch)
@@ -338,6 +375,10 @@ extern "C" int ditto_backend_cuda_open(DittoBackend **out, const DittoBackendPar
     be->allocator.device = DITTO_DEVICE_CUDA;
     be->upload = cuda_upload;
     be->download = cuda_download;
+    be->download_async = cuda_download_async;
+    be->download_notify = cuda_download_notify;
+    be->download_fence = cuda_download_fence;
+    be->download_wait = cuda_download_wait;
     be->host_alloc = cuda_host_alloc;
     be->host_free = cuda_host_free;
     be->sync = cuda_sync;
@@ -362,6 +403,10 @@ extern "C" int ditto_backend_cuda_open(DittoBackend **out, const DittoBackendPar
     if (se != cudaSuccess ||
         cudaStreamCreateWithPriority(&cu->stream, cudaStreamNonBlocking, p->high_priority ? prio_greatest : 0) != cudaSuccess)
         rc = ditto_fail(&p->log, DITTO_ERR_BACKEND, "backend 'cuda': cannot create a stream on device %d", cu->device);
+    else if (cudaStreamCreateWithFlags(&cu->copy_stream, cudaStreamNonBlocking) != cudaSuccess ||
+             cudaEventCreateWithFlags(&cu->copy_after, cudaEventDisableTiming) != cudaSuccess ||
+             cudaEventCreateWithFlags(&cu->copy_done, cudaEventDisableTiming) != cudaSuccess)
+        rc = ditto_fail(&p->log, DITTO_ERR_BACKEND, "backend 'cuda': cannot create the copy stream on device %d", cu->device);
     else if (cublasCreate(&cu->cublas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(cu->cublas, cu->stream) != CUBLAS_STATUS_SUCCESS)
         rc = ditto_fail(&p->log, DITTO_ERR_BACKEND, "backend 'cuda': cannot initialise cuBLAS");
     else if (cudnnCreate(&cu->cudnn) != CUDNN_STATUS_SUCCESS || cudnnSetStream(cu->cudnn, cu->stream) != CUDNN_STATUS_SUCCESS)

@@ -21,6 +21,9 @@ extern "C" {
 typedef struct DittoCuda {
     int device;
     cudaStream_t stream;
+    cudaStream_t copy_stream; /* download_async's copies and notifications, behind copy_after on stream */
+    cudaEvent_t copy_after;   /* recorded on stream by download_async: the copy starts after that work */
+    cudaEvent_t copy_done;    /* recorded on copy_stream by download_fence: stream's later work waits for it */
     cublasHandle_t cublas;
     cudnnHandle_t cudnn;
     void *workspace;          /* cuDNN / cuBLAS workspace, grown on demand (outside graph capture) */
