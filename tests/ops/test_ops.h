@@ -14,5 +14,6 @@ void test_ops_image(TestCtx *c);        /* warp_affine, resize_area, resize_bili
 void test_ops_onnx(TestCtx *c);         /* gather, where, pad, resize, prelu, conv_transpose */
 void test_ops_fused(TestCtx *c);        /* film, ddim_step, layer_norm_rotary, randn */
 void test_ops_motion(TestCtx *c);       /* motion_input, motion_deform */
+void test_ops_transfer(TestCtx *c);     /* the backend's asynchronous device -> host copies */
 
 #endif

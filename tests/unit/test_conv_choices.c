@@ -56,8 +56,12 @@ static bool round_trip(const DittoConvChoice *c)
 static void test_lines(TestCtx *c)
 {
     DittoConvChoice a = sample(true, 0), b = sample(false, 0), d = sample(false, 5), m = sample(false, DITTO_CONV_MAX_KNOBS);
-    test_report(c, "choices.round_trip", round_trip(&a) && round_trip(&b) && round_trip(&d) && round_trip(&m),
-                "legacy, no knobs, 5 knobs, the most knobs");
+    /* a fused epilogue's line: the key's last number the kind, engine 2^30 the legacy fused call (conv.cu) */
+    DittoConvChoice f = sample(false, 0);
+    f.key[DITTO_CONV_KEY_LEN - 1] = 3 + 8;
+    f.engine = (int64_t)1 << 30;
+    test_report(c, "choices.round_trip", round_trip(&a) && round_trip(&b) && round_trip(&d) && round_trip(&m) && round_trip(&f),
+                "legacy, no knobs, 5 knobs, the most knobs, a fused epilogue's legacy call");
 
     /* a line that does not fit, and invalid choices, are refused */
     char small[40];
