@@ -2676,7 +2676,10 @@ static cudnnStatus_t fused_exec(DittoBackend *be, const FusedPlan *f, const void
 
 static __global__ void k_bias_act_h8(const __half *t, __half *y, const void *bias, bool bh, bool relu, bool acc, int64_t O8, int64_t nvec);
 
-/* Hashed operands of a fused timing or check: x (n items), w, bias, z and y (n items), y1 (one item), t (n items, the unfused path's scratch). */
+/*
+ * Hashed operands of a fused timing or check: x (n items), w, bias, z and y
+ * (n items), y1 (one item), t (n items, the unfused path's scratch).
+ */
 typedef struct FusedBufs {
     char *buf;
     __half *x, *w, *z, *y, *y1, *t;
@@ -2750,7 +2753,10 @@ static int fused_same(DittoBackend *be, const FusedPlan *f, const FusedPlan *one
     return 0;
 }
 
-/* Mean ms of TUNE_RUNS runs (after one untimed, behind a spin) of f, or of the unfused plan u and its pass when f is NULL; < 0: does not run. */
+/*
+ * Mean ms of TUNE_RUNS runs (after one untimed, behind a spin) of f, or of
+ * the unfused plan u and its pass when f is NULL; < 0: does not run.
+ */
 static int fused_time(DittoBackend *be, const ConvGeom *g, const FusedPlan *f, const ConvPlan *u, int epi, bool bh, int64_t n,
                       const FusedBufs *b, cudaEvent_t e0, cudaEvent_t e1, float *ms)
 {
