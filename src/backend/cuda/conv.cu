@@ -726,6 +726,15 @@ static __global__ void k_count_diff(const uint16_t *a, const uint16_t *b, int64_
         atomicAdd(count, c);
 }
 
+/* *host = the device counter cnt, after everything queued so far; what names the check in an error. */
+static int read_count(DittoBackend *be, const unsigned int *cnt, const char *what, unsigned int *host)
+{
+    cudaStream_t st = ditto_cuda(be)->stream;
+    if (cudaMemcpyAsync(host, cnt, sizeof *host, cudaMemcpyDeviceToHost, st) != cudaSuccess || cudaStreamSynchronize(st) != cudaSuccess)
+        return ditto_cuda_fail(be, cudaGetLastError(), what, __FILE__, __LINE__);
+    return 0;
+}
+
 /* y = conv(x, w) with plan p (beta 0); cw: p->ws bytes of workspace. */
 static cudnnStatus_t plan_exec(DittoBackend *be, const ConvPlan *p, const void *x, const void *w, void *y, void *cw)
 {
@@ -913,9 +922,7 @@ static int same_per_item(DittoBackend *be, const ConvPlan *p, const ConvPlan *on
     if (!ran)
         return 0;
     unsigned int host = 1;
-    if (cudaMemcpyAsync(&host, t->cnt, sizeof host, cudaMemcpyDeviceToHost, cu->stream) != cudaSuccess ||
-        cudaStreamSynchronize(cu->stream) != cudaSuccess)
-        return ditto_cuda_fail(be, cudaGetLastError(), "cudaMemcpyAsync (engine check)", __FILE__, __LINE__);
+    DITTO_TRY(read_count(be, t->cnt, "cudaMemcpyAsync (engine check)", &host));
     *same = host == 0;
     return 0;
 }
@@ -1207,10 +1214,8 @@ static int batch_diff(DittoBackend *be, const ConvGeom *g, const ConvPlan *pl, c
         *diff = UINT_MAX;
         return 0;
     }
-    if (!rc && cudaMemcpyAsync(&host, cnt, sizeof host, cudaMemcpyDeviceToHost, cu->stream) != cudaSuccess)
-        rc = ditto_cuda_fail(be, cudaGetLastError(), "cudaMemcpyAsync (batch check)", __FILE__, __LINE__);
-    if (!rc && cudaStreamSynchronize(cu->stream) != cudaSuccess)
-        rc = ditto_cuda_fail(be, cudaGetLastError(), "cudaStreamSynchronize (batch check)", __FILE__, __LINE__);
+    if (!rc)
+        rc = read_count(be, cnt, "cudaMemcpyAsync (batch check)", &host);
     cudaFree(y1);
     *diff = host;
     return rc;
@@ -1789,24 +1794,31 @@ static int study_mode(void)
 }
 
 /*
- * The plan and item count of the chunk starting at item n: chunks of nb
- * items with pl while it passed the per-item check, the last N % nb items
- * with tail when both passed, else single items with one.
+ * Which plan runs the chunk starting at item n, and its item count:
+ * chunks of nb items with the nb-item plan while it passed the per-item
+ * check (pl_ok; 0 back), the last N % nb items with the tail plan when both
+ * passed (1), else single items with the one-item plan (2).
  */
+static int chunk_at(const ConvGeom *g, int64_t n, int64_t nb, bool pl_ok, bool tail_ok, int64_t *cnt)
+{
+    const int64_t full_end = pl_ok ? g->N / nb * nb : 0;
+    if (n < full_end) {
+        *cnt = nb;
+        return 0;
+    }
+    if (tail_ok && n == g->N / nb * nb && pl_ok) {
+        *cnt = g->N - n;
+        return 1;
+    }
+    *cnt = 1;
+    return 2;
+}
+
 static const ConvPlan *pick_chunk(const ConvGeom *g, int64_t n, int64_t nb, const ConvPlan *pl, const ConvPlan *tail, const ConvPlan *one,
                                   int64_t *cnt)
 {
-    const int64_t full_end = pl->batch_ok ? g->N / nb * nb : 0;
-    if (n < full_end) {
-        *cnt = nb;
-        return pl;
-    }
-    if (tail && tail->batch_ok && n == g->N / nb * nb && pl->batch_ok) {
-        *cnt = g->N - n;
-        return tail;
-    }
-    *cnt = 1;
-    return one;
+    const int k = chunk_at(g, n, nb, pl->batch_ok, tail && tail->batch_ok, cnt);
+    return k == 0 ? pl : k == 1 ? tail : one;
 }
 
 /*
@@ -2746,9 +2758,7 @@ static int fused_same(DittoBackend *be, const FusedPlan *f, const FusedPlan *one
     if (ws)
         cudaFreeAsync(ws, cu->stream);
     unsigned int host = 1;
-    if (cudaMemcpyAsync(&host, b->cnt, sizeof host, cudaMemcpyDeviceToHost, cu->stream) != cudaSuccess ||
-        cudaStreamSynchronize(cu->stream) != cudaSuccess)
-        return ditto_cuda_fail(be, cudaGetLastError(), "cudaMemcpyAsync (fused check)", __FILE__, __LINE__);
+    DITTO_TRY(read_count(be, b->cnt, "cudaMemcpyAsync (fused check)", &host));
     *same = ran && host == 0;
     return 0;
 }
@@ -3036,16 +3046,11 @@ static int conv_nhwc_direct(DittoBackend *be, const ConvGeom *g, const DittoTens
     const void *bp = bias ? bias->data : NULL;
     for (int64_t n = 0; n < g->N;) {
         int64_t cnt;
-        const ConvPlan *p = pick_chunk(g, n, nb, pl, tail, one, &cnt);
         const __half *xi = (const __half *)x->data + n * g->C * g->in_vol;
         __half *yi = (__half *)y->data + n * g->O * g->out_vol;
-        if (fused) {   /* the same chunks, each fused plan checked like its plain one */
-            const FusedPlan *f = fc.one;
-            if (cnt == nb && fc.pl->batch_ok)
-                f = fc.pl;
-            else if (cnt > 1 && fc.tail && fc.tail->batch_ok && n == g->N / nb * nb && fc.pl->batch_ok)
-                f = fc.tail;
-            cnt = f == fc.one ? 1 : cnt;
+        if (fused) {   /* chunks as the plain plans', by the fused plans' own per-item checks */
+            const int k = chunk_at(g, n, nb, fc.pl->batch_ok, fc.tail && fc.tail->batch_ok, &cnt);
+            const FusedPlan *f = k == 0 ? fc.pl : k == 1 ? fc.tail : fc.one;
             cudnnStatus_t st = fused_exec(be, f, xi, wk, bp, yi, cw);
             if (st != CUDNN_STATUS_SUCCESS)
                 return ditto_cudnn_fail(be, st, f->conv.cg ? "cudnnBackendExecute (fused conv)" : "cudnnConvolutionBiasActivationForward",
@@ -3053,6 +3058,7 @@ static int conv_nhwc_direct(DittoBackend *be, const ConvGeom *g, const DittoTens
             n += cnt;
             continue;
         }
+        const ConvPlan *p = pick_chunk(g, n, nb, pl, tail, one, &cnt);
         DITTO_TRY(plan_run(be, p, xi, wk, via_t ? t : yi, cw));
         if (via_t) {
             const int64_t nvec = cnt * g->O * g->out_vol / 8;
