@@ -57,6 +57,35 @@ static void copy_case(TestCtx *c, const char *name, View x, int yndim, const int
     tt_free(y);
 }
 
+/*
+ * Channels-first x (2, C, *sp) into channels 0..C-1 of a channel-padded
+ * channels-last y (2, *sp, Cp) (CUDA: a transpose with a row pitch);
+ * channels C..Cp-1 keep new_out's contents, checked as they were.
+ */
+static void copy_into_padded(TestCtx *c, const char *name, int64_t C, const int64_t sp[3], int64_t Cp)
+{
+    if (!test_selected(c, name))
+        return;
+    const int64_t vol = sp[0] * sp[1] * sp[2];
+    TT *x = new_rand(c, 5, (int64_t[]){ 2, C, sp[0], sp[1], sp[2] }, -3, 3);
+    TT *y = new_out(c, DITTO_F32, 5, (int64_t[]){ 2, sp[0], sp[1], sp[2], Cp });
+    tt_to_host(y);
+    double *ref = ref_alloc(2 * vol * Cp);
+    for (int64_t i = 0; i < 2 * vol * Cp; i++)
+        ref[i] = tt_f32(y)[i];
+    for (int64_t n = 0; n < 2; n++)
+        for (int64_t ch = 0; ch < C; ch++)
+            for (int64_t v = 0; v < vol; v++)
+                ref[(n * vol + v) * Cp + ch] = tt_f32(x)[(n * C + ch) * vol + v];
+    View xv = view_permute(view_of(x), (int[]){ 0, 2, 3, 4, 1 });
+    View yv = view_slice(view_of(y), 4, 0, C, 1);
+    int rc = ditto_op_copy(c->be, &xv.d, &yv.d);
+    op_check(c, name, rc, y, ref, 0, 0);
+    free(ref);
+    tt_free(x);
+    tt_free(y);
+}
+
 static void test_copy(TestCtx *c)
 {
     {
@@ -71,6 +100,29 @@ static void test_copy(TestCtx *c)
         copy_case(c, "copy/permute4d", v, 4, v.h.shape);
         View b1 = view_permute(view_select(view_of(x), 0, 1), (int[]){ 2, 0, 1 });
         copy_case(c, "copy/permute_b1", b1, 3, b1.h.shape);
+        tt_free(x);
+    }
+    {
+        /* channels-first <-> channels-last moves of 3-D activations (CUDA: a tiled transpose), odd sizes, a size-1 dim */
+        TT *x = new_rand(c, 5, (int64_t[]){ 2, 37, 3, 5, 9 }, -3, 3);
+        View v = view_permute(view_of(x), (int[]){ 0, 2, 3, 4, 1 });
+        copy_case(c, "copy/ncdhw_to_ndhwc", v, 5, v.h.shape);
+        View w = view_permute(view_of(x), (int[]){ 0, 4, 1, 2, 3 });
+        copy_case(c, "copy/ndhwc_to_ncdhw", w, 5, w.h.shape);
+        View u = view_permute(view_reshape(view_of(x), 5, (int64_t[]){ 2, 37, 1, 15, 9 }), (int[]){ 0, 2, 3, 4, 1 });
+        copy_case(c, "copy/ncdhw_to_ndhwc_d1", u, 5, u.h.shape);
+        tt_free(x);
+    }
+    {
+        /* even sizes (CUDA f16: the half2 transpose), several 64-wide tiles each way */
+        TT *x = new_rand(c, 5, (int64_t[]){ 2, 70, 2, 10, 14 }, -3, 3);
+        View v = view_permute(view_of(x), (int[]){ 0, 2, 3, 4, 1 });
+        copy_case(c, "copy/ncdhw_to_ndhwc_even", v, 5, v.h.shape);
+        View w = view_permute(view_reshape(view_of(x), 5, (int64_t[]){ 2, 2, 10, 14, 70 }), (int[]){ 0, 4, 1, 2, 3 });
+        copy_case(c, "copy/ndhwc_to_ncdhw_even", w, 5, w.h.shape);
+        /* channels 0..65 of the channels-last (2,2,10,14,70) out to channels-first: rows 72 apart */
+        View p = view_permute(view_slice(view_reshape(view_of(x), 5, (int64_t[]){ 2, 2, 10, 14, 70 }), 4, 0, 66, 1), (int[]){ 0, 4, 1, 2, 3 });
+        copy_case(c, "copy/padded_ndhwc_to_ncdhw_even", p, 5, p.h.shape);
         tt_free(x);
     }
     {
@@ -119,6 +171,16 @@ static void test_copy(TestCtx *c)
         free(ref);
         tt_free(x);
         tt_free(y);
+    }
+    /* odd sizes, then even ones (CUDA f16: the half2 transpose) */
+    copy_into_padded(c, "copy/ncdhw_into_padded_ndhwc", 5, (const int64_t[]){ 3, 4, 6 }, 8);
+    copy_into_padded(c, "copy/ncdhw_into_padded_ndhwc_even", 6, (const int64_t[]){ 4, 10, 14 }, 8);
+    {
+        /* channels 0..4 of a channel-padded channels-last x (2,3,4,6,8) out to channels-first (CUDA: a transpose with a row pitch) */
+        TT *x = new_rand(c, 5, (int64_t[]){ 2, 3, 4, 6, 8 }, -3, 3);
+        View v = view_permute(view_slice(view_of(x), 4, 0, 5, 1), (int[]){ 0, 4, 1, 2, 3 });
+        copy_case(c, "copy/padded_ndhwc_to_ncdhw", v, 5, v.h.shape);
+        tt_free(x);
     }
     if (test_selected(c, "copy/into_slices")) {
         /* two copies into the even and odd columns of y: together they cover it */

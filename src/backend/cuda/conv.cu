@@ -2369,48 +2369,6 @@ static int bias_act(DittoBackend *be, DittoTensor *y, const DittoTensor *bias, b
     return 0;
 }
 
-/* y (n, cols, rows) = x (n, rows, cols) transposed per item; T a 2- or 4-byte element. Tiles flattened on grid x, items on z. */
-template <typename T>
-static __global__ void k_transpose(const T *x, T *y, int64_t n, int64_t rows, int64_t cols, int64_t tiles_c)
-{
-    __shared__ T tile[TT][TT + 1];
-    const int64_t r0 = (int64_t)(blockIdx.x / tiles_c) * TT, c0 = (int64_t)(blockIdx.x % tiles_c) * TT;
-    for (int64_t b = blockIdx.z; b < n; b += gridDim.z) {
-        const T *xb = x + b * rows * cols;
-        T *yb = y + b * rows * cols;
-        for (int j = threadIdx.y; j < TT; j += blockDim.y) {
-            int64_t r = r0 + j, c = c0 + threadIdx.x;
-            if (r < rows && c < cols)
-                tile[j][threadIdx.x] = xb[r * cols + c];
-        }
-        __syncthreads();
-        for (int j = threadIdx.y; j < TT; j += blockDim.y) {
-            int64_t c = c0 + j, r = r0 + threadIdx.x;
-            if (r < rows && c < cols)
-                yb[c * rows + r] = tile[threadIdx.x][j];
-        }
-        __syncthreads();
-    }
-}
-
-static int transpose(DittoBackend *be, const void *x, void *y, size_t esz, int64_t n, int64_t rows, int64_t cols)
-{
-    if (n * rows * cols == 0)
-        return 0;
-    const int64_t tr = (rows + TT - 1) / TT, tc = (cols + TT - 1) / TT;
-    if (tr * tc > INT_MAX)
-        return ditto_fail(&be->log, DITTO_ERR_RANGE, "op conv: a layout transpose of %lld x %lld is too large", (long long)rows,
-                          (long long)cols);
-    dim3 grid((unsigned)(tr * tc), 1, (unsigned)(n < 65535 ? n : 65535));
-    cudaStream_t st = ditto_cuda(be)->stream;
-    if (esz == 2)
-        k_transpose<uint16_t><<<grid, dim3(TT, 8), 0, st>>>((const uint16_t *)x, (uint16_t *)y, n, rows, cols, tc);
-    else
-        k_transpose<uint32_t><<<grid, dim3(TT, 8), 0, st>>>((const uint32_t *)x, (uint32_t *)y, n, rows, cols, tc);
-    DITTO_CUDA_LAUNCHED(be);
-    return 0;
-}
-
 /*
  * DITTO_CUDA_CONV (measurements): 0 nchw, 1 nhwc (one call per item), 2
  * nhwc-batch (default), 3 no-split; see cuda_conv.
@@ -3090,11 +3048,11 @@ static int conv_nhwc_generic(DittoBackend *be, const DittoConvParams *p, const C
     xs.device = ys.device = x->device;
     DittoConvParams q = *p;
     q.nhwc = false;
-    DITTO_TRY(transpose(be, x->data, xs.data, esz, g->N, g->in_vol, g->C));     /* (N, HW, C) -> (N, C, HW) */
+    DITTO_TRY(ditto_cuda_transpose(be, x->data, xs.data, esz, g->N, g->in_vol, g->C));     /* (N, HW, C) -> (N, C, HW) */
     if (p->accumulate)
-        DITTO_TRY(transpose(be, y->data, ys.data, esz, g->N, g->out_vol, g->O));   /* the residual: (N, OHW, O) -> (N, O, OHW) */
+        DITTO_TRY(ditto_cuda_transpose(be, y->data, ys.data, esz, g->N, g->out_vol, g->O));   /* the residual: (N, OHW, O) -> (N, O, OHW) */
     DITTO_TRY(conv_nchw(be, &q, &xs, w, bias, &ys));
-    return transpose(be, ys.data, y->data, esz, g->N, g->O, g->out_vol);        /* (N, O, OHW) -> (N, OHW, O) */
+    return ditto_cuda_transpose(be, ys.data, y->data, esz, g->N, g->O, g->out_vol);        /* (N, O, OHW) -> (N, OHW, O) */
 }
 
 static int cuda_conv(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w,

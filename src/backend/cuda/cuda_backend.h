@@ -64,6 +64,13 @@ int ditto_cuda_workspace(DittoBackend *be, size_t n, void **out);
  */
 int ditto_cuda_scratch(DittoBackend *be, size_t n, void **out);
 
+/*
+ * y (n, cols, rows) = x (n, rows, cols), per item, for 2- or 4-byte
+ * elements (elementwise.cu): the layout moves of channels-last paths and of
+ * copies from transposed views.
+ */
+int ditto_cuda_transpose(DittoBackend *be, const void *x, void *y, size_t esz, int64_t n, int64_t rows, int64_t cols);
+
 /* Element access helpers: float32 or float16 storage, fp32 math. */
 __device__ __forceinline__ float ditto_ld(const void *p, int64_t i, bool f16)
 {

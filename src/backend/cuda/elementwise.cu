@@ -185,6 +185,168 @@ static bool vec16_view(const DittoTensor *t, DittoTensor *v)
     return true;
 }
 
+/* ---- tiled transposes ---- */
+
+#define TP_TILE 32
+
+/*
+ * y (n, cols, rows) = x (n, rows, cols) per item, rows of x ldx apart and
+ * rows of y ldy apart (items rows * ldx and cols * ldy); T a 2- or 4-byte
+ * element. Tiles flattened on grid x, items on z.
+ */
+template <typename T>
+static __global__ void k_transpose(const T *x, T *y, int64_t n, int64_t rows, int64_t cols, int64_t ldx, int64_t ldy, int64_t tiles_c)
+{
+    __shared__ T tile[TP_TILE][TP_TILE + 1];
+    const int64_t r0 = (int64_t)(blockIdx.x / tiles_c) * TP_TILE, c0 = (int64_t)(blockIdx.x % tiles_c) * TP_TILE;
+    for (int64_t b = blockIdx.z; b < n; b += gridDim.z) {
+        const T *xb = x + b * rows * ldx;
+        T *yb = y + b * cols * ldy;
+        for (int j = threadIdx.y; j < TP_TILE; j += blockDim.y) {
+            int64_t r = r0 + j, c = c0 + threadIdx.x;
+            if (r < rows && c < cols)
+                tile[j][threadIdx.x] = xb[r * ldx + c];
+        }
+        __syncthreads();
+        for (int j = threadIdx.y; j < TP_TILE; j += blockDim.y) {
+            int64_t c = c0 + j, r = r0 + threadIdx.x;
+            if (r < rows && c < cols)
+                yb[c * ldy + r] = tile[threadIdx.x][j];
+        }
+        __syncthreads();
+    }
+}
+
+/*
+ * k_transpose for 2-byte elements with rows, cols and both pitches even
+ * (4-byte aligned): 64 x 64 tiles moved as half2 pairs both ways, about
+ * twice k_transpose's bandwidth on the warp's (110, 16x64x64) inputs.
+ * Grid (column tiles, row tiles, items), block (32, 8).
+ */
+#define TP_V 64
+static __global__ void k_transpose_h2(const uint32_t *x, uint32_t *y, int64_t n, int64_t rows, int64_t cols, int64_t ldx, int64_t ldy)
+{
+    __shared__ uint16_t tile[TP_V][TP_V + 2];   /* [row][column] */
+    const int64_t c0 = (int64_t)blockIdx.x * TP_V, r0 = (int64_t)blockIdx.y * TP_V;
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    for (int64_t b = blockIdx.z; b < n; b += gridDim.z) {
+        const uint16_t *xb = (const uint16_t *)x + b * rows * ldx;
+        uint16_t *yb = (uint16_t *)y + b * cols * ldy;
+        const int64_t c = c0 + 2 * tx;
+        for (int j = ty; j < TP_V; j += 8) {
+            const int64_t r = r0 + j;
+            if (r < rows && c < cols) {
+                const uint32_t v = *(const uint32_t *)(xb + r * ldx + c);
+                tile[j][2 * tx] = (uint16_t)v;
+                tile[j][2 * tx + 1] = (uint16_t)(v >> 16);
+            }
+        }
+        __syncthreads();
+        const int64_t r = r0 + 2 * tx;
+        for (int j = ty; j < TP_V; j += 8) {
+            const int64_t cc = c0 + j;
+            if (cc < cols && r < rows)
+                *(uint32_t *)(yb + cc * ldy + r) = (uint32_t)tile[2 * tx][j] | (uint32_t)tile[2 * tx + 1][j] << 16;
+        }
+        __syncthreads();
+    }
+}
+
+static int transpose_ld(DittoBackend *be, const void *x, void *y, size_t esz, int64_t n, int64_t rows, int64_t cols, int64_t ldx,
+                        int64_t ldy)
+{
+    if (n * rows * cols == 0)
+        return 0;
+    cudaStream_t st = ditto_cuda(be)->stream;
+    const int64_t vc = (cols + TP_V - 1) / TP_V, vr = (rows + TP_V - 1) / TP_V;
+    if (esz == 2 && (rows | cols | ldx | ldy) % 2 == 0 && ((uintptr_t)x | (uintptr_t)y) % 4 == 0 && vc <= INT_MAX && vr <= 65535) {
+        dim3 grid((unsigned)vc, (unsigned)vr, (unsigned)(n < 65535 ? n : 65535));
+        k_transpose_h2<<<grid, dim3(32, 8), 0, st>>>((const uint32_t *)x, (uint32_t *)y, n, rows, cols, ldx, ldy);
+        DITTO_CUDA_LAUNCHED(be);
+        return 0;
+    }
+    if (n * rows * cols == 0)
+        return 0;
+    const int64_t tr = (rows + TP_TILE - 1) / TP_TILE, tc = (cols + TP_TILE - 1) / TP_TILE;
+    if (tr * tc > INT_MAX)
+        return ditto_fail(&be->log, DITTO_ERR_RANGE, "a layout transpose of %lld x %lld is too large", (long long)rows, (long long)cols);
+    dim3 grid((unsigned)(tr * tc), 1, (unsigned)(n < 65535 ? n : 65535));
+    if (esz == 2)
+        k_transpose<uint16_t><<<grid, dim3(TP_TILE, 8), 0, st>>>((const uint16_t *)x, (uint16_t *)y, n, rows, cols, ldx, ldy, tc);
+    else
+        k_transpose<uint32_t><<<grid, dim3(TP_TILE, 8), 0, st>>>((const uint32_t *)x, (uint32_t *)y, n, rows, cols, ldx, ldy, tc);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+int ditto_cuda_transpose(DittoBackend *be, const void *x, void *y, size_t esz, int64_t n, int64_t rows, int64_t cols)
+{
+    return transpose_ld(be, x, y, esz, n, rows, cols, cols, rows);
+}
+
+/*
+ * Dims [d0, d1) of t row-major with the innermost at stride inner (dims of
+ * size 1 take any stride): their element count in *size. inner < 0: the
+ * stride of the innermost dim of size > 1 (1 if none), returned in *inner.
+ */
+static bool block_rows(const DittoTensor *t, int d0, int d1, int64_t *inner, int64_t *size)
+{
+    if (*inner < 0) {
+        *inner = 1;
+        for (int d = d1 - 1; d >= d0; d--)
+            if (t->shape[d] != 1) {
+                *inner = t->stride[d];
+                break;
+            }
+    }
+    int64_t e = *inner, n = 1;
+    for (int d = d1 - 1; d >= d0; d--) {
+        if (t->shape[d] != 1 && t->stride[d] != e)
+            return false;
+        e *= t->shape[d];
+        n *= t->shape[d];
+    }
+    *size = n;
+    return true;
+}
+
+/*
+ * x and y of one shape that read as (n, B, A) in y's dim order (outer dims
+ * [0, p), B = dims [p, q), A = dims [q, nd)), where x's memory is (n, A, B)
+ * with B contiguous and A's rows ldx apart, and y's is (n, B, A) with A
+ * contiguous and B's rows ldy apart: a channels-first <-> channels-last move
+ * (ditto_tensor_permute, then copy), also into or out of channel-padded
+ * tensors (a slice of the channel dim). Finds p, q and the pitches.
+ */
+typedef struct TransposeDims {
+    int64_t n, rows, cols, ldx, ldy;   /* transpose_ld's */
+} TransposeDims;
+
+static bool as_transpose(const DittoTensor *x, const DittoTensor *y, TransposeDims *t)
+{
+    const int nd = x->ndim;
+    const size_t esz = ditto_dtype_size(x->dtype);
+    if (x->dtype != y->dtype || y->ndim != nd || (esz != 2 && esz != 4))
+        return false;
+    for (int p = 0; p < nd; p++) {
+        for (int q = p + 1; q < nd; q++) {
+            int64_t one = 1, ldx = -1, ldy = -1, bsz, asz, nx, ny, bsz_y, asz_x, ox, oy;
+            if (!block_rows(x, p, q, &one, &bsz) || bsz < 2 || !block_rows(x, q, nd, &ldx, &asz) || asz < 2 || ldx < bsz)
+                continue;
+            one = 1;
+            if (!block_rows(y, q, nd, &one, &asz_x) || !block_rows(y, p, q, &ldy, &bsz_y) || ldy < asz)
+                continue;
+            ox = asz * ldx;
+            oy = bsz * ldy;
+            if (!block_rows(x, 0, p, &ox, &nx) || !block_rows(y, 0, p, &oy, &ny))
+                continue;
+            *t = (TransposeDims){ nx, asz, bsz, ldx, ldy };
+            return true;
+        }
+    }
+    return false;
+}
+
 /* x and y of the same shape, any strides and dtypes. */
 static int copy_same_shape(DittoBackend *be, const DittoTensor *x, const DittoTensor *y)
 {
@@ -221,6 +383,9 @@ static int cuda_copy(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
             DITTO_CUDA_CHECK(be, cudaMemcpyAsync(y->data, x->data, n, cudaMemcpyDeviceToDevice, ditto_cuda(be)->stream));
         return 0;
     }
+    TransposeDims td;
+    if (x->ndim == y->ndim && ditto_tensor_same_shape(x, y) && as_transpose(x, y, &td))
+        return transpose_ld(be, x->data, y->data, ditto_dtype_size(x->dtype), td.n, td.rows, td.cols, td.ldx, td.ldy);
     if (x->ndim == y->ndim)
         return copy_same_shape(be, x, y);
     /* reshape copy: y is contiguous, so it reads as x's shape in row-major order */
