@@ -291,21 +291,22 @@ static int conv_dims(const DittoConvParams *p, int i, int *s, int *d)
 
 int ditto_conv_out_shape(const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, int64_t *shape)
 {
-    if (p->nhwc) {   /* (N,H,W,C) -> (N,OH,OW,O): the NCHW rule on x's shape read channels-last */
-        if (x->ndim != 4)
+    if (p->nhwc) {   /* (N,spatial...,C) -> (N,out...,O), 2-D or 3-D: the NCHW rule on x's shape read channels-last */
+        const int nd = x->ndim;
+        if (nd != 4 && nd != 5)
             return DITTO_ERR_SHAPE;
         DittoConvParams q = *p;
         q.nhwc = false;
         DittoTensor xl = *x;
-        xl.shape[1] = x->shape[3];
-        xl.shape[2] = x->shape[1];
-        xl.shape[3] = x->shape[2];
-        int64_t s[4];
+        xl.shape[1] = x->shape[nd - 1];
+        for (int i = 2; i < nd; i++)
+            xl.shape[i] = x->shape[i - 1];
+        int64_t s[5];
         DITTO_TRY(ditto_conv_out_shape(&q, &xl, w, s));
         shape[0] = s[0];
-        shape[1] = s[2];
-        shape[2] = s[3];
-        shape[3] = s[1];
+        for (int i = 2; i < nd; i++)
+            shape[i - 1] = s[i];
+        shape[nd - 1] = s[1];
         return 0;
     }
     int ns = x->ndim - 2;

@@ -133,7 +133,7 @@ typedef struct DittoConvParams {
     int pad_end[3];
     int dilation[3];         /* 0 means 1 */
     int groups;              /* 0 means 1 */
-    bool nhwc;               /* 2-D only: x (N,H,W,C), y (N,OH,OW,O) channels-last; w stays (O,C/groups,kh,kw) */
+    bool nhwc;               /* 2-D or 3-D: x (N,[D,]H,W,C), y (N,[OD,]OH,OW,O) channels-last; w stays (O,C/groups,k...) */
     bool relu;               /* y = max(0, conv + bias) */
     bool accumulate;         /* y = conv + bias + y (y holds a residual on entry; relu after the sum) */
 } DittoConvParams;
@@ -362,7 +362,7 @@ int ditto_op_linear(struct DittoBackend *be, const DittoTensor *x, const DittoTe
 int ditto_op_linear_ex(struct DittoBackend *be, const DittoLinearParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, DittoTensor *y);
 /*
  * Cross-correlation, 1-D/2-D/3-D by x.ndim - 2: x (N,C,*in), w (O, C/groups, *k), bias (O) or NULL, y (N,O,*out).
- * p->nhwc (2-D only): x (N,H,W,C), y (N,OH,OW,O), the same w. p->relu: y = max(0, conv + bias).
+ * p->nhwc (2-D or 3-D): x (N,*in,C), y (N,*out,O), the same w. p->relu: y = max(0, conv + bias).
  * p->accumulate: y = conv + bias + y_old (a residual already in y; relu, if any, after the sum).
  * ditto_conv_out_shape gives y's shape in the layout of p.
  * w is contiguous, or channels-last (ditto_tensor_is_channels_last: stored

@@ -82,8 +82,8 @@ static void transpose_f32(const float *x, float *y, int64_t n, int64_t a, int64_
 }
 
 /*
- * One case; relu: y = max(0, conv + bias); nhwc (2-D): x (N,H,W,C) and y
- * (N,OH,OW,O) channels-last, the reference computed in NCHW on the
+ * One case; relu: y = max(0, conv + bias); nhwc (2-D, 3-D): x (N,*in,C) and
+ * y (N,*out,O) channels-last, the reference computed in NCHW on the
  * transposed input and transposed back; acc (accumulate): y starts with
  * random values (a residual) that the convolution adds onto, relu after.
  */
@@ -108,10 +108,14 @@ static void conv_case_w(TestCtx *c, const ConvCase *cc, bool bias, bool relu, bo
              acc ? " accumulate" : "", wlast ? " w-last" : "", suffix);
     if (!test_selected(c, name))
         return;
-    if (nhwc) {   /* (N,C,H,W) -> (N,H,W,C) */
-        const int64_t xl[4] = { xsh[0], xsh[2], xsh[3], xsh[1] }, yl[4] = { ysh[0], ysh[2], ysh[3], ysh[1] };
-        memcpy(xsh, xl, sizeof xl);
-        memcpy(ysh, yl, sizeof yl);
+    if (nhwc) {   /* (N,C,*sp) -> (N,*sp,C) */
+        const int64_t xc = xsh[1], yc = ysh[1];
+        for (int i = 1; i < nd - 1; i++) {
+            xsh[i] = xsh[i + 1];
+            ysh[i] = ysh[i + 1];
+        }
+        xsh[nd - 1] = xc;
+        ysh[nd - 1] = yc;
     }
     TT *x = tt_new(c, DITTO_F32, nd, xsh), *w = tt_new(c, DITTO_F32, nd, wsh), *y = tt_new(c, DITTO_F32, nd, ysh);
     TT *b = bias ? tt_new(c, DITTO_F32, 1, &cc->O) : NULL;
@@ -129,7 +133,11 @@ static void conv_case_w(TestCtx *c, const ConvCase *cc, bool bias, bool relu, bo
     const int64_t ny = ditto_tensor_numel(&y->host);
     double *ref = malloc(sizeof(double) * (size_t)ny);
     if (nhwc) {
-        const int64_t HW = cc->in[0] * cc->in[1], OHW = osz[0] * osz[1];
+        int64_t HW = 1, OHW = 1;   /* spatial volumes */
+        for (int i = 0; i < cc->ns; i++) {
+            HW *= cc->in[i];
+            OHW *= osz[i];
+        }
         float *xn = malloc(sizeof(float) * (size_t)ditto_tensor_numel(&x->host));
         double *rn = malloc(sizeof(double) * (size_t)ny);
         transpose_f32(tt_f32(x), xn, cc->N, HW, cc->C);
@@ -276,6 +284,13 @@ static const ConvCase nhwc_cases[] = {
     { "3x3 s2 p1 g2", 2, 3, 16, 16, { 9, 10 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 0 }, 2 },
     { "3x3 asym pad", 2, 3, 8, 16, { 9, 10 }, { 3, 3 }, { 0 }, { 0, 1 }, { 2, 1 }, { 0 }, 0 },
     { "2x2 p1 c8 (sub-pixel SPADE)", 2, 2, 32, 64, { 8, 11 }, { 2, 2 }, { 0 }, { 1, 1 }, { 1, 1 }, { 0 }, 0 },
+    /* 3-D (the warp's channels-last hourglass): direct NDHWC path, the depth split for O <= 32, transposes otherwise */
+    { "3x3x3 p1 c8 (hourglass)", 3, 3, 16, 24, { 4, 6, 7 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
+    { "3x3x3 p1 c8 O32 (hourglass dec 4)", 3, 3, 24, 32, { 5, 6, 9 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
+    { "3x3x3 p1 c8 O32 HW64", 3, 2, 16, 32, { 3, 8, 8 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
+    { "3x3x3 p1 c8 O40", 3, 2, 16, 40, { 3, 5, 6 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
+    { "3x3x3 p1 C14 O22", 3, 2, 14, 22, { 3, 5, 6 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
+    { "3x3x3 s(1,2,2) p1 c8", 3, 2, 8, 16, { 3, 7, 6 }, { 3, 3, 3 }, { 1, 2, 2 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
 };
 
 /* NCHW cases run again with relu, one per CUDA strategy (cuDNN NCHW, channels-last transposes, small O, depth split). */

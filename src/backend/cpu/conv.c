@@ -445,25 +445,33 @@ static int cpu_conv_w(DittoBackend *be, const DittoConvParams *p, const DittoTen
             relu_inplace(be, y->data, ditto_tensor_numel(y));
         return 0;
     }
-    const int64_t N = x->shape[0], H = x->shape[1], W = x->shape[2], C = x->shape[3];
-    const int64_t OH = y->shape[1], OW = y->shape[2], O = y->shape[3];
-    const int64_t nx = N * C * H * W, ny = N * O * OH * OW;
+    /* (N, *in, C) and (N, *out, O): 2-D or 3-D */
+    const int nd = x->ndim;
+    const int64_t N = x->shape[0], C = x->shape[nd - 1], O = y->shape[nd - 1];
+    int64_t vin = 1, vout = 1, xsh[5] = { N, C }, ysh[5] = { N, O };
+    for (int i = 1; i < nd - 1; i++) {
+        vin *= x->shape[i];
+        vout *= y->shape[i];
+        xsh[i + 1] = x->shape[i];
+        ysh[i + 1] = y->shape[i];
+    }
+    const int64_t nx = N * C * vin, ny = N * O * vout;
     float *xs = ditto_malloc_aligned(sizeof(float) * (size_t)(nx + ny + 1));
     if (!xs)
         return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op conv: cannot allocate %lld floats of layout scratch", (long long)(nx + ny));
     float *ys = xs + nx;
     DittoConvParams q = *p;
     q.nhwc = false;
-    DittoTensor xt = ditto_tensor_f32(xs, 4, (int64_t[]){ N, C, H, W });
-    DittoTensor yt = ditto_tensor_f32(ys, 4, (int64_t[]){ N, O, OH, OW });
-    ditto_cpu_transpose(be, x->data, xs, N, H * W, C);     /* (N, HW, C) -> (N, C, HW) */
+    DittoTensor xt = ditto_tensor_f32(xs, nd, xsh);
+    DittoTensor yt = ditto_tensor_f32(ys, nd, ysh);
+    ditto_cpu_transpose(be, x->data, xs, N, vin, C);     /* (N, vol, C) -> (N, C, vol) */
     if (p->accumulate)
-        ditto_cpu_transpose(be, y->data, ys, N, OH * OW, O);   /* the residual: (N, OHW, O) -> (N, O, OHW) */
+        ditto_cpu_transpose(be, y->data, ys, N, vout, O);   /* the residual: (N, ovol, O) -> (N, O, ovol) */
     int rc = conv_nchw(be, &q, &xt, w, bias, &yt);
     if (rc >= 0) {
         if (p->relu)
             relu_inplace(be, ys, ny);
-        ditto_cpu_transpose(be, ys, y->data, N, O, OH * OW);   /* (N, O, OHW) -> (N, OHW, O) */
+        ditto_cpu_transpose(be, ys, y->data, N, O, vout);   /* (N, O, ovol) -> (N, ovol, O) */
     }
     ditto_free_aligned(xs);
     return rc;

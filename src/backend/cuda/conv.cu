@@ -2035,13 +2035,13 @@ static __device__ __forceinline__ void combine_store(float acc, const void *bias
 }
 
 /*
- * y (N, O, D, HW) = bias + sum_i Z[n*D + d + i - pd][hw][i*O + o] (+ y when
- * accum), then max(0, .) when relu; a thread per (n, d, hw), all O. Z's
- * columns are in two pieces: column j < w0 in z0 (rows of w0), the rest in
- * z1 (rows of w1).
+ * y (N, O, D, HW), or (N, D, HW, O) when nhwc, = bias + sum_i Z[n*D + d + i
+ * - pd][hw][i*O + o] (+ y when accum), then max(0, .) when relu; a thread
+ * per (n, d, hw), all O. Z's columns are in two pieces: column j < w0 in z0
+ * (rows of w0), the rest in z1 (rows of w1).
  */
 static __global__ void k_depth_combine(const __half *z0, int w0, const __half *z1, int w1, const void *bias, bool bh, bool accum,
-                                       bool relu, __half *y, int O, int kd, int pd, int D, int64_t HW, int64_t npos)
+                                       bool relu, bool nhwc, __half *y, int O, int kd, int pd, int D, int64_t HW, int64_t npos)
 {
     for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < npos; p += (int64_t)gridDim.x * blockDim.x) {
         int64_t hw = p % HW, t = p / HW;
@@ -2066,7 +2066,7 @@ static __global__ void k_depth_combine(const __half *z0, int w0, const __half *z
 #pragma unroll
         for (int o = 0; o < DEPTH_MAX_O; o++)
             if (o < O)
-                combine_store(acc[o], bias, bh, o, accum, relu, y + ((n * O + o) * D + d) * HW + hw);
+                combine_store(acc[o], bias, bh, o, accum, relu, y + (nhwc ? ((n * D + d) * HW + hw) * O + o : ((n * O + o) * D + d) * HW + hw));
     }
 }
 
@@ -2075,7 +2075,9 @@ static __global__ void k_depth_combine(const __half *z0, int w0, const __half *z
  * COMB_P: a block per (n, d) and COMB_P positions stages the O columns of
  * all kd taps' rows in shared memory at once (4-byte words, rows at an odd
  * word stride; a tap outside the item stays unread), so the reads of Z are
- * all in flight together and the writes of y are coalesced. Needs
+ * all in flight together and the writes of y are coalesced (channels-last
+ * y: a thread's k-th value is (position t / O, output t % O) of the block's
+ * COMB_P * O, so neighbouring threads write neighbouring outputs). Needs
  * comb_smem() bytes of dynamic shared memory. The same sums in the same
  * order as k_depth_combine.
  */
@@ -2087,7 +2089,8 @@ static size_t comb_smem(int64_t O, int64_t kd)
 }
 
 static __global__ void __launch_bounds__(COMB_T) k_depth_combine_t(const __half *z, int wz, const void *bias, bool bh, bool accum,
-                                                                   bool relu, __half *y, int O, int kd, int pd, int D, int64_t HW)
+                                                                   bool relu, bool nhwc, __half *y, int O, int kd, int pd, int D,
+                                                                   int64_t HW)
 {
     extern __shared__ uint32_t zs[];   /* (kd, COMB_P, st) */
     constexpr int NA = COMB_P * DEPTH_MAX_O / COMB_T;
@@ -2120,8 +2123,8 @@ static __global__ void __launch_bounds__(COMB_T) k_depth_combine_t(const __half 
     for (int i = i0; i <= i1; i++) {
 #pragma unroll
         for (int k = 0; k < NA; k++) {
-            const int t = threadIdx.x + k * COMB_T, o = t / COMB_P, p = t % COMB_P;
-            if (o < O) {
+            const int t = threadIdx.x + k * COMB_T, o = nhwc ? t % O : t / COMB_P, p = nhwc ? t / O : t % COMB_P;
+            if (o < O && p < COMB_P) {
                 const __half2 v = *(const __half2 *)&zs[(i * COMB_P + p) * st + o / 2];
                 acc[k] += __half2float(o & 1 ? __high2half(v) : __low2half(v));
             }
@@ -2129,9 +2132,10 @@ static __global__ void __launch_bounds__(COMB_T) k_depth_combine_t(const __half 
     }
 #pragma unroll
     for (int k = 0; k < NA; k++) {
-        const int t = threadIdx.x + k * COMB_T, o = t / COMB_P, p = t % COMB_P;
-        if (o < O)
-            combine_store(acc[k], bias, bh, o, accum, relu, y + ((n * O + o) * D + d) * HW + hw0 + p);
+        const int t = threadIdx.x + k * COMB_T, o = nhwc ? t % O : t / COMB_P, p = nhwc ? t / O : t % COMB_P;
+        if (o < O && p < COMB_P)
+            combine_store(acc[k], bias, bh, o, accum, relu,
+                          y + (nhwc ? ((nd * HW + hw0 + p) * O + o) : ((n * O + o) * D + d) * HW + hw0 + p));
     }
 }
 
@@ -2169,13 +2173,16 @@ static int64_t unfold_slices(int64_t D)
     return ds;
 }
 
+/* nhwc: x (N, D, H, W, C) with C a multiple of 8 and y (N, D, H, W, O) channels-last (not unfolded): x's slices are the 2-D input as they are. */
 static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias,
-                            bool accum, bool relu, DittoTensor *y)
+                            bool accum, bool relu, bool nhwc, DittoTensor *y)
 {
     DittoCuda *cu = ditto_cuda(be);
     const int64_t D = g->in[0], HW = g->in[1] * g->in[2], kd = g->k[0], o2 = kd * g->O;
     const int64_t cp = round8(g->C), o2p = round8(o2);
-    const bool unfold = depth_unfold(g);
+    const bool unfold = !nhwc && depth_unfold(g);
+    if (nhwc && cp != g->C)
+        return ditto_fail(&be->log, DITTO_ERR_UNSUPPORTED, "op conv: the channels-last depth split needs C a multiple of 8");
     const int64_t kwu = unfold ? g->k[2] : 1, ds = unfold ? unfold_slices(D) : 0;
     /*
      * The 2-D convolution over depth slices: C -> kd * O columns, (kh, kw),
@@ -2285,18 +2292,23 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
                     DITTO_TRY(plan_run(be, p[k], xu, wk[k], zk[k] + s0 * HW * width[k], cw));
             }
         } else {
-            launch_to_nhwc(cu->stream, xi, xt, g->C, cp, D * HW, cnt);   /* (cnt, D*HW, Cp): cnt*D slices, NHWC */
-            DITTO_CUDA_LAUNCHED(be);
+            const __half *xs = xi;   /* channels-last x: already cnt*D slices (D*HW, C) */
+            if (!nhwc) {
+                launch_to_nhwc(cu->stream, xi, xt, g->C, cp, D * HW, cnt);   /* (cnt, D*HW, Cp): cnt*D slices, NHWC */
+                DITTO_CUDA_LAUNCHED(be);
+                xs = xt;
+            }
             for (int k = 0; k < np; k++)
-                DITTO_TRY(plan_run(be, p[k], xt, wk[k], zk[k], cw));
+                DITTO_TRY(plan_run(be, p[k], xs, wk[k], zk[k], cw));
         }
         if (np == 1 && g->O % 2 == 0 && HW % COMB_P == 0 && comb_smem(g->O, kd) <= 48 * 1024) {
             k_depth_combine_t<<<dim3((unsigned)(HW / COMB_P), (unsigned)(cnt * D)), COMB_T, comb_smem(g->O, kd), cu->stream>>>(
-                zk[0], (int)width[0], bp, bh, accum, relu, yi, (int)g->O, (int)kd, (int)g->pb[0], (int)D, HW);
+                zk[0], (int)width[0], bp, bh, accum, relu, nhwc, yi, (int)g->O, (int)kd, (int)g->pb[0], (int)D, HW);
         } else {
             const int64_t npos = cnt * D * HW;
             k_depth_combine<<<ditto_cuda_blocks(npos, 256), 256, 0, cu->stream>>>(zk[0], (int)width[0], zk[1], (int)width[1], bp, bh, accum,
-                                                                                  relu, yi, (int)g->O, (int)kd, (int)g->pb[0], (int)D, HW, npos);
+                                                                                  relu, nhwc, yi, (int)g->O, (int)kd, (int)g->pb[0], (int)D,
+                                                                                  HW, npos);
         }
         DITTO_CUDA_LAUNCHED(be);
         n += cnt;
@@ -2460,7 +2472,7 @@ static int conv_nchw(DittoBackend *be, const DittoConvParams *p, const DittoTens
         return bias_act(be, y, NULL, p->relu, false, g.O, g.out_vol);
     }
     if (f16 && mode == 2 && g.C > 0 && g.in_vol > 0 && depth_split_fits(&g)) {
-        return conv_depth_split(be, &g, x, w, bias, p->accumulate, p->relu, y);
+        return conv_depth_split(be, &g, x, w, bias, p->accumulate, p->relu, false, y);
     }
     if (f16 && mode > 0 && g.G == 1 && !asym && g.C > 0 && g.in_vol > 0)
         return conv_nhwc(be, &g, x, w, bias, p->relu, p->accumulate, y, mode >= 2);
@@ -2479,7 +2491,7 @@ static int is_capturing(DittoBackend *be, bool *cap)
 }
 
 /*
- * Channels-last tensors, the direct path (f16, 2-D, groups 1, symmetric
+ * Channels-last tensors, the direct path (f16, 2-D or 3-D, groups 1, symmetric
  * padding, C and O multiples of 8): cuDNN reads x and writes y in place
  * through NHWC descriptors (the plans and per-item checks of conv_nhwc, so
  * the same kernels and bits as that path), w is relaid out to KRSC, then
@@ -2490,7 +2502,7 @@ static bool nhwc_direct_fits(const ConvGeom *g, const DittoTensor *x, const Ditt
     bool asym = false;
     for (int i = 0; i < 3; i++)
         asym = asym || g->pb[i] != g->pe[i];
-    return x->dtype == DITTO_F16 && g->ns == 2 && g->G == 1 && !asym && g->C > 0 && g->in_vol > 0 && g->C % 8 == 0 && g->O % 8 == 0 &&
+    return x->dtype == DITTO_F16 && (g->ns == 2 || g->ns == 3) && g->G == 1 && !asym && g->C > 0 && g->in_vol > 0 && g->C % 8 == 0 && g->O % 8 == 0 &&
            ((uintptr_t)x->data | (uintptr_t)y->data) % 16 == 0;
 }
 
@@ -2604,12 +2616,13 @@ static int fused_setup(DittoBackend *be, const ConvGeom *g, int64_t nb, int epi,
     f->batch_ok = nb == 1 ? 1 : -1;
     bool ok = rc == 0;
     if (ok && e->index == EPI_LEGACY_ENGINE) {
+        const int bdim[5] = { 1, (int)g->O, 1, 1, 1 };   /* (1, O, 1...) of the convolution's rank */
         cudnnConvolutionFwdAlgo_t algo = epi_relu(epi) ? f->conv.algo : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
         size_t need = 0;
         ok = cudnnGetConvolutionForwardWorkspaceSize(cu->cudnn, f->conv.xd, f->conv.wd, f->conv.cd, f->conv.yd, algo, &need) ==
                  CUDNN_STATUS_SUCCESS &&
              need <= CONV_WS_LIMIT && cudnnCreateTensorDescriptor(&f->bd) == CUDNN_STATUS_SUCCESS &&
-             cudnnSetTensor4dDescriptor(f->bd, CUDNN_TENSOR_NHWC, bh ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT, 1, (int)g->O, 1, 1) ==
+             cudnnSetTensorNdDescriptorEx(f->bd, CUDNN_TENSOR_NHWC, bh ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT, g->ns == 3 ? 5 : 4, bdim) ==
                  CUDNN_STATUS_SUCCESS &&
              cudnnCreateActivationDescriptor(&f->ad) == CUDNN_STATUS_SUCCESS &&
              cudnnSetActivationDescriptor(f->ad, epi_relu(epi) ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
@@ -2827,9 +2840,9 @@ static int tune_fused(DittoBackend *be, const ConvGeom *g, int epi, bool bh, int
         if (pick >= 0)
             snprintf(got, sizeof got, "%s %.1f us", cand[pick].index == EPI_LEGACY_ENGINE ? "fused (legacy call)" : "fused engine",
                      1000.0 * ms[pick]);
-        ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: C %lld O %lld k %lldx%lld in %lldx%lld epilogue %d at %lld items: pass %.1f us, %s",
-                  (long long)g->C, (long long)g->O, (long long)g->k[1], (long long)g->k[2], (long long)g->in[1], (long long)g->in[2], epi,
-                  (long long)n, 1000.0 * ms_u, got);
+        ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: C %lld O %lld k %lldx%lldx%lld in %lldx%lldx%lld epilogue %d at %lld items: pass %.1f us, %s",
+                  (long long)g->C, (long long)g->O, (long long)g->k[0], (long long)g->k[1], (long long)g->k[2], (long long)g->in[0],
+                  (long long)g->in[1], (long long)g->in[2], epi, (long long)n, 1000.0 * ms_u, got);
         if (pick >= 0) {
             e->eng[0] = cand[pick];
             e->n = 1;
@@ -2912,9 +2925,9 @@ static int fused_batch_check(DittoBackend *be, const ConvGeom *g, FusedPlan *f, 
         }
     }
     f->batch_ok = same;
-    ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: C %lld O %lld k %lldx%lld in %lldx%lld epilogue %d: %lld-item fused plan %s", (long long)g->C,
-              (long long)g->O, (long long)g->k[1], (long long)g->k[2], (long long)g->in[1], (long long)g->in[2], f->epi, (long long)nb,
-              same ? "bit-identical per item: batched" : "item by item");
+    ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: C %lld O %lld k %lldx%lldx%lld in %lldx%lldx%lld epilogue %d: %lld-item fused plan %s",
+              (long long)g->C, (long long)g->O, (long long)g->k[0], (long long)g->k[1], (long long)g->k[2], (long long)g->in[0],
+              (long long)g->in[1], (long long)g->in[2], f->epi, (long long)nb, same ? "bit-identical per item: batched" : "item by item");
     return 0;
 }
 
@@ -2946,6 +2959,13 @@ static int fused_chunks(DittoBackend *be, const ConvGeom *g, int epi, bool bh, c
         DITTO_TRY(fused_batch_check(be, g, pl, one, c->nb, bh));
     if (tail && tail->batch_ok < 0)
         DITTO_TRY(fused_batch_check(be, g, tail, one, g->N % c->nb, bh));
+    /*
+     * a fused plan that must run item by item (not bit-identical per item)
+     * where the plain plan runs batched loses more than the epilogue pass
+     * costs (small items, the hourglass's deep levels): unfused
+     */
+    if ((c->nb > 1 && pl->batch_ok == 0 && c->pl->batch_ok > 0) || (tail && tail->batch_ok == 0 && c->tail->batch_ok > 0))
+        return 0;
     fc->pl = pl;
     fc->tail = tail;
     fc->one = one;
@@ -3042,9 +3062,15 @@ static int conv_nhwc_generic(DittoBackend *be, const DittoConvParams *p, const C
     const size_t xs_bytes = align256((size_t)nx * esz);
     char *sc;
     DITTO_TRY(ditto_cuda_scratch(be, xs_bytes + (size_t)ny * esz, (void **)&sc));
-    const int64_t xsh[4] = { g->N, g->C, g->in[1], g->in[2] }, ysh[4] = { g->N, g->O, g->out[1], g->out[2] };
-    DittoTensor xs = ditto_tensor(sc, x->dtype, 4, xsh);
-    DittoTensor ys = ditto_tensor(sc + xs_bytes, y->dtype, 4, ysh);
+    /* NCHW-ordered (N, C, *in) and (N, O, *out), from the geometry's last ns extents */
+    const int nd = x->ndim;
+    int64_t xsh[5] = { g->N, g->C }, ysh[5] = { g->N, g->O };
+    for (int j = 0; j < nd - 2; j++) {
+        xsh[2 + j] = g->in[3 - (nd - 2) + j];
+        ysh[2 + j] = g->out[3 - (nd - 2) + j];
+    }
+    DittoTensor xs = ditto_tensor(sc, x->dtype, nd, xsh);
+    DittoTensor ys = ditto_tensor(sc + xs_bytes, y->dtype, nd, ysh);
     xs.device = ys.device = x->device;
     DittoConvParams q = *p;
     q.nhwc = false;
@@ -3066,8 +3092,9 @@ static int cuda_conv(DittoBackend *be, const DittoConvParams *p, const DittoTens
                           ditto_dtype_name(y->dtype));
     if (!p->nhwc)
         return conv_nchw(be, p, x, w, bias, y);
-    /* the geometry from NCHW-ordered views of the channels-last x, y (shapes only) */
-    static const int to_nchw[4] = { 0, 3, 1, 2 };
+    /* the geometry from NCHW-ordered views of the channels-last x, y (shapes only), 2-D or 3-D */
+    static const int to_nchw4[4] = { 0, 3, 1, 2 }, to_nchw5[5] = { 0, 4, 1, 2, 3 };
+    const int *to_nchw = x->ndim == 5 ? to_nchw5 : to_nchw4;
     DittoTensor xl, yl;
     DITTO_TRY(ditto_tensor_permute(x, to_nchw, &xl));
     DITTO_TRY(ditto_tensor_permute(y, to_nchw, &yl));
@@ -3076,6 +3103,10 @@ static int cuda_conv(DittoBackend *be, const DittoConvParams *p, const DittoTens
     if (g.N * g.O * g.out_vol == 0)
         return 0;
     const int mode = conv_mode();
+    /* 3-D, few outputs: the depth split reads the channels-last slices as they are (as conv_nchw's, not unfolded) */
+    if (mode == 2 && x->dtype == DITTO_F16 && g.ns == 3 && g.C > 0 && g.C % 8 == 0 && g.in_vol > 0 && depth_split_fits(&g) &&
+        !depth_unfold(&g) && ((uintptr_t)x->data | (uintptr_t)y->data) % 16 == 0)
+        return conv_depth_split(be, &g, x, w, bias, p->accumulate, p->relu, true, y);
     if (mode > 0 && nhwc_direct_fits(&g, x, y))
         return conv_nhwc_direct(be, &g, x, w, bias, p->relu, p->accumulate, y, mode >= 2);
     return conv_nhwc_generic(be, p, &g, x, w, bias, y);
