@@ -344,6 +344,11 @@ void test_ops_sample(TestCtx *c)
     case_pool(c, "pool_avg2d_k2_w6", &avg2, 4, (const int64_t[]){ 2, 3, 4, 6 }, (const int64_t[]){ 2, 3 }, -1);
     case_pool(c, "pool_avg3d_k122_h5", &avg122, 5, (const int64_t[]){ 1, 2, 2, 5, 8 }, (const int64_t[]){ 2, 2, 4 }, -1);
     case_pool(c, "pool_avg3d_k122_wide", &avg122, 5, (const int64_t[]){ 2, 4, 2, 8, 16 }, (const int64_t[]){ 2, 4, 8 }, -1);
+    /* channels-last (the warp's NDHWC hourglass viewed (B*D, 1, H, W, C)): kernel (2,2,1); CUDA f16 vectorises C % 8 == 0 */
+    DittoPoolParams avg221 = { .kind = DITTO_POOL_AVG, .kernel = { 2, 2, 1 } };
+    case_pool(c, "pool_avg3d_k221_c16", &avg221, 5, (const int64_t[]){ 6, 1, 4, 6, 16 }, (const int64_t[]){ 2, 3, 16 }, -1);
+    case_pool(c, "pool_avg3d_k221_c8_h5", &avg221, 5, (const int64_t[]){ 2, 1, 5, 4, 8 }, (const int64_t[]){ 2, 2, 8 }, -1);
+    case_pool(c, "pool_avg3d_k221_c12", &avg221, 5, (const int64_t[]){ 3, 1, 4, 4, 12 }, (const int64_t[]){ 2, 2, 12 }, -1);
     /* in 7, k 3, s 2, pad (1, 0), ceil: 4 windows; the last covers 5, 6 and hangs past the input */
     DittoPoolParams hang = { .kernel = { 3, 3 }, .stride = { 2, 2 }, .pad_begin = { 1, 1 }, .pad_end = { 0, 1 }, .ceil_mode = true };
     hang.kind = DITTO_POOL_AVG;

@@ -203,6 +203,36 @@ static __global__ void pool_avg2x2_h(const __half *x, __half *y, int64_t W, int6
     }
 }
 
+/*
+ * f16 average pool of channels-last x (planes, H, W, C) over 2x2 windows of
+ * (H, W), as pool_kernel sees it with kernel (2,2,1) over (H, W, C): a
+ * thread per output position and 8 channels, 16-byte loads and store; the
+ * window summed in pool_kernel's order (bit-identical to it, and to
+ * pool_avg2x2_h on the same values channels-first).
+ */
+static __global__ void pool_avg2x2_last_h(const uint4 *x, uint4 *y, int64_t W, int64_t C8, int64_t oh, int64_t total)
+{
+    GRID_LOOP(t, total) {
+        const int64_t c = t % C8, r = t / C8, ow = W / 2, ox = r % ow, r2 = r / ow, oy = r2 % oh, plane = r2 / oh;
+        const int64_t i00 = ((plane * 2 * oh + 2 * oy) * W + 2 * ox) * C8 + c;
+        const uint4 v[4] = { x[i00], x[i00 + C8], x[i00 + W * C8], x[i00 + W * C8 + C8] };
+        uint4 out;
+        __half2 *o = (__half2 *)&out;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float lo = 0.0f, hi = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const __half2 h = ((const __half2 *)&v[k])[j];
+                lo += __low2float(h);
+                hi += __high2float(h);
+            }
+            o[j] = __floats2half2_rn(lo / 4.0f, hi / 4.0f);
+        }
+        y[t] = out;
+    }
+}
+
 static int cuda_pool(DittoBackend *be, const DittoPoolParams *prm, const DittoTensor *x, DittoTensor *y)
 {
     bool xh = false, yh = false;
@@ -232,6 +262,17 @@ static int cuda_pool(DittoBackend *be, const DittoPoolParams *prm, const DittoTe
         const int64_t total2 = total / 2;
         pool_avg2x2_h<<<ditto_cuda_blocks(total2, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(
             (const __half *)x->data, (__half *)y->data, p.in[2], p.out[1], total2);
+        DITTO_CUDA_LAUNCHED(be);
+        return 0;
+    }
+    /* channels-last (the warp's NDHWC hourglass, viewed (B*D, 1, H, W, C)): kernel (2,2,1) */
+    bool last2 = !p.is_max && xh && yh && p.k[2] == 1 && p.s[2] == 1 && p.in[2] == p.out[2] && p.in[2] % 8 == 0;
+    for (int i = 0; i < 3; i++)
+        last2 = last2 && p.pb[i] == 0 && p.pe[i] == 0 && (i == 2 || (p.k[i] == 2 && p.s[i] == 2 && p.in[i] == 2 * p.out[i]));
+    if (last2 && ((uintptr_t)x->data | (uintptr_t)y->data) % 16 == 0) {
+        const int64_t total8 = total / 8;
+        pool_avg2x2_last_h<<<ditto_cuda_blocks(total8, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(
+            (const uint4 *)x->data, (uint4 *)y->data, p.in[1], p.in[2] / 8, p.out[0], total8);
         DITTO_CUDA_LAUNCHED(be);
         return 0;
     }
