@@ -122,15 +122,8 @@ void ditto_decoder_set_layout(DittoDecoder *m, int nhwc)
 static bool dec_nhwc(const DittoDecoder *m)
 {
     static int env = -2;
-    if (m->layout >= 0)
-        return m->layout == 1;
-    if (env == -2) {
-        const char *e = getenv("DITTO_DECODER_LAYOUT");
-        env = !e ? -1 : !strcmp(e, "nhwc") ? 1 : !strcmp(e, "nchw") ? 0 : -1;
-    }
-    if (env >= 0)
-        return env == 1;
-    return m->be->device == DITTO_DEVICE_CUDA && m->act == DITTO_F16;
+    const int forced = ditto_nn_layout_forced(m->layout, "DITTO_DECODER_LAYOUT", "nchw", "nhwc", &env);
+    return forced >= 0 ? forced == 1 : m->be->device == DITTO_DEVICE_CUDA && m->act == DITTO_F16;
 }
 
 #define TRY(expr) do { rc = (expr); if (rc < 0) goto done; } while (0)
@@ -375,43 +368,6 @@ static int new_act(DittoArena *ws, DittoDType dt, bool nhwc, int64_t B, int64_t 
     return nhwc ? ditto_nn_new(ws, dt, t, DITTO_SHAPE(B, H, W, C)) : ditto_nn_new(ws, dt, t, DITTO_SHAPE(B, C, H, W));
 }
 
-/* y = x with the channel axis moved last (to_nhwc: (B,C,H,W) -> (B,H,W,C)) or back: a copy from a permuted view. */
-static int relayout(DittoBackend *be, const DittoTensor *x, bool to_nhwc, DittoTensor *y)
-{
-    static const int to_last[4] = { 0, 2, 3, 1 }, to_first[4] = { 0, 3, 1, 2 };
-    DittoTensor v;
-    DITTO_TRY(ditto_tensor_permute(x, to_nhwc ? to_last : to_first, &v));
-    return ditto_op_copy(be, &v, y);
-}
-
-/*
- * F.interpolate(mode='nearest') of channels-last x (B,h,w,C) to y (B,H,W,C)
- * by integer factors: a copy from the broadcast view (B,h,H/h,w,W/w,C) with
- * stride 0 on the repeat axes. Rows of C elements whose bytes are a multiple
- * of 8 move as 8-byte elements (a raw copy either way).
- */
-static int upsample_nhwc(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
-{
-    const int64_t B = x->shape[0], h = x->shape[1], w = x->shape[2], H = y->shape[1], W = y->shape[2];
-    int64_t C = x->shape[3];
-    if (h < 1 || w < 1 || H % h || W % w || y->shape[0] != B || y->shape[3] != C || !ditto_tensor_is_contiguous(x) ||
-        !ditto_tensor_is_contiguous(y))
-        return ditto_fail(&be->log, DITTO_ERR_SHAPE, "decoder: nearest upsampling needs contiguous tensors and integer factors");
-    DittoDType dt = x->dtype;
-    const size_t row = (size_t)C * ditto_dtype_size(dt);
-    if (row % 8 == 0 && ((uintptr_t)x->data | (uintptr_t)y->data) % 8 == 0) {
-        dt = DITTO_I64;
-        C = (int64_t)(row / 8);
-    }
-    DittoTensor xv = ditto_tensor(x->data, dt, 6, (const int64_t[]){ B, h, H / h, w, W / w, C });
-    DittoTensor yv = ditto_tensor(y->data, dt, 6, xv.shape);
-    const int64_t xs[6] = { h * w * C, w * C, 0, C, 0, 1 };
-    memcpy(xv.stride, xs, sizeof xs);
-    xv.device = x->device;
-    yv.device = y->device;
-    return ditto_op_copy(be, &xv, &yv);
-}
-
 /*
  * The hidden activation of a sub-pixel SPADE from its phase convolution's
  * output p (without bias), (B,h+1,w+1,4C) channels-last or (B,4C,h+1,w+1):
@@ -461,7 +417,7 @@ static int tap_act(DittoBackend *be, DittoArena *ws, bool nhwc, const DittoTap *
     DittoTensor t;
     int rc = ditto_nn_new(ws, x->dtype, &t, DITTO_SHAPE(x->shape[0], x->shape[3], x->shape[1], x->shape[2]));
     if (rc >= 0)
-        rc = relayout(be, x, false, &t);
+        rc = ditto_nn_relayout(be, x, false, &t);
     if (rc >= 0)
         ditto_tap(tap, name, &t);
     ditto_arena_release(ws, mk);
@@ -550,7 +506,7 @@ static int resblock(DittoDecoder *m, DittoArena *ws, bool nhwc, const DecBlock *
         return ditto_fail(&be->log, DITTO_ERR_SHAPE, "decoder: an up block's output must have an even size");
     if (dim_h(feature, nhwc) != H / sf || dim_w(feature, nhwc) != W / sf) {
         TRY(new_act(ws, m->act, nhwc, B, m->c_in, H / sf, W / sf, &seg));
-        TRY(nhwc ? upsample_nhwc(be, feature, &seg) : ditto_op_upsample_nearest(be, feature, &seg));   /* (B,256,H/sf,W/sf) */
+        TRY(nhwc ? ditto_nn_upsample_last(be, feature, &seg) : ditto_op_upsample_nearest(be, feature, &seg));   /* (B,256,H/sf,W/sf) */
     }
     /*
      * x_s = conv_s(norm_s(x)) if fin != fout, else x. conv_s (1x1, nothing
@@ -568,7 +524,7 @@ static int resblock(DittoDecoder *m, DittoArena *ws, bool nhwc, const DecBlock *
         TRY(ditto_op_conv(be, &pad0_acc, &n_s, &b->conv_s_w, &b->beta_s_b, y));            /* y += conv_s + W_s b_beta (B,fout,H,W) */
         ditto_arena_release(ws, mk);
     } else if (up) {
-        TRY(nhwc ? upsample_nhwc(be, x, y) : ditto_op_upsample_nearest(be, x, y));
+        TRY(nhwc ? ditto_nn_upsample_last(be, x, y) : ditto_op_upsample_nearest(be, x, y));
     } else if (y->data != x->data) {
         TRY(ditto_op_copy(be, x, y));
     }
@@ -638,7 +594,7 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
     /* the feature (also the SPADE label map) channels-last, once */
     if (nhwc) {
         TRY(new_act(ws, m->act, true, B, m->c_in, H, W, &feat));
-        TRY(relayout(be, feature, true, &feat));                                             /* (B,64,64,256) */
+        TRY(ditto_nn_relayout(be, feature, true, &feat));                                             /* (B,64,64,256) */
     }
 
     /* x = fc(feature) */
@@ -721,7 +677,7 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
             TRY(ditto_nn_new(ws, m->act, &cp, DITTO_SHAPE(nb, H, W, iw->shape[0])));
             TRY(ditto_op_conv(be, &pad1_act, &x, iw, ib, &cp));                              /* (B,256,256,16) */
             TRY(ditto_tensor_slice(&cp, 3, 0, 3 * r * r, 1, &cv));
-            TRY(relayout(be, &cv, false, &c_img));                                           /* (B,12,256,256) */
+            TRY(ditto_nn_relayout(be, &cv, false, &c_img));                                           /* (B,12,256,256) */
         } else {
             TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &x, &x));
             TRY(ditto_op_conv(be, &pad1, &x, &m->img_w, &m->img_b, &c_img));                /* (B,12,256,256) */

@@ -113,6 +113,61 @@ int ditto_nn_check_tensor(DittoBackend *be, const char *what, const char *name, 
                       ditto_shape_str(shape, ndim, want, sizeof want), be->name);
 }
 
+int ditto_nn_relayout(DittoBackend *be, const DittoTensor *x, bool to_last, DittoTensor *y)
+{
+    static const int last4[4] = { 0, 2, 3, 1 }, first4[4] = { 0, 3, 1, 2 }, last5[5] = { 0, 2, 3, 4, 1 }, first5[5] = { 0, 4, 1, 2, 3 };
+    if (x->ndim != 4 && x->ndim != 5)
+        return ditto_fail(&be->log, DITTO_ERR_SHAPE, "layout change: x needs 4 or 5 dims, got %d", x->ndim);
+    const int *perm = x->ndim == 4 ? (to_last ? last4 : first4) : (to_last ? last5 : first5);
+    DittoTensor v;
+    DITTO_TRY(ditto_tensor_permute(x, perm, &v));
+    return ditto_op_copy(be, &v, y);
+}
+
+/*
+ * A copy from the broadcast view (L, h, H/h, w, W/w, C) of x, stride 0 on
+ * the repeat axes (L: the leading dims). Rows of C elements whose bytes are
+ * a multiple of 8 move as 8-byte elements (a raw copy either way).
+ */
+int ditto_nn_upsample_last(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
+{
+    const int nd = x->ndim;
+    bool ok = nd >= 3 && y->ndim == nd && ditto_tensor_is_contiguous(x) && ditto_tensor_is_contiguous(y) && y->dtype == x->dtype;
+    int64_t L = 1;
+    for (int i = 0; ok && i < nd - 3; i++) {
+        ok = x->shape[i] == y->shape[i];
+        L *= x->shape[i];
+    }
+    const int64_t h = ok ? x->shape[nd - 3] : 0, w = ok ? x->shape[nd - 2] : 0, H = ok ? y->shape[nd - 3] : 0, W = ok ? y->shape[nd - 2] : 0;
+    if (!ok || h < 1 || w < 1 || H % h || W % w || y->shape[nd - 1] != x->shape[nd - 1])
+        return ditto_fail(&be->log, DITTO_ERR_SHAPE, "nearest upsampling (channels last) needs contiguous tensors and integer factors");
+    int64_t C = x->shape[nd - 1];
+    DittoDType dt = x->dtype;
+    const size_t row = (size_t)C * ditto_dtype_size(dt);
+    if (row % 8 == 0 && ((uintptr_t)x->data | (uintptr_t)y->data) % 8 == 0) {
+        dt = DITTO_I64;
+        C = (int64_t)(row / 8);
+    }
+    DittoTensor xv = ditto_tensor(x->data, dt, 6, (const int64_t[]){ L, h, H / h, w, W / w, C });
+    DittoTensor yv = ditto_tensor(y->data, dt, 6, xv.shape);
+    const int64_t xs[6] = { h * w * C, w * C, 0, C, 0, 1 };
+    memcpy(xv.stride, xs, sizeof xs);
+    xv.device = x->device;
+    yv.device = y->device;
+    return ditto_op_copy(be, &xv, &yv);
+}
+
+int ditto_nn_layout_forced(int set, const char *env, const char *first, const char *last, int *cache)
+{
+    if (set >= 0)
+        return set > 0;
+    if (*cache == -2) {
+        const char *e = getenv(env);
+        *cache = !e ? -1 : !strcmp(e, last) ? 1 : !strcmp(e, first) ? 0 : -1;
+    }
+    return *cache;
+}
+
 static int g_force_cl = -1;
 
 void ditto_nn_force_conv_channels_last(int on)

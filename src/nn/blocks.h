@@ -69,6 +69,27 @@ int ditto_nn_conv_bn_act(DittoBackend *be, DittoArena *ws, const DittoConvParams
  * device; else DITTO_ERR_SHAPE, logged as "<what>: <name> is <shape>,
  * expected a contiguous float32 <shape> on the <backend> backend".
  */
+/*
+ * y = x with the channel axis moved last (to_last: (N,C,*sp) -> (N,*sp,C))
+ * or back to dim 1, for 4-D and 5-D x: a copy from a permuted view.
+ */
+int ditto_nn_relayout(DittoBackend *be, const DittoTensor *x, bool to_last, DittoTensor *y);
+
+/*
+ * F.interpolate(mode='nearest') by integer factors over the two dims before
+ * the last of channels-last x (*lead, h, w, C) into y (*lead, H, W, C): the
+ * decoder's (B,h,w,C) and the warp's (B,D,h,w,C).
+ */
+int ditto_nn_upsample_last(DittoBackend *be, const DittoTensor *x, DittoTensor *y);
+
+/*
+ * A model's activation layout when it is forced: set (0 channels-first, 1
+ * channels-last) when >= 0, else the environment variable env reading
+ * first or last (read once into *cache, which starts at -2), else -1 (the
+ * model's own default).
+ */
+int ditto_nn_layout_forced(int set, const char *env, const char *first, const char *last, int *cache);
+
 int ditto_nn_check_tensor(DittoBackend *be, const char *what, const char *name, const DittoTensor *t, int ndim, const int64_t *shape);
 
 #endif
