@@ -72,6 +72,20 @@ struct DittoWarp {
     /* make_coordinate_grid of the last (D,H,W) seen: (D,H,W,3) on the backend */
     DittoBuffer grid_buf;
     DittoTensor grid;
+
+    /*
+     * Channels-last hourglass (warp_nhwc). On CUDA with f16 activations its
+     * two odd channel counts are padded to multiples of 8 (pad_weights), so
+     * those convolutions take the direct tensor-core path: the input 110 ->
+     * 112 (zero channels), down block 0 reading 112, the top's concat 144 =
+     * 32 + 112, the out convolution 144 -> 144 (zero outputs). Else c_in_p,
+     * c_pred_p are the checkpoint's and the tensors unset.
+     */
+    int layout;                         /* -1 auto, 0 NCDHW, 1 NDHWC (ditto_warp_set_layout) */
+    int64_t c_in_p, c_pred_p;           /* hourglass input and output channels as stored channels-last (112, 144) */
+    DittoBuffer pad_buf;
+    DittoTensor down0_wp;               /* down[0]'s weight, input channels padded (64,112,3,3,3) */
+    DittoTensor out_wp, out_bp;         /* hg_out's, both axes padded (144,144,3,3,3), (144) */
 };
 
 /* ---- helpers ---- */
@@ -180,6 +194,94 @@ static int read_config(DittoWarp *m, DittoLoader *l)
     return l->err;
 }
 
+/* ---- channels-last hourglass ---- */
+
+void ditto_warp_set_layout(DittoWarp *m, int nhwc)
+{
+    m->layout = nhwc < 0 ? -1 : nhwc > 0;
+}
+
+/*
+ * The hourglass channels-last: the set layout, else
+ * DITTO_WARP_LAYOUT=ncdhw|ndhwc (read once), else CUDA with f16
+ * activations. Only with the norms folded (a norm op reads dim 1).
+ */
+static bool warp_nhwc(const DittoWarp *m)
+{
+    static int env = -2;
+    if (!m->folded)
+        return false;
+    const int forced = ditto_nn_layout_forced(m->layout, "DITTO_WARP_LAYOUT", "ncdhw", "ndhwc", &env);
+    return forced >= 0 ? forced == 1 : m->be->device == DITTO_DEVICE_CUDA && m->act == DITTO_F16;
+}
+
+static int64_t round8(int64_t c)
+{
+    return (c + 7) / 8 * 8;
+}
+
+/* at (rows_p, per_p) = zeros with x's (rows, per) values in its top-left corner, on the backend: a padded copy. */
+static int pad_copy(DittoBackend *be, const void *x, DittoDType dt, int64_t rows, int64_t per, int64_t rows_p, int64_t per_p, void *at)
+{
+    DittoTensor src = ditto_tensor((void *)x, dt, 2, (const int64_t[]){ rows, per });
+    DittoTensor dst = ditto_tensor(at, dt, 2, (const int64_t[]){ rows_p, per_p }), dv, dv2;
+    src.device = dst.device = be->device;
+    DITTO_TRY(ditto_op_fill(be, 0.0f, &dst));
+    DITTO_TRY(ditto_tensor_slice(&dst, 0, 0, rows, 1, &dv));
+    DITTO_TRY(ditto_tensor_slice(&dv, 1, 0, per, 1, &dv2));
+    return ditto_op_copy(be, &src, &dv2);
+}
+
+/*
+ * w (O, C, k...) stored channels-last ((O, kvol, C) memory, as the CUDA f16
+ * loader binds it) padded with zeros to (Op, Cp, k...) at *at; likewise its
+ * bias (O) to (Op) when b is given. *at advances past both.
+ */
+static int pad_conv(DittoWarp *m, const DittoTensor *w, const DittoTensor *b, int64_t Op, int64_t Cp, char **at, DittoTensor *wp,
+                    DittoTensor *bp)
+{
+    DittoBackend *be = m->be;
+    const int64_t O = w->shape[0], C = w->shape[1], kvol = ditto_tensor_numel(w) / (O * C), esz = (int64_t)ditto_dtype_size(w->dtype);
+    /* (O, kvol, C) -> (Op, kvol, Cp): the same as (O, kvol * C) rows of C values into (Op * kvol) rows of Cp */
+    DITTO_TRY(pad_copy(be, w->data, w->dtype, O * kvol, C, Op * kvol, Cp, *at));
+    int64_t shape[5] = { Op, Cp };
+    for (int i = 2; i < w->ndim; i++)
+        shape[i] = w->shape[i];
+    *wp = ditto_tensor(*at, w->dtype, w->ndim, shape);
+    wp->device = be->device;
+    ditto_tensor_set_channels_last(wp);
+    *at += (Op * kvol * Cp * esz + 255) / 256 * 256;
+    if (b) {
+        DITTO_TRY(pad_copy(be, b->data, b->dtype, 1, O, 1, Op, *at));
+        *bp = ditto_tensor(*at, b->dtype, 1, (const int64_t[]){ Op });
+        bp->device = be->device;
+        *at += (Op * esz + 255) / 256 * 256;
+    }
+    return 0;
+}
+
+/* The padded channels-last weights (see struct DittoWarp): CUDA, f16 activations, folded norms, channels-last weights. */
+static int pad_weights(DittoWarp *m)
+{
+    DittoBackend *be = m->be;
+    const int n = m->nblocks;
+    const int64_t c_in = (m->num_kp + 1) * (m->c_compress + 1);
+    m->c_in_p = c_in;
+    m->c_pred_p = m->c_pred;
+    if (!m->folded || be->device != DITTO_DEVICE_CUDA || m->act != DITTO_F16 || !ditto_tensor_is_channels_last(&m->down[0].weight) ||
+        !ditto_tensor_is_channels_last(&m->hg_out.weight) || m->c_pred != m->c_dec[n - 1] + c_in || (c_in % 8 == 0 && m->c_pred % 8 == 0))
+        return 0;
+    const int64_t cip = round8(c_in), cpp = m->c_dec[n - 1] + cip, kvol = ditto_tensor_numel(&m->hg_out.weight) / (m->c_pred * m->c_pred);
+    const size_t bytes = (size_t)((m->c_enc[0] * cip + cpp * cpp) * kvol + cpp) * 2 + 3 * 256;
+    DITTO_TRY(ditto_buffer_alloc(&m->pad_buf, &be->allocator, bytes));
+    char *at = m->pad_buf.ptr;
+    DITTO_TRY(pad_conv(m, &m->down[0].weight, NULL, m->c_enc[0], cip, &at, &m->down0_wp, NULL));
+    DITTO_TRY(pad_conv(m, &m->hg_out.weight, &m->hg_out.bias, cpp, cpp, &at, &m->out_wp, &m->out_bp));
+    m->c_in_p = cip;
+    m->c_pred_p = cpp;
+    return be->sync(be);
+}
+
 int ditto_warp_load(DittoWarp **out, DittoBackend *be, DittoCatalog *cat)
 {
     return ditto_warp_load_ex(out, be, cat, true);
@@ -244,8 +346,11 @@ int ditto_warp_load_ex(DittoWarp **out, DittoBackend *be, DittoCatalog *cat, boo
     ditto_loader_get(&l, &m->fourth_w, DITTO_SHAPE(m->c_out, m->c_third, 1, 1), "fourth.weight");
     ditto_loader_get(&l, &m->fourth_b, DITTO_SHAPE(m->c_out), "fourth.bias");
     rc = ditto_loader_finish(&l);
+    if (rc >= 0)
+        rc = pad_weights(m);
     if (rc < 0)
         goto fail;
+    m->layout = -1;
     *out = m;
     return 0;
 fail:
@@ -260,6 +365,7 @@ void ditto_warp_free(DittoWarp **pm)
     DittoWarp *m = *pm;
     ditto_weights_free(&m->weights);
     ditto_buffer_free(&m->grid_buf);
+    ditto_buffer_free(&m->pad_buf);
     ditto_free(m);
     *pm = NULL;
 }
@@ -321,37 +427,87 @@ static int ensure_grid(DittoWarp *m, int64_t d, int64_t h, int64_t w)
  *   hg_deep:      enc1 -> the last up block's input (B,128,16,32,32)
  *   hg_top:       that and x -> y (B,142,16,64,64)
  * Every op works per item, so how items are grouped changes no result.
+ * With nhwc every activation is channels-last, (B,D,H,W,C): the shapes in
+ * comments are then read in that order (hg_new, hg_c...). With padded
+ * channels (c_in_p, c_pred_p) x has 112 and y 144.
  */
 
-/* DownBlock3d i: conv, BN, ReLU, AvgPool (1,2,2): x (B,C,D,h,w) -> y (B,64<<i,D,h/2,w/2). */
-static int down_block(DittoWarp *m, DittoArena *ws, int i, const DittoTensor *x, DittoTensor *y)
+/* A (B,C,D,H,W) activation of the hourglass in its layout ((B,D,H,W,C) when nhwc). */
+static int hg_new(const DittoWarp *m, DittoArena *ws, bool nhwc, int64_t B, int64_t C, int64_t D, int64_t H, int64_t W, DittoTensor *t)
 {
-    const DittoConvParams pad1 = ditto_nn_conv_pad(1);
-    const DittoPoolParams pool = { .kind = DITTO_POOL_AVG, .kernel = { 1, 2, 2 } };
+    return nhwc ? ditto_nn_new(ws, m->act, t, DITTO_SHAPE(B, D, H, W, C)) : ditto_nn_new(ws, m->act, t, DITTO_SHAPE(B, C, D, H, W));
+}
+
+static int64_t hg_c(const DittoTensor *t, bool nhwc)
+{
+    return t->shape[nhwc ? 4 : 1];
+}
+
+static int64_t hg_d(const DittoTensor *t, bool nhwc)
+{
+    return t->shape[nhwc ? 1 : 2];
+}
+
+static int64_t hg_h(const DittoTensor *t, bool nhwc)
+{
+    return t->shape[nhwc ? 2 : 3];
+}
+
+static int64_t hg_w(const DittoTensor *t, bool nhwc)
+{
+    return t->shape[nhwc ? 3 : 4];
+}
+
+/* conv, BN (folded), ReLU with the padded weights where they exist (down block 0, the out convolution) */
+static int hg_conv(DittoWarp *m, DittoArena *ws, bool nhwc, const DittoConvBn *cb, const DittoTensor *x, DittoTensor *y)
+{
+    DittoConvParams pad1 = ditto_nn_conv_pad(1);
+    pad1.nhwc = nhwc;
+    DittoConvBn b = *cb;
+    if (nhwc && cb == &m->down[0] && m->down0_wp.data)
+        b.weight = m->down0_wp;
+    if (nhwc && cb == &m->hg_out && m->out_wp.data) {
+        b.weight = m->out_wp;
+        b.bias = m->out_bp;
+    }
+    return ditto_nn_conv_bn_act(m->be, ws, &pad1, &b, DITTO_UNARY_RELU, 0.0f, x, y);
+}
+
+/* DownBlock3d i: conv, BN, ReLU, AvgPool (1,2,2): x (B,C,D,h,w) -> y (B,64<<i,D,h/2,w/2). */
+static int down_block(DittoWarp *m, DittoArena *ws, bool nhwc, int i, const DittoTensor *x, DittoTensor *y)
+{
+    const int64_t B = x->shape[0], D = hg_d(x, nhwc), h = hg_h(x, nhwc), w = hg_w(x, nhwc), C = m->c_enc[i];
     DittoArenaMark mk = ditto_arena_mark(ws);
-    DittoTensor tn;
+    DittoTensor tn, tv, yv;
     int rc;
-    TRY(ditto_nn_new(ws, m->act, &tn, DITTO_SHAPE(x->shape[0], m->c_enc[i], x->shape[2], x->shape[3], x->shape[4])));
-    TRY(ditto_nn_conv_bn_act(m->be, ws, &pad1, &m->down[i], DITTO_UNARY_RELU, 0.0f, x, &tn));
-    TRY(ditto_op_pool(m->be, &pool, &tn, y));
+    TRY(hg_new(m, ws, nhwc, B, C, D, h, w, &tn));
+    TRY(hg_conv(m, ws, nhwc, &m->down[i], x, &tn));
+    if (nhwc) {   /* (B*D, 1, h, w, C) pooled over (h, w): kernel (2,2,1) */
+        const DittoPoolParams pool = { .kind = DITTO_POOL_AVG, .kernel = { 2, 2, 1 } };
+        TRY(ditto_tensor_reshape(&tn, DITTO_SHAPE(B * D, 1, h, w, C), &tv));
+        TRY(ditto_tensor_reshape(y, DITTO_SHAPE(B * D, 1, hg_h(y, true), hg_w(y, true), C), &yv));
+        TRY(ditto_op_pool(m->be, &pool, &tv, &yv));
+    } else {
+        const DittoPoolParams pool = { .kind = DITTO_POOL_AVG, .kernel = { 1, 2, 2 } };
+        TRY(ditto_op_pool(m->be, &pool, &tn, y));
+    }
 done:
     ditto_arena_release(ws, mk);
     return rc;
 }
 
 /* UpBlock3d j (nearest x(1,2,2), conv, BN, ReLU), then cat = [that, skip]: (B,1024,16,2,2) -> (B,512+512,16,4,4) for j=0. */
-static int up_block(DittoWarp *m, DittoArena *ws, int j, const DittoTensor *cur, const DittoTensor *skip, DittoTensor *cat)
+static int up_block(DittoWarp *m, DittoArena *ws, bool nhwc, int j, const DittoTensor *cur, const DittoTensor *skip, DittoTensor *cat)
 {
-    const DittoConvParams pad1 = ditto_nn_conv_pad(1);
-    const int64_t B = cur->shape[0], D = cur->shape[2], h = skip->shape[3], w = skip->shape[4];
+    const int64_t B = cur->shape[0], D = hg_d(cur, nhwc), h = hg_h(skip, nhwc), w = hg_w(skip, nhwc);
     DittoArenaMark mk = ditto_arena_mark(ws);
     DittoTensor u, tn;
     int rc;
-    TRY(ditto_nn_new(ws, m->act, &u, DITTO_SHAPE(B, cur->shape[1], D, h, w)));
-    TRY(ditto_nn_new(ws, m->act, &tn, DITTO_SHAPE(B, m->c_dec[j], D, h, w)));
-    TRY(ditto_op_upsample_nearest(m->be, cur, &u));
-    TRY(ditto_nn_conv_bn_act(m->be, ws, &pad1, &m->up[j], DITTO_UNARY_RELU, 0.0f, &u, &tn));
-    TRY(ditto_op_concat(m->be, 1, 2, (const DittoTensor *const[]){ &tn, skip }, cat));
+    TRY(hg_new(m, ws, nhwc, B, hg_c(cur, nhwc), D, h, w, &u));
+    TRY(hg_new(m, ws, nhwc, B, m->c_dec[j], D, h, w, &tn));
+    TRY(nhwc ? ditto_nn_upsample_last(m->be, cur, &u) : ditto_op_upsample_nearest(m->be, cur, &u));
+    TRY(hg_conv(m, ws, nhwc, &m->up[j], &u, &tn));
+    TRY(ditto_op_concat(m->be, nhwc ? 4 : 1, 2, (const DittoTensor *const[]){ &tn, skip }, cat));
 done:
     ditto_arena_release(ws, mk);
     return rc;
@@ -364,10 +520,10 @@ static int64_t deep_channels(const DittoWarp *m)
 }
 
 /* Encoder blocks 1..n-1, decoder blocks 0..n-2: enc1 (B,64,16,32,32) -> y (B,128,16,32,32). */
-static int hg_deep(DittoWarp *m, DittoArena *ws, const DittoTensor *enc1, DittoTensor *y)
+static int hg_deep(DittoWarp *m, DittoArena *ws, bool nhwc, const DittoTensor *enc1, DittoTensor *y)
 {
     const int n = m->nblocks;
-    const int64_t B = enc1->shape[0], D = enc1->shape[2];
+    const int64_t B = enc1->shape[0], D = hg_d(enc1, nhwc);
     if (n == 1)
         return ditto_op_copy(m->be, enc1, y);
     DittoArenaMark top = ditto_arena_mark(ws);
@@ -375,8 +531,8 @@ static int hg_deep(DittoWarp *m, DittoArena *ws, const DittoTensor *enc1, DittoT
     int rc = 0;
     enc[1] = *enc1;
     for (int i = 1; i < n; i++) {
-        TRY(ditto_nn_new(ws, m->act, &enc[i + 1], DITTO_SHAPE(B, m->c_enc[i], D, enc[i].shape[3] / 2, enc[i].shape[4] / 2)));
-        TRY(down_block(m, ws, i, &enc[i], &enc[i + 1]));                       /* (B,64<<i,16,h/2,w/2) */
+        TRY(hg_new(m, ws, nhwc, B, m->c_enc[i], D, hg_h(&enc[i], nhwc) / 2, hg_w(&enc[i], nhwc) / 2, &enc[i + 1]));
+        TRY(down_block(m, ws, nhwc, i, &enc[i], &enc[i + 1]));                 /* (B,64<<i,16,h/2,w/2) */
     }
     cur = enc[n];
     for (int j = 0; j < n - 1; j++) {                                           /* skips deepest first */
@@ -384,8 +540,8 @@ static int hg_deep(DittoWarp *m, DittoArena *ws, const DittoTensor *enc1, DittoT
         if (j == n - 2)
             cat = *y;
         else
-            TRY(ditto_nn_new(ws, m->act, &cat, DITTO_SHAPE(B, m->c_dec[j] + skip->shape[1], D, skip->shape[3], skip->shape[4])));
-        TRY(up_block(m, ws, j, &cur, skip, &cat));
+            TRY(hg_new(m, ws, nhwc, B, m->c_dec[j] + hg_c(skip, nhwc), D, hg_h(skip, nhwc), hg_w(skip, nhwc), &cat));
+        TRY(up_block(m, ws, nhwc, j, &cur, skip, &cat));
         cur = cat;
     }
 done:
@@ -394,38 +550,61 @@ done:
 }
 
 /* Up block n-1 onto x, then out (conv 3x3x3, BN, ReLU): deep (B,128,16,32,32), x (B,110,16,64,64) -> y (B,142,16,64,64). */
-static int hg_top(DittoWarp *m, DittoArena *ws, const DittoTensor *deep, const DittoTensor *x, DittoTensor *y)
+static int hg_top(DittoWarp *m, DittoArena *ws, bool nhwc, const DittoTensor *deep, const DittoTensor *x, DittoTensor *y)
 {
-    const DittoConvParams pad1 = ditto_nn_conv_pad(1);
     const int n = m->nblocks;
     DittoArenaMark top = ditto_arena_mark(ws);
     DittoTensor cat;
     int rc;
-    TRY(ditto_nn_new(ws, m->act, &cat, DITTO_SHAPE(x->shape[0], m->c_dec[n - 1] + x->shape[1], x->shape[2], x->shape[3], x->shape[4])));
-    TRY(up_block(m, ws, n - 1, deep, x, &cat));                                /* (B,32+110,16,64,64) */
-    TRY(ditto_nn_conv_bn_act(m->be, ws, &pad1, &m->hg_out, DITTO_UNARY_RELU, 0.0f, &cat, y));
+    TRY(hg_new(m, ws, nhwc, x->shape[0], m->c_dec[n - 1] + hg_c(x, nhwc), hg_d(x, nhwc), hg_h(x, nhwc), hg_w(x, nhwc), &cat));
+    TRY(up_block(m, ws, nhwc, n - 1, deep, x, &cat));                          /* (B,32+110,16,64,64) */
+    TRY(hg_conv(m, ws, nhwc, &m->hg_out, &cat, y));
 done:
     ditto_arena_release(ws, top);
     return rc;
 }
 
 /* The whole hourglass for B items: x (B,110,16,64,64) -> y (B,142,16,64,64). */
-static int hourglass(DittoWarp *m, DittoArena *ws, const DittoTensor *x, DittoTensor *y)
+static int hourglass(DittoWarp *m, DittoArena *ws, bool nhwc, const DittoTensor *x, DittoTensor *y)
 {
-    const int64_t B = x->shape[0], D = x->shape[2], H = x->shape[3], W = x->shape[4];
+    const int64_t B = x->shape[0], D = hg_d(x, nhwc), H = hg_h(x, nhwc), W = hg_w(x, nhwc);
     DittoArenaMark top = ditto_arena_mark(ws), mk;
     DittoTensor deep, enc1;
     int rc;
-    TRY(ditto_nn_new(ws, m->act, &deep, DITTO_SHAPE(B, deep_channels(m), D, H / 2, W / 2)));
+    TRY(hg_new(m, ws, nhwc, B, deep_channels(m), D, H / 2, W / 2, &deep));
     mk = ditto_arena_mark(ws);
-    TRY(ditto_nn_new(ws, m->act, &enc1, DITTO_SHAPE(B, m->c_enc[0], D, H / 2, W / 2)));
-    TRY(down_block(m, ws, 0, x, &enc1));
-    TRY(hg_deep(m, ws, &enc1, &deep));
+    TRY(hg_new(m, ws, nhwc, B, m->c_enc[0], D, H / 2, W / 2, &enc1));
+    TRY(down_block(m, ws, nhwc, 0, x, &enc1));
+    TRY(hg_deep(m, ws, nhwc, &enc1, &deep));
     ditto_arena_release(ws, mk);
-    TRY(hg_top(m, ws, &deep, x, y));
+    TRY(hg_top(m, ws, nhwc, &deep, x, y));
 done:
     ditto_arena_release(ws, top);
     return rc;
+}
+
+/*
+ * The hourglass input channels-last: hg_in (B,110,D,H,W) -> x (B,D,H,W,112),
+ * channels 110.. zero (one transpose into the channel slice).
+ */
+static int hg_input_last(DittoWarp *m, const DittoTensor *hg_in, DittoTensor *x)
+{
+    const int64_t c = hg_in->shape[1];
+    DittoTensor xs, pad;
+    DITTO_TRY(ditto_tensor_slice(x, 4, 0, c, 1, &xs));
+    DITTO_TRY(ditto_nn_relayout(m->be, hg_in, true, &xs));
+    if (x->shape[4] == c)
+        return 0;
+    DITTO_TRY(ditto_tensor_slice(x, 4, c, x->shape[4], 1, &pad));
+    return ditto_op_fill(m->be, 0.0f, &pad);
+}
+
+/* The hourglass output back channels-first: y (B,D,H,W,144) -> pred (B,142,D,H,W), its first 142 channels. */
+static int hg_output_first(DittoWarp *m, const DittoTensor *y, DittoTensor *pred)
+{
+    DittoTensor ys;
+    DITTO_TRY(ditto_tensor_slice(y, 4, 0, pred->shape[1], 1, &ys));
+    return ditto_nn_relayout(m->be, &ys, false, pred);
 }
 
 /*
@@ -550,16 +729,41 @@ done:
 }
 
 /*
- * Items i0..i0+nb of the full-resolution part: the hourglass input, then
- * with deep (NULL: the whole hourglass here) its top, the heads and the
- * warping head into out's items (all tensors are the caller's whole ones).
+ * The hourglass input (dm_input) of items f_s, kp into x in the hourglass's
+ * layout: channels-first it is written there; channels-last it goes through
+ * a channels-first scratch copy, released before return.
+ */
+static int hg_input(DittoWarp *m, DittoArena *ws, bool nhwc, const DittoTensor *f_s, const DittoTensor *kp_source,
+                    const DittoTensor *kp_driving, DittoTensor *x, const DittoTap *tap)
+{
+    if (!nhwc)
+        return dm_input(m, ws, f_s, kp_source, kp_driving, x, tap);
+    const int64_t D = f_s->shape[2], H = f_s->shape[3], W = f_s->shape[4], K1 = m->num_kp + 1;
+    DittoArenaMark mk = ditto_arena_mark(ws);
+    DittoTensor hg_in;
+    int rc;
+    TRY(ditto_nn_new(ws, m->act, &hg_in, DITTO_SHAPE(f_s->shape[0], K1 * (m->c_compress + 1), D, H, W)));
+    TRY(dm_input(m, ws, f_s, kp_source, kp_driving, &hg_in, tap));
+    TRY(hg_input_last(m, &hg_in, x));
+done:
+    ditto_arena_release(ws, mk);
+    return rc;
+}
+
+/*
+ * Items i0..i0+nb of the full-resolution part: with deep (NULL: the whole
+ * hourglass here) and the group's hourglass input xg (its items i0..), the
+ * hourglass's top; without them its input and the whole hourglass. Then the
+ * heads and the warping head into out's items (f_s, kp, out, deep and xg
+ * are the caller's whole tensors).
  */
 static int top_items(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, const DittoTensor *kp_source, const DittoTensor *kp_driving,
-                     const DittoTensor *deep, DittoTensor *out, int64_t i0, int64_t nb, const DittoTap *tap)
+                     const DittoTensor *deep, const DittoTensor *xg, DittoTensor *out, int64_t i0, int64_t nb, const DittoTap *tap)
 {
     const int64_t D = f_s->shape[2], H = f_s->shape[3], W = f_s->shape[4], K1 = m->num_kp + 1;
+    const bool nhwc = warp_nhwc(m);
     DittoArenaMark top = ditto_arena_mark(ws), mk;
-    DittoTensor fc, ksc, kdc, oc, dc, deformation, occlusion, hg_in, pred;
+    DittoTensor fc, ksc, kdc, oc, dc, deformation, occlusion, x, pred, y_l;
     int rc;
     TRY(ditto_tensor_slice(f_s, 0, i0, i0 + nb, 1, &fc));
     TRY(ditto_tensor_slice(kp_source, 0, i0, i0 + nb, 1, &ksc));
@@ -568,15 +772,22 @@ static int top_items(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, const
     TRY(ditto_nn_new_f32(ws, &deformation, DITTO_SHAPE(nb, D, H, W, 3)));             /* a sampling grid: float32 */
     TRY(ditto_nn_new(ws, m->act, &occlusion, DITTO_SHAPE(nb, 1, H, W)));
     mk = ditto_arena_mark(ws);
-    TRY(ditto_nn_new(ws, m->act, &hg_in, DITTO_SHAPE(nb, K1 * (m->c_compress + 1), D, H, W)));
     TRY(ditto_nn_new(ws, m->act, &pred, DITTO_SHAPE(nb, m->c_pred, D, H, W)));
-    TRY(dm_input(m, ws, &fc, &ksc, &kdc, &hg_in, tap));
     if (deep) {
         TRY(ditto_tensor_slice(deep, 0, i0, i0 + nb, 1, &dc));
-        TRY(hg_top(m, ws, &dc, &hg_in, &pred));
+        TRY(ditto_tensor_slice(xg, 0, i0, i0 + nb, 1, &x));
     } else {
-        TRY(hourglass(m, ws, &hg_in, &pred));
+        TRY(hg_new(m, ws, nhwc, nb, nhwc ? m->c_in_p : K1 * (m->c_compress + 1), D, H, W, &x));
+        TRY(hg_input(m, ws, nhwc, &fc, &ksc, &kdc, &x, tap));
     }
+    if (nhwc)   /* the output channels-last, then channels-first for the heads */
+        TRY(hg_new(m, ws, true, nb, m->c_pred_p, D, H, W, &y_l));
+    if (deep)
+        TRY(hg_top(m, ws, nhwc, &dc, &x, nhwc ? &y_l : &pred));
+    else
+        TRY(hourglass(m, ws, nhwc, &x, nhwc ? &y_l : &pred));
+    if (nhwc)
+        TRY(hg_output_first(m, &y_l, &pred));
     ditto_tap(tap, "dm_hourglass_out", &pred);                                         /* (B,142,16,64,64) */
     TRY(dm_heads(m, ws, &pred, &ksc, &kdc, &deformation, &occlusion, tap));
     ditto_arena_release(ws, mk);
@@ -646,9 +857,10 @@ static int warp_prepare(DittoWarp *m, const DittoTensor *f_s, const DittoTensor 
  * the hourglass input, its top level at 16x64x64, the mask logits). The deep
  * levels of the hourglass (16x32x32 and below, ~15 MB an item) run once for
  * up to WARP_GROUP items (ditto_warp_set_group): their convolutions are too small to fill the GPU
- * a chunk at a time. The hourglass input is made twice (for the encoder's
- * first block, then for the top's skip) rather than kept for the group.
- * With taps everything runs at once.
+ * a chunk at a time. The group's hourglass input is made once and kept for
+ * the top's skip (14.7 MB an item channels-last at full size; making it
+ * again cost about 0.4 ms a batch of 8 on the H200: motion_input and the
+ * layout move). With taps everything runs at once.
  */
 int ditto_warp_forward(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, const DittoTensor *kp_source, const DittoTensor *kp_driving,
                        DittoTensor *out, const DittoTap *tap)
@@ -657,21 +869,24 @@ int ditto_warp_forward(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, con
     const int64_t B = f_s->shape[0], D = f_s->shape[2], H = f_s->shape[3], W = f_s->shape[4];
     /* per item and voxel: the hourglass input and its widest activations */
     const int64_t vox = D * H * W, K1 = m->num_kp + 1;
-    const size_t per_item = (size_t)vox * ((size_t)K1 * 3 * 4 * 2 + (size_t)(K1 * (m->c_compress + 1) + 3 * m->c_pred) * ditto_dtype_size(m->act));
+    const bool nhwc = warp_nhwc(m);
+    const size_t per_item = (size_t)vox * ((size_t)K1 * 3 * 4 * 2 + (size_t)(K1 * (m->c_compress + 1) + 3 * m->c_pred +
+                                                                             (nhwc ? m->c_pred_p : 0)) * ditto_dtype_size(m->act));
     const size_t budget = m->budget ? m->budget : WARP_BUDGET;
     int64_t chunk = tap ? B : per_item ? (int64_t)(budget / per_item) : B;
     chunk = chunk < 1 ? 1 : chunk > B ? B : chunk;
     if (chunk >= B)
-        return top_items(m, ws, f_s, kp_source, kp_driving, NULL, out, 0, B, tap);
+        return top_items(m, ws, f_s, kp_source, kp_driving, NULL, NULL, out, 0, B, tap);
     const int64_t gmax = m->group ? m->group : warp_group_default(), group = chunk > gmax ? chunk : gmax;
     for (int64_t g0 = 0; g0 < B; g0 += group) {
         const int64_t gb = B - g0 < group ? B - g0 : group;
         DittoArenaMark top = ditto_arena_mark(ws), mk;
-        DittoTensor deep, enc1, hg_in, fc, ksc, kdc, ec;
+        DittoTensor deep, enc1, xg, fc, ksc, kdc, ec, xc;
         int rc;
-        TRY(ditto_nn_new(ws, m->act, &deep, DITTO_SHAPE(gb, deep_channels(m), D, H / 2, W / 2)));   /* (G,128,16,32,32) */
+        TRY(hg_new(m, ws, nhwc, gb, deep_channels(m), D, H / 2, W / 2, &deep));   /* (G,128,16,32,32) */
+        TRY(hg_new(m, ws, nhwc, gb, nhwc ? m->c_in_p : K1 * (m->c_compress + 1), D, H, W, &xg));   /* (G,110,16,64,64) */
         mk = ditto_arena_mark(ws);
-        TRY(ditto_nn_new(ws, m->act, &enc1, DITTO_SHAPE(gb, m->c_enc[0], D, H / 2, W / 2)));       /* (G,64,16,32,32) */
+        TRY(hg_new(m, ws, nhwc, gb, m->c_enc[0], D, H / 2, W / 2, &enc1));       /* (G,64,16,32,32) */
         for (int64_t i0 = 0; i0 < gb; i0 += chunk) {
             const int64_t nb = gb - i0 < chunk ? gb - i0 : chunk;
             DittoArenaMark mc = ditto_arena_mark(ws);
@@ -679,12 +894,12 @@ int ditto_warp_forward(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, con
             TRY(ditto_tensor_slice(kp_source, 0, g0 + i0, g0 + i0 + nb, 1, &ksc));
             TRY(ditto_tensor_slice(kp_driving, 0, g0 + i0, g0 + i0 + nb, 1, &kdc));
             TRY(ditto_tensor_slice(&enc1, 0, i0, i0 + nb, 1, &ec));
-            TRY(ditto_nn_new(ws, m->act, &hg_in, DITTO_SHAPE(nb, K1 * (m->c_compress + 1), D, H, W)));
-            TRY(dm_input(m, ws, &fc, &ksc, &kdc, &hg_in, NULL));
-            TRY(down_block(m, ws, 0, &hg_in, &ec));
+            TRY(ditto_tensor_slice(&xg, 0, i0, i0 + nb, 1, &xc));
+            TRY(hg_input(m, ws, nhwc, &fc, &ksc, &kdc, &xc, NULL));
+            TRY(down_block(m, ws, nhwc, 0, &xc, &ec));
             ditto_arena_release(ws, mc);
         }
-        TRY(hg_deep(m, ws, &enc1, &deep));
+        TRY(hg_deep(m, ws, nhwc, &enc1, &deep));
         ditto_arena_release(ws, mk);
         DittoTensor gf, gks, gkd, go;
         TRY(ditto_tensor_slice(f_s, 0, g0, g0 + gb, 1, &gf));
@@ -692,7 +907,7 @@ int ditto_warp_forward(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, con
         TRY(ditto_tensor_slice(kp_driving, 0, g0, g0 + gb, 1, &gkd));
         TRY(ditto_tensor_slice(out, 0, g0, g0 + gb, 1, &go));
         for (int64_t i0 = 0; i0 < gb; i0 += chunk)
-            TRY(top_items(m, ws, &gf, &gks, &gkd, &deep, &go, i0, gb - i0 < chunk ? gb - i0 : chunk, NULL));
+            TRY(top_items(m, ws, &gf, &gks, &gkd, &deep, &xg, &go, i0, gb - i0 < chunk ? gb - i0 : chunk, NULL));
     done:
         ditto_arena_release(ws, top);
         if (rc < 0)

@@ -54,4 +54,13 @@ int ditto_warp_load_ex(DittoWarp **out, DittoBackend *be, DittoCatalog *cat, boo
  */
 void ditto_warp_set_group(DittoWarp *m, int64_t items);
 
+/*
+ * The hourglass's activation layout: 1 channels-last (NDHWC), 0 NCDHW, -1
+ * the default (channels-last on CUDA with f16 activations; DITTO_WARP_LAYOUT
+ * = ncdhw|ndhwc overrides it). Channels-last needs the folded norms
+ * (ditto_warp_load); unfolded ones keep NCDHW. For the test that both
+ * layouts give the same results.
+ */
+void ditto_warp_set_layout(DittoWarp *m, int nhwc);
+
 #endif

@@ -414,10 +414,49 @@ static bool same_values(TestCtx *c, const char *label, const float *got, const f
     return ok;
 }
 
+/*
+ * The three runs of a layout comparison: ref (channels-first, taps t0), got
+ * (channels-last, taps t1) and chunked (channels-last in chunks): got and
+ * every tap the same values as ref's, chunked the same bits as got. Frees
+ * the runs and the taps.
+ */
+static void report_layouts(TestCtx *c, const char *cname, const char *out, const char *chunks, int rc0, int rc1, int rc2, TT *ref, TT *got,
+                           TT *chunked, TapStore *t0, TapStore *t1)
+{
+    char label[96];
+    snprintf(label, sizeof label, "%s.%s", cname, out);
+    if (rc0 < 0 || rc1 < 0 || rc2 < 0) {
+        test_report(c, label, false, "forward rc: channels-first %d, channels-last %d, channels-last chunked %d", rc0, rc1, rc2);
+    } else {
+        tt_to_host(ref);
+        tt_to_host(got);
+        tt_to_host(chunked);
+        size_t n = (size_t)ditto_tensor_numel(&ref->host);
+        same_values(c, label, tt_f32(got), tt_f32(ref), n);
+        snprintf(label, sizeof label, "%s.taps", cname);
+        bool names = t0->n == t1->n && t0->n > 0;
+        for (int i = 0; names && i < t0->n; i++)
+            names = !strcmp(t0->name[i], t1->name[i]) && t0->numel[i] == t1->numel[i];
+        test_report(c, label, names, "%d intermediates reported channels-first, %d channels-last, same names and sizes", t0->n, t1->n);
+        for (int i = 0; names && i < t0->n; i++) {
+            snprintf(label, sizeof label, "%s.tap.%s", cname, t0->name[i]);
+            same_values(c, label, t1->data[i], t0->data[i], t0->numel[i]);
+        }
+        snprintf(label, sizeof label, "%s.%s", cname, chunks);
+        double max_d = 0;
+        size_t diff = item_diff(tt_f32(got), 0, tt_f32(chunked), n, &max_d);
+        test_report(c, label, diff == 0, "%zu values differ from the unchunked channels-last run (max |diff| %.3g)", diff, max_d);
+    }
+    tap_store_free(t0);
+    tap_store_free(t1);
+    tt_free(ref);
+    tt_free(got);
+    tt_free(chunked);
+}
+
 /* Forward feat through g in NCHW and NHWC layouts (with taps), and NHWC with up chunks of one item: the same values. */
 static void layout_compare(TestCtx *c, DittoArena *ws, DittoDecoder *g, TT *feat, const char *cname)
 {
-    char label[96];
     int64_t shape[4];
     if (ditto_decoder_out_shape(g, &feat->dev, shape) < 0) {
         test_report(c, cname, false, "out_shape failed");
@@ -434,34 +473,7 @@ static void layout_compare(TestCtx *c, DittoArena *ws, DittoDecoder *g, TT *feat
     int rc2 = ditto_decoder_forward(g, ws, &feat->dev, &chunked->dev, NULL);
     ditto_decoder_set_up_budget(g, 0);
     ditto_decoder_set_layout(g, -1);
-    snprintf(label, sizeof label, "%s.img", cname);
-    if (rc0 < 0 || rc1 < 0 || rc2 < 0) {
-        test_report(c, label, false, "forward rc: nchw %d, nhwc %d, nhwc chunked %d", rc0, rc1, rc2);
-    } else {
-        tt_to_host(ref);
-        tt_to_host(got);
-        tt_to_host(chunked);
-        size_t n = (size_t)ditto_tensor_numel(&ref->host);
-        same_values(c, label, tt_f32(got), tt_f32(ref), n);
-        snprintf(label, sizeof label, "%s.taps", cname);
-        bool names = t0.n == t1.n && t0.n > 0;
-        for (int i = 0; names && i < t0.n; i++)
-            names = !strcmp(t0.name[i], t1.name[i]) && t0.numel[i] == t1.numel[i];
-        test_report(c, label, names, "%d intermediates reported in NCHW, %d channels-last, same names and sizes", t0.n, t1.n);
-        for (int i = 0; names && i < t0.n; i++) {
-            snprintf(label, sizeof label, "%s.tap.%s", cname, t0.name[i]);
-            same_values(c, label, t1.data[i], t0.data[i], t0.numel[i]);
-        }
-        snprintf(label, sizeof label, "%s.up_chunks_of_1", cname);
-        double max_d = 0;
-        size_t diff = item_diff(tt_f32(got), 0, tt_f32(chunked), n, &max_d);
-        test_report(c, label, diff == 0, "%zu values differ from the unchunked channels-last run (max |diff| %.3g)", diff, max_d);
-    }
-    tap_store_free(&t0);
-    tap_store_free(&t1);
-    tt_free(ref);
-    tt_free(got);
-    tt_free(chunked);
+    report_layouts(c, cname, "img", "up_chunks_of_1", rc0, rc1, rc2, ref, got, chunked, &t0, &t1);
 }
 
 /* The small synthetic decoder (channels multiples of 8) on a non-square input of 3 items. */
@@ -486,6 +498,65 @@ static void test_decoder_layout(TestCtx *c, DittoArena *ws)
     layout_compare(c, ws, g, feat, cname);
     tt_free(feat);
     ditto_decoder_free(&g);
+}
+
+/*
+ * The warp network with its hourglass channels-last (NDHWC) and NCDHW, with
+ * taps: the same values (bit for bit on the CPU); channels-last in chunks
+ * of one item and deep groups of two: the same bits as unchunked.
+ */
+static void warp_layout_compare(TestCtx *c, DittoArena *ws, DittoWarp *w, TT *f_s, TT *kp_s, TT *kp_d, const char *cname)
+{
+    int64_t shape[4];
+    if (ditto_warp_out_shape(w, &f_s->dev, shape) < 0) {
+        test_report(c, cname, false, "out_shape failed");
+        return;
+    }
+    TT *ref = tt_new(c, DITTO_F32, 4, shape), *got = tt_new(c, DITTO_F32, 4, shape), *chunked = tt_new(c, DITTO_F32, 4, shape);
+    TapStore t0 = { c, 0, { { 0 } }, { 0 }, { 0 } }, t1 = { c, 0, { { 0 } }, { 0 }, { 0 } };
+    DittoTap tap0 = { tap_store, &t0 }, tap1 = { tap_store, &t1 };
+    ditto_warp_set_layout(w, 0);
+    int rc0 = ditto_warp_forward(w, ws, &f_s->dev, &kp_s->dev, &kp_d->dev, &ref->dev, &tap0);
+    ditto_warp_set_layout(w, 1);
+    int rc1 = ditto_warp_forward(w, ws, &f_s->dev, &kp_s->dev, &kp_d->dev, &got->dev, &tap1);
+    ditto_warp_set_budget(w, 1);
+    ditto_warp_set_group(w, 2);
+    int rc2 = ditto_warp_forward(w, ws, &f_s->dev, &kp_s->dev, &kp_d->dev, &chunked->dev, NULL);
+    ditto_warp_set_group(w, 0);
+    ditto_warp_set_budget(w, 0);
+    ditto_warp_set_layout(w, -1);
+    report_layouts(c, cname, "out", "chunks_of_1_groups_of_2", rc0, rc1, rc2, ref, got, chunked, &t0, &t1);
+}
+
+/* The small synthetic warp (hourglass input 66 channels, output 74: padded on CUDA f16) on 3 items at 16 x 8 x 8. */
+static void test_warp_layout(TestCtx *c, DittoArena *ws)
+{
+    const char *cname = "warp_layout_synthetic";
+    if (!test_selected(c, cname))
+        return;
+    DittoCatalog *cat = NULL;
+    DittoWarp *w = NULL;
+    int rc = ditto_synthetic_catalog_size(&cat, DITTO_NET_WARP, DITTO_SYNTH_SMALL, 7, &c->be->log);
+    if (rc == 0)
+        rc = ditto_warp_load(&w, c->be, cat);
+    ditto_catalog_close(&cat);
+    if (rc < 0) {
+        test_report(c, cname, false, "cannot load the small synthetic warp network: rc %d", rc);
+        return;
+    }
+    TT *f_s = tt_new(c, DITTO_F32, 5, (int64_t[]){ 3, 8, 16, 8, 8 });
+    TT *kp_s = tt_new(c, DITTO_F32, 3, (int64_t[]){ 3, 21, 3 }), *kp_d = tt_new(c, DITTO_F32, 3, (int64_t[]){ 3, 21, 3 });
+    tt_fill_normal(f_s, 0, 1);
+    tt_fill_uniform(kp_s, -0.8f, 0.8f);
+    tt_fill_uniform(kp_d, -0.8f, 0.8f);
+    tt_to_dev(f_s);
+    tt_to_dev(kp_s);
+    tt_to_dev(kp_d);
+    warp_layout_compare(c, ws, w, f_s, kp_s, kp_d, cname);
+    tt_free(f_s);
+    tt_free(kp_s);
+    tt_free(kp_d);
+    ditto_warp_free(&w);
 }
 
 /* ---- synthetic catalogs (in memory, random values): strict-load checks and the full-size run ---- */
@@ -1045,6 +1116,18 @@ int main(int argc, char **argv)
             test_warp_case(&c, &ws, w, "warp_b1");
             test_warp_case(&c, &ws, w, "warp_b3");
             test_warp_folding(&c, &ws, w, cat);
+            /* the fixture network's channel counts: the channels-last ops on their general paths */
+            DittoCatalog *io = test_selected(&c, "warp_layout_fixture") ? fixture_try_open(&g_fx, "warp_b3.io.pth") : NULL;
+            TT *f_s = io ? io_input(&c, io, "feature_3d") : NULL;
+            TT *kp_s = io ? io_input(&c, io, "kp_source") : NULL, *kp_d = io ? io_input(&c, io, "kp_driving") : NULL;
+            if (f_s && kp_s && kp_d)
+                warp_layout_compare(&c, &ws, w, f_s, kp_s, kp_d, "warp_layout_fixture");
+            else if (test_selected(&c, "warp_layout_fixture"))
+                test_report(&c, "warp_layout_fixture", false, "cannot read warp_b3.io.pth");
+            tt_free(f_s);
+            tt_free(kp_s);
+            tt_free(kp_d);
+            ditto_catalog_close(&io);
         }
         ditto_warp_free(&w);
         ditto_catalog_close(&cat);
@@ -1076,6 +1159,7 @@ int main(int argc, char **argv)
         fixtures_free(&g_fx);
     }
     test_decoder_layout(&c, &ws);
+    test_warp_layout(&c, &ws);
     test_loader_channels_last(&c);
     test_loader_sn_product(&c);
     test_full_size(&c);
