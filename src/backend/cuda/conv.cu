@@ -2960,12 +2960,11 @@ static int fused_chunks(DittoBackend *be, const ConvGeom *g, int epi, bool bh, c
     if (tail && tail->batch_ok < 0)
         DITTO_TRY(fused_batch_check(be, g, tail, one, g->N % c->nb, bh));
     /*
-     * a fused plan that must run item by item (not bit-identical per item)
-     * where the plain plan runs batched loses more than the epilogue pass
-     * costs (small items, the hourglass's deep levels): unfused
+     * A fused plan that is not bit-identical per item runs item by item,
+     * even where the plain plan would run batched: falling back to the plain
+     * plan and its pass would round each output twice instead of once, so a
+     * frame's bits would depend on the batch size.
      */
-    if ((c->nb > 1 && pl->batch_ok == 0 && c->pl->batch_ok > 0) || (tail && tail->batch_ok == 0 && c->tail->batch_ok > 0))
-        return 0;
     fc->pl = pl;
     fc->tail = tail;
     fc->one = one;
