@@ -138,7 +138,8 @@ int ditto_nn_upsample_last(DittoBackend *be, const DittoTensor *x, DittoTensor *
         ok = x->shape[i] == y->shape[i];
         L *= x->shape[i];
     }
-    const int64_t h = ok ? x->shape[nd - 3] : 0, w = ok ? x->shape[nd - 2] : 0, H = ok ? y->shape[nd - 3] : 0, W = ok ? y->shape[nd - 2] : 0;
+    const int64_t h = ok ? x->shape[nd - 3] : 0, w = ok ? x->shape[nd - 2] : 0;
+    const int64_t H = ok ? y->shape[nd - 3] : 0, W = ok ? y->shape[nd - 2] : 0;
     if (!ok || h < 1 || w < 1 || H % h || W % w || y->shape[nd - 1] != x->shape[nd - 1])
         return ditto_fail(&be->log, DITTO_ERR_SHAPE, "nearest upsampling (channels last) needs contiguous tensors and integer factors");
     int64_t C = x->shape[nd - 1];

@@ -121,7 +121,8 @@ static void test_copy(TestCtx *c)
         View w = view_permute(view_reshape(view_of(x), 5, (int64_t[]){ 2, 2, 10, 14, 70 }), (int[]){ 0, 4, 1, 2, 3 });
         copy_case(c, "copy/ndhwc_to_ncdhw_even", w, 5, w.h.shape);
         /* channels 0..65 of the channels-last (2,2,10,14,70) out to channels-first: rows 72 apart */
-        View p = view_permute(view_slice(view_reshape(view_of(x), 5, (int64_t[]){ 2, 2, 10, 14, 70 }), 4, 0, 66, 1), (int[]){ 0, 4, 1, 2, 3 });
+        View last = view_reshape(view_of(x), 5, (int64_t[]){ 2, 2, 10, 14, 70 });
+        View p = view_permute(view_slice(last, 4, 0, 66, 1), (int[]){ 0, 4, 1, 2, 3 });
         copy_case(c, "copy/padded_ndhwc_to_ncdhw_even", p, 5, p.h.shape);
         tt_free(x);
     }

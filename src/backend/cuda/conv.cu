@@ -2066,7 +2066,8 @@ static __global__ void k_depth_combine(const __half *z0, int w0, const __half *z
 #pragma unroll
         for (int o = 0; o < DEPTH_MAX_O; o++)
             if (o < O)
-                combine_store(acc[o], bias, bh, o, accum, relu, y + (nhwc ? ((n * D + d) * HW + hw) * O + o : ((n * O + o) * D + d) * HW + hw));
+                combine_store(acc[o], bias, bh, o, accum, relu,
+                              y + (nhwc ? ((n * D + d) * HW + hw) * O + o : ((n * O + o) * D + d) * HW + hw));
     }
 }
 
@@ -2173,7 +2174,10 @@ static int64_t unfold_slices(int64_t D)
     return ds;
 }
 
-/* nhwc: x (N, D, H, W, C) with C a multiple of 8 and y (N, D, H, W, O) channels-last (not unfolded): x's slices are the 2-D input as they are. */
+/*
+ * nhwc: x (N, D, H, W, C) with C a multiple of 8 and y (N, D, H, W, O)
+ * channels-last (not unfolded): x's slices are the 2-D input as they are.
+ */
 static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias,
                             bool accum, bool relu, bool nhwc, DittoTensor *y)
 {
@@ -2502,8 +2506,8 @@ static bool nhwc_direct_fits(const ConvGeom *g, const DittoTensor *x, const Ditt
     bool asym = false;
     for (int i = 0; i < 3; i++)
         asym = asym || g->pb[i] != g->pe[i];
-    return x->dtype == DITTO_F16 && (g->ns == 2 || g->ns == 3) && g->G == 1 && !asym && g->C > 0 && g->in_vol > 0 && g->C % 8 == 0 && g->O % 8 == 0 &&
-           ((uintptr_t)x->data | (uintptr_t)y->data) % 16 == 0;
+    return x->dtype == DITTO_F16 && (g->ns == 2 || g->ns == 3) && g->G == 1 && !asym && g->C > 0 && g->in_vol > 0 && g->C % 8 == 0 &&
+           g->O % 8 == 0 && ((uintptr_t)x->data | (uintptr_t)y->data) % 16 == 0;
 }
 
 /*
@@ -2840,8 +2844,8 @@ static int tune_fused(DittoBackend *be, const ConvGeom *g, int epi, bool bh, int
         if (pick >= 0)
             snprintf(got, sizeof got, "%s %.1f us", cand[pick].index == EPI_LEGACY_ENGINE ? "fused (legacy call)" : "fused engine",
                      1000.0 * ms[pick]);
-        ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: C %lld O %lld k %lldx%lldx%lld in %lldx%lldx%lld epilogue %d at %lld items: pass %.1f us, %s",
-                  (long long)g->C, (long long)g->O, (long long)g->k[0], (long long)g->k[1], (long long)g->k[2], (long long)g->in[0],
+        ditto_log(&be->log, DITTO_LOG_DEBUG,
+                  "conv: C %lld O %lld k %lldx%lldx%lld in %lldx%lldx%lld epilogue %d at %lld items: pass %.1f us, %s", (long long)g->C, (long long)g->O, (long long)g->k[0], (long long)g->k[1], (long long)g->k[2], (long long)g->in[0],
                   (long long)g->in[1], (long long)g->in[2], epi, (long long)n, 1000.0 * ms_u, got);
         if (pick >= 0) {
             e->eng[0] = cand[pick];

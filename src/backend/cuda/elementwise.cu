@@ -330,11 +330,12 @@ static bool as_transpose(const DittoTensor *x, const DittoTensor *y, TransposeDi
         return false;
     for (int p = 0; p < nd; p++) {
         for (int q = p + 1; q < nd; q++) {
-            int64_t one = 1, ldx = -1, ldy = -1, bsz, asz, nx, ny, bsz_y, asz_x, ox, oy;
+            /* x: B contiguous, A's rows ldx apart; y: A contiguous, B's rows ldy apart (the sizes match: same shape) */
+            int64_t one = 1, ldx = -1, ldy = -1, bsz, asz, nx, ny, sz, ox, oy;
             if (!block_rows(x, p, q, &one, &bsz) || bsz < 2 || !block_rows(x, q, nd, &ldx, &asz) || asz < 2 || ldx < bsz)
                 continue;
             one = 1;
-            if (!block_rows(y, q, nd, &one, &asz_x) || !block_rows(y, p, q, &ldy, &bsz_y) || ldy < asz)
+            if (!block_rows(y, q, nd, &one, &sz) || !block_rows(y, p, q, &ldy, &sz) || ldy < asz)
                 continue;
             ox = asz * ldx;
             oy = bsz * ldy;
