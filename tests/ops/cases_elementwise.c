@@ -114,6 +114,15 @@ static void test_copy(TestCtx *c)
         tt_free(x);
     }
     {
+        /* items 1 and 3 of 4 (a step on the item dim: not one transpose) and items 1..2 (one) */
+        TT *x = new_rand(c, 5, (int64_t[]){ 4, 6, 2, 4, 10 }, -3, 3);
+        View v = view_permute(view_slice(view_of(x), 0, 1, 4, 2), (int[]){ 0, 2, 3, 4, 1 });
+        copy_case(c, "copy/ncdhw_to_ndhwc_item_step2", v, 5, v.h.shape);
+        View w = view_permute(view_slice(view_of(x), 0, 1, 3, 1), (int[]){ 0, 2, 3, 4, 1 });
+        copy_case(c, "copy/ncdhw_to_ndhwc_item_slice", w, 5, w.h.shape);
+        tt_free(x);
+    }
+    {
         /* even sizes (CUDA f16: the half2 transpose), several 64-wide tiles each way */
         TT *x = new_rand(c, 5, (int64_t[]){ 2, 70, 2, 10, 14 }, -3, 3);
         View v = view_permute(view_of(x), (int[]){ 0, 2, 3, 4, 1 });
