@@ -233,34 +233,60 @@ static int pad_copy(DittoBackend *be, const void *x, DittoDType dt, int64_t rows
 }
 
 /*
- * w (O, C, k...) stored channels-last ((O, kvol, C) memory, as the CUDA f16
- * loader binds it) padded with zeros to (Op, Cp, k...) at *at; likewise its
- * bias (O) to (Op) when b is given. *at advances past both.
+ * w (O, C, k...) padded with zeros to (Op, Cp, k...) at *at, in w's storage
+ * order: channels-last ((O, kvol, C) memory, as the CUDA f16 loader binds
+ * it) or contiguous ((O, C, kvol)); likewise its bias (O) to (Op) when b is
+ * given. *at advances past both.
  */
 static int pad_conv(DittoWarp *m, const DittoTensor *w, const DittoTensor *b, int64_t Op, int64_t Cp, char **at, DittoTensor *wp,
                     DittoTensor *bp)
 {
     DittoBackend *be = m->be;
+    const bool cl = ditto_tensor_is_channels_last(w);
     const int64_t O = w->shape[0], C = w->shape[1], kvol = ditto_tensor_numel(w) / (O * C), esz = (int64_t)ditto_dtype_size(w->dtype);
-    /* (O, kvol, C) -> (Op, kvol, Cp): the same as (O, kvol * C) rows of C values into (Op * kvol) rows of Cp */
-    DITTO_TRY(pad_copy(be, w->data, w->dtype, O * kvol, C, Op * kvol, Cp, *at));
+    /*
+     * channels-last: (O * kvol) rows of C values into (Op * kvol) rows of Cp;
+     * contiguous: O rows of C * kvol values (C outer) into Op rows of Cp * kvol
+     */
+    if (cl)
+        DITTO_TRY(pad_copy(be, w->data, w->dtype, O * kvol, C, Op * kvol, Cp, *at));
+    else
+        DITTO_TRY(pad_copy(be, w->data, w->dtype, O, C * kvol, Op, Cp * kvol, *at));
     int64_t shape[5] = { Op, Cp };
     for (int i = 2; i < w->ndim; i++)
         shape[i] = w->shape[i];
     *wp = ditto_tensor(*at, w->dtype, w->ndim, shape);
     wp->device = be->device;
-    ditto_tensor_set_channels_last(wp);
+    if (cl)
+        ditto_tensor_set_channels_last(wp);
     *at += (Op * kvol * Cp * esz + 255) / 256 * 256;
     if (b) {
         DITTO_TRY(pad_copy(be, b->data, b->dtype, 1, O, 1, Op, *at));
         *bp = ditto_tensor(*at, b->dtype, 1, (const int64_t[]){ Op });
         bp->device = be->device;
-        *at += (Op * esz + 255) / 256 * 256;
+        *at += (Op * (int64_t)ditto_dtype_size(b->dtype) + 255) / 256 * 256;
     }
     return 0;
 }
 
-/* The padded channels-last weights (see struct DittoWarp): CUDA, f16 activations, folded norms, channels-last weights. */
+static int g_force_pad = -1;
+
+void ditto_warp_force_channel_pad(int on)
+{
+    g_force_pad = on < 0 ? -1 : on > 0;
+}
+
+bool ditto_warp_channels_padded(const DittoWarp *m)
+{
+    return m->down0_wp.data != NULL;
+}
+
+/*
+ * The padded weights (see struct DittoWarp): on CUDA with f16 activations
+ * and channels-last weights (where they run on the tensor-core path), or
+ * anywhere when forced (ditto_warp_force_channel_pad: the test of the
+ * padding); folded norms only.
+ */
 static int pad_weights(DittoWarp *m)
 {
     DittoBackend *be = m->be;
@@ -268,11 +294,14 @@ static int pad_weights(DittoWarp *m)
     const int64_t c_in = (m->num_kp + 1) * (m->c_compress + 1);
     m->c_in_p = c_in;
     m->c_pred_p = m->c_pred;
-    if (!m->folded || be->device != DITTO_DEVICE_CUDA || m->act != DITTO_F16 || !ditto_tensor_is_channels_last(&m->down[0].weight) ||
-        !ditto_tensor_is_channels_last(&m->hg_out.weight) || m->c_pred != m->c_dec[n - 1] + c_in || (c_in % 8 == 0 && m->c_pred % 8 == 0))
+    const bool useful = be->device == DITTO_DEVICE_CUDA && m->act == DITTO_F16 && ditto_tensor_is_channels_last(&m->down[0].weight) &&
+                        ditto_tensor_is_channels_last(&m->hg_out.weight);
+    if (!m->folded || !(g_force_pad >= 0 ? g_force_pad : useful) || m->c_pred != m->c_dec[n - 1] + c_in ||
+        (c_in % 8 == 0 && m->c_pred % 8 == 0))
         return 0;
     const int64_t cip = round8(c_in), cpp = m->c_dec[n - 1] + cip, kvol = ditto_tensor_numel(&m->hg_out.weight) / (m->c_pred * m->c_pred);
-    const size_t bytes = (size_t)((m->c_enc[0] * cip + cpp * cpp) * kvol + cpp) * 2 + 3 * 256;
+    const size_t esz = ditto_dtype_size(m->hg_out.weight.dtype);
+    const size_t bytes = (size_t)((m->c_enc[0] * cip + cpp * cpp) * kvol + cpp) * esz + 3 * 256;
     DITTO_TRY(ditto_buffer_alloc(&m->pad_buf, &be->allocator, bytes));
     char *at = m->pad_buf.ptr;
     DITTO_TRY(pad_conv(m, &m->down[0].weight, NULL, m->c_enc[0], cip, &at, &m->down0_wp, NULL));

@@ -63,4 +63,15 @@ void ditto_warp_set_group(DittoWarp *m, int64_t items);
  */
 void ditto_warp_set_layout(DittoWarp *m, int nhwc);
 
+/*
+ * Whether networks loaded from now on pad the hourglass's odd channel
+ * counts for the channels-last layout: 1 always (any backend, dtype and
+ * weight layout), 0 never, -1 the default (CUDA with f16 activations and
+ * channels-last weights). For the test of the padding on the CPU.
+ */
+void ditto_warp_force_channel_pad(int on);
+
+/* Whether m was loaded with the hourglass's odd channel counts padded. */
+bool ditto_warp_channels_padded(const DittoWarp *m);
+
 #endif
