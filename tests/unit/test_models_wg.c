@@ -405,7 +405,7 @@ static bool same_values(TestCtx *c, const char *label, const float *got, const f
     if (exact && c->be->device == DITTO_DEVICE_CPU) {
         double max_d = 0;
         size_t diff = item_diff(ref, 0, got, n, &max_d);
-        return test_report(c, label, diff == 0, "%zu of %zu values differ from the NCHW forward (max |diff| %.3g)", diff, n, max_d);
+        return test_report(c, label, diff == 0, "%zu of %zu values differ from the channels-first forward (max |diff| %.3g)", diff, n, max_d);
     }
     double *r = malloc((n ? n : 1) * sizeof *r);
     for (size_t i = 0; i < n; i++)
