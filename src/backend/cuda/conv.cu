@@ -2770,11 +2770,27 @@ static int fused_time(DittoBackend *be, const ConvGeom *g, const FusedPlan *f, c
 }
 
 /*
+ * The items tune_fused checks a fused plan's bits per item at when it tunes
+ * at one item (a B = 1 call first): the chunk conv_nhwc_direct takes of a
+ * batch of FUSED_CHECK_ITEMS, the default batch.
+ */
+#define FUSED_CHECK_ITEMS 8
+static int64_t fused_check_items(const ConvGeom *g)
+{
+    const size_t item = (size_t)(g->C * g->in_vol + g->O * g->out_vol) * 2;
+    const int64_t nb = item ? (int64_t)(NHWC_CHUNK_BYTES / item) : 1;
+    return nb < 1 ? 1 : nb > FUSED_CHECK_ITEMS ? FUSED_CHECK_ITEMS : nb;
+}
+
+/*
  * Choose e (key set) for kind epi at n items: the unfused plan u and its
  * pass against each fused candidate (the heuristics' engines for the relu
  * kinds, then the legacy call), the fastest candidate under the unfused time
- * that keeps its bits per item; else e->n = 0 (unfused). *timed as
- * tune_engines'.
+ * that keeps its bits per item (checked at n items, or at
+ * fused_check_items when n is 1: a choice that cannot batch would run item
+ * by item in every batched call, and falling back to the unfused plan then
+ * would make bits depend on the batch size); else e->n = 0 (unfused).
+ * *timed as tune_engines'.
  */
 static int tune_fused(DittoBackend *be, const ConvGeom *g, int epi, bool bh, int64_t n, const ConvPlan *u, ConvEngines *e, bool *timed)
 {
@@ -2803,6 +2819,17 @@ static int tune_fused(DittoBackend *be, const ConvGeom *g, int epi, bool bh, int
     cudaEvent_t e0 = NULL, e1 = NULL;
     float ms[CONV_MAX_ENGINES + 1], ms_u = -1.0f;
     int rc = 0, pick = -1;
+    int64_t nchk = n > 1 ? n : fused_check_items(g);
+    FusedBufs bc = b;   /* the check's operands: b's, or nchk items of their own */
+    if (nchk != n) {
+        rc = fused_bufs(be, g, nchk, bh, &bc);
+        if (!rc && !bc.buf) {   /* no room: checked at n */
+            bc = b;
+            nchk = n;
+        }
+        if (rc)
+            goto done;
+    }
     if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
         rc = ditto_cuda_fail(be, cudaGetLastError(), "cudaEventCreate (fused timing)", __FILE__, __LINE__);
         goto done;
@@ -2824,12 +2851,12 @@ static int tune_fused(DittoBackend *be, const ConvGeom *g, int epi, bool bh, int
         if (best < 0)
             break;
         FusedPlan *f = NULL, *one = NULL;
-        bool same = n == 1;
-        rc = fused_setup(be, g, n, epi, bh, &cand[best], &f);
+        bool same = nchk == 1;
+        rc = fused_setup(be, g, nchk, epi, bh, &cand[best], &f);
         if (!rc && f)
             rc = fused_setup(be, g, 1, epi, bh, &cand[best], &one);
-        if (!rc && f && one && n > 1)
-            rc = fused_same(be, f, one, n, &b, &same);
+        if (!rc && f && one && nchk > 1)
+            rc = fused_same(be, f, one, nchk, &bc, &same);
         same = same && f && one;
         fused_plan_free(f);
         fused_plan_free(one);
@@ -2858,6 +2885,8 @@ done:
         cudaEventDestroy(e0);
     if (e1)
         cudaEventDestroy(e1);
+    if (bc.buf != b.buf)
+        cudaFreeAsync(bc.buf, cu->stream);
     cudaFreeAsync(b.buf, cu->stream);
     return rc;
 }
