@@ -703,6 +703,20 @@ static void test_binary(TestCtx *c)
     binary_shapes(c, "binary/batch1", DITTO_BINARY_MIN, 3, (int64_t[]){ 1, 5, 7 }, 2, (int64_t[]){ 5, 7 });
     binary_shapes(c, "binary/mid_bcast", DITTO_BINARY_ADD, 4, (int64_t[]){ 3, 5, 4, 7 }, 4, (int64_t[]){ 3, 1, 4, 1 });
     binary_shapes(c, "binary/large_col", DITTO_BINARY_ADD, 3, (int64_t[]){ 3, 97, 211 }, 2, (int64_t[]){ 97, 1 });
+    /* a plane broadcast over channels, rows a multiple of 8 (CUDA f16: 8 elements a thread; the occlusion multiply) */
+    binary_shapes(c, "binary/plane", DITTO_BINARY_MUL, 4, (int64_t[]){ 3, 16, 4, 24 }, 4, (int64_t[]){ 3, 1, 4, 24 });
+    binary_shapes(c, "binary/plane_left", DITTO_BINARY_SUB, 4, (int64_t[]){ 3, 1, 5, 16 }, 4, (int64_t[]){ 3, 6, 5, 16 });
+    if (test_selected(c, "binary/plane_inplace")) {
+        TT *a = new_rand(c, 4, (int64_t[]){ 2, 12, 3, 32 }, -2, 2), *b = new_rand(c, 4, (int64_t[]){ 2, 1, 3, 32 }, -2, 2);
+        double *ref = ref_alloc(2 * 12 * 96);
+        for (int i = 0; i < 2 * 12 * 96; i++)
+            ref[i] = (double)tt_f32(a)[i] * tt_f32(b)[i / (12 * 96) * 96 + i % 96];
+        int rc = ditto_op_binary(c->be, DITTO_BINARY_MUL, &a->dev, &b->dev, &a->dev);
+        op_check(c, "binary/plane_inplace", rc, a, ref, 1e-6, 1e-6);
+        free(ref);
+        tt_free(a);
+        tt_free(b);
+    }
     if (test_selected(c, "binary/strided")) {
         /* a permuted (3,5,7) view, b a step-2 slice (5,7) broadcast over the batch */
         TT *a = new_rand(c, 3, (int64_t[]){ 7, 3, 5 }, -2, 2), *b = new_rand(c, 2, (int64_t[]){ 5, 14 }, -2, 2);

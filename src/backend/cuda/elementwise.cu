@@ -697,6 +697,44 @@ static __global__ void binary_kernel(const __grid_constant__ EwDims d, int kind,
     }
 }
 
+/*
+ * f16 operands, 8 elements a thread (binary_h8: y and a in y's layout, b's
+ * innermost dim contiguous, broadcast elsewhere, e.g. the warp's occlusion
+ * multiply (B,256,64,64) * (B,1,64,64)): the same float expression as
+ * binary_kernel, so the same bits.
+ */
+static __global__ void binary_h8_kernel(const __grid_constant__ EwDims d, int kind, uint4 *y, const uint4 *a, const __half *b)
+{
+    const int64_t n8 = d.numel / 8;
+    for (int64_t v = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; v < n8; v += (int64_t)gridDim.x * blockDim.x) {
+        int64_t off[3];
+        ew_offsets(&d, 3, v * 8, off);
+        uint4 u = a[off[1] / 8], w = *(const uint4 *)(b + off[2]), o;
+        const __half *hu = (const __half *)&u, *hw = (const __half *)&w;
+        __half *ho = (__half *)&o;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            ho[j] = __float2half_rn(binary_f(kind, __half2float(hu[j]), __half2float(hw[j])));
+        y[off[0] / 8] = o;
+    }
+}
+
+/* Whether binary_h8_kernel runs d (after ew_init): every dim's strides multiples of 8, the innermost contiguous and a multiple of 8 long. */
+static bool binary_h8_fits(const EwDims *d, bool ah, bool bh, bool yh, const void *a, const void *b, const void *y)
+{
+    const int last = d->ndim - 1;
+    if (!ah || !bh || !yh || d->shape[last] % 8 || ((uintptr_t)a | (uintptr_t)b | (uintptr_t)y) % 16)
+        return false;
+    for (int k = 0; k < 3; k++) {
+        if (d->stride[k][last] != 1)
+            return false;
+        for (int i = 0; i < last; i++)
+            if (d->stride[k][i] % 8)
+                return false;
+    }
+    return true;
+}
+
 /* View of t with y's rank and shape: missing leading dims and size-1 dims get stride 0. */
 static DittoTensor broadcast_view(const DittoTensor *t, const DittoTensor *y)
 {
@@ -723,6 +761,12 @@ static int cuda_binary(DittoBackend *be, const DittoBinaryParams *p, const Ditto
     ew_init(&d, 3, t);
     if (d.numel <= 0)
         return 0;
+    if (binary_h8_fits(&d, ah, bh, yh, a->data, b->data, y->data)) {
+        binary_h8_kernel<<<ew_blocks(d.numel / 8), EW_THREADS, 0, ditto_cuda(be)->stream>>>(d, (int)p->kind, (uint4 *)y->data,
+                                                                                          (const uint4 *)a->data, (const __half *)b->data);
+        DITTO_CUDA_LAUNCHED(be);
+        return 0;
+    }
     binary_kernel<<<ew_blocks(d.numel), EW_THREADS, 0, ditto_cuda(be)->stream>>>(d, (int)p->kind, y->data, yh, a->data, ah,
                                                                                   b->data, bh);
     DITTO_CUDA_LAUNCHED(be);
