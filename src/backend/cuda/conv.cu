@@ -1905,8 +1905,8 @@ static int conv_nhwc(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, 
         if (tail)
             tail->batch_ok = 1;
     }
-    /* a channels-last w without channel padding is already what cuDNN reads */
-    const bool krsc = w_krsc(w);
+    /* a channels-last w without channel padding is already what cuDNN reads (a 1x1(x1) w in either layout) */
+    const bool krsc = w_krsc(w) || g->k_vol == 1;
     const __half *wk = krsc && op == g->O && cp == g->C ? (const __half *)w->data : wt;
     if (study != 1 && wk == wt) {
         launch_w_nhwc(cu->stream, (const __half *)w->data, krsc, wt, g->O, g->C, op, cp, g->k_vol);
@@ -3047,8 +3047,8 @@ static int conv_nhwc_direct(DittoBackend *be, const ConvGeom *g, const DittoTens
     DITTO_TRY(ditto_cuda_workspace(be, wt_bytes + t_bytes + cw_bytes, (void **)&ws));
     __half *wt = (__half *)ws, *t = via_t ? (__half *)(ws + wt_bytes) : NULL;
     void *cw = cw_bytes ? ws + wt_bytes + t_bytes : NULL;
-    /* a channels-last w is already what cuDNN reads (C and O are multiples of 8 here) */
-    const __half *wk = w_krsc(w) ? (const __half *)w->data : wt;
+    /* a channels-last w is already what cuDNN reads (C and O are multiples of 8 here; a 1x1(x1) w in either layout) */
+    const __half *wk = w_krsc(w) || g->k_vol == 1 ? (const __half *)w->data : wt;
     if (wk == wt) {
         launch_w_nhwc(cu->stream, (const __half *)w->data, false, wt, g->O, g->C, g->O, g->C, g->k_vol);
         DITTO_CUDA_LAUNCHED(be);
