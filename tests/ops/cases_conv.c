@@ -361,12 +361,26 @@ static const ConvCase small_o_cases[] = {
 };
 
 /*
+ * The few-output convolutions with 256 or more input channels and 9 or more
+ * taps, which CUDA f16 runs as a GEMM per item and a tap sum: odd planes
+ * (positions not a multiple of 8), asymmetric padding, taps x outputs padded
+ * to a multiple of 8 (9, 50, 98 columns), channels in 3, 4 and 1 ranges.
+ * With and without bias and accumulate.
+ */
+static const ConvCase tap_gemm_cases[] = {
+    { "3x3 p1 O1 C261 (tap GEMM)", 2, 2, 261, 1, { 19, 26 }, { 3, 3 }, { 0 }, { 1, 1 }, { 1, 1 }, { 0 }, 0 },
+    { "5x5 p(1,3) O2 C256 (tap GEMM)", 2, 3, 256, 2, { 15, 21 }, { 5, 5 }, { 0 }, { 1, 3 }, { 3, 1 }, { 0 }, 0 },
+    { "7x7 p3 O2 C257 (tap GEMM)", 2, 1, 257, 2, { 9, 16 }, { 7, 7 }, { 0 }, { 3, 3 }, { 3, 3 }, { 0 }, 0 },
+};
+
+/*
  * The networks' few-output heads at full size (with bias): the warp's
  * occlusion head and the decoder's conv_img. The occlusion head sums K =
  * 2272 * 49 products per output, far beyond the K <= ~2100 that TOL_L2 is
  * derived for: one fp32 chain over K drifts by about 6e-6 rel_l2, so it runs
- * where the order is ours (the CPU oracle's 4096-row GEMM chunks, the
- * few-output kernel's 784-product chains in f16 mode), not on cuDNN in f32.
+ * where the order is ours (the CPU oracle's 4096-row GEMM chunks; in f16
+ * mode on CUDA the tap GEMM's 568-channel ranges added tap by tap), not on
+ * cuDNN in f32.
  */
 static const ConvCase small_o_net_cases[] = {
     { "7x7 p3 C2272 O1 (occlusion)", 2, 3, 2272, 1, { 64, 64 }, { 7, 7 }, { 0 }, { 3, 3 }, { 3, 3 }, { 0 }, 0 },
@@ -383,6 +397,7 @@ static const ConvCase batch_cases[] = {
     { "3x3 p1 O12 C70", 2, 3, 70, 12, { 17, 40 }, { 3, 3 }, { 0 }, { 1, 1 }, { 1, 1 }, { 0 }, 0 },
     { "5x3 p(2,1) O3", 2, 3, 9, 3, { 13, 11 }, { 5, 3 }, { 0 }, { 2, 1 }, { 2, 1 }, { 0 }, 0 },
     { "1x1x1 O4 (compress)", 3, 3, 32, 4, { 3, 9, 16 }, { 1, 1, 1 }, { 0 }, { 0 }, { 0 }, { 0 }, 0 },
+    { "3x3 p1 O2 C272 (tap GEMM)", 2, 3, 272, 2, { 13, 17 }, { 3, 3 }, { 0 }, { 1, 1 }, { 1, 1 }, { 0 }, 0 },
 };
 
 /* Small cases run again with a tiny scratch limit: column chunks that end mid-row and split reductions. */
@@ -558,6 +573,15 @@ void test_ops_conv(TestCtx *c)
     for (size_t i = 0; i < sizeof small_o_cases / sizeof *small_o_cases; i++)
         for (int k = 0; k < 4; k++)
             conv_case_acc(c, &small_o_cases[i], k & 1, false, false, k & 2, "");
+    for (size_t i = 0; i < sizeof tap_gemm_cases / sizeof *tap_gemm_cases; i++) {
+        /* f32 on a GPU is cuDNN's order over K = C * taps, beyond what TOL_L2 covers (small_o_net_cases) */
+        const ConvCase *cc = &tap_gemm_cases[i];
+        if (cc->C * cc->k[0] * cc->k[1] > 4096 && c->be->device != DITTO_DEVICE_CPU && !test_fp16(c))
+            continue;
+        conv_case_w(c, &tap_gemm_cases[i], true, false, false, true, true, "");
+        for (int k = 0; k < 4; k++)
+            conv_case_acc(c, &tap_gemm_cases[i], k & 1, false, false, k & 2, "");
+    }
     for (size_t i = 0; i < sizeof small_o_net_cases / sizeof *small_o_net_cases; i++) {
         const ConvCase *cc = &small_o_net_cases[i];
         if (cc->C * cc->k[0] * cc->k[1] > 4096 && c->be->device != DITTO_DEVICE_CPU && !test_fp16(c))

@@ -5,7 +5,9 @@
  * - f32: cuDNN NCHW, FMA math (no TF32), one call per item, so results match
  *   the CPU oracle; a 1-D conv runs as 2-D with H = 1.
  * - f16, O <= 16 (2-D up to 7x7, or 1x1(x1)): our direct kernel
- *   (k_conv_small_o): the occlusion and image heads and the compress conv.
+ *   (k_conv_small_o): the image head and the compress conv; with 256 or
+ *   more input channels and a kernel of 9 or more taps a GEMM per item on
+ *   the tensor cores and a tap sum (conv_tap_gemm): the occlusion head.
  * - f16, 3-D "same" conv with few outputs: depth split into one 2-D conv
  *   over the slices plus a tap sum (conv_depth_split): the mask head and
  *   hourglass decoder block 4.
@@ -1667,6 +1669,157 @@ static __global__ void k_small_o_sum(const float *part, const void *bias, bool b
 }
 
 /*
+ * Few outputs from many input channels through a wide kernel (the warp's
+ * occlusion head: 2272 channels, 7x7, one output), on the tensor cores: per
+ * item one cuBLAS GEMM gives every input position's products for every tap,
+ * Z (Tp, P) = Wt^T (Tp, C) * x (C, P), Wt[c, t * O + o] = w[o, c, t] (T =
+ * kh * kw * O rows, zero up to Tp, a multiple of 8), fp32 accumulation and
+ * output; then k_tap_sum adds each output's kh * kw shifted taps of Z in
+ * tap order (a tap's row is read along positions: coalesced). The GEMM runs
+ * as TG_SPLITS batches over ranges of channels (partial Z's that k_tap_sum
+ * adds in range order): one item's GEMM (4096 x 56 x 2272 for the occlusion
+ * head) keeps too few tiles in flight to stream x at full speed (H200: 12.3
+ * us an item whole, 9.4 in four ranges). The same calls for every item, so
+ * an item's bits do not depend on N. H200, two items of the occlusion head:
+ * 30 us in all, against 79 us for k_conv_small_o on the CUDA cores.
+ */
+#define TG_MIN_C 256                     /* input channels: below this the small-O kernel */
+#define TG_MAX_T 128                     /* taps x outputs (padded) */
+#define TG_SPLITS 4                      /* channel ranges (fewer when C is not a multiple) */
+#define TG_Z_BYTES ((size_t)64 << 20)    /* Z of the items of one round */
+
+/* DITTO_CUDA_TAP_GEMM=0 (measurements): the small-O kernel instead */
+static bool tap_gemm_on(void)
+{
+    static int on = -1;
+    if (on < 0)
+        on = env_int("DITTO_CUDA_TAP_GEMM", 0, 1, 1);
+    return on == 1;
+}
+
+/* channel ranges of the tap GEMM: the most, up to TG_SPLITS, that divide C */
+static int tap_gemm_splits(int64_t C)
+{
+    int s = TG_SPLITS;
+    while (s > 1 && C % s)
+        s--;
+    return s;
+}
+
+static bool tap_gemm_fits(const ConvGeom *g, int64_t Hin, int64_t Win, bool flat)
+{
+    if (!tap_gemm_on())
+        return false;
+    const int64_t tp = (g->k_vol * g->O + 7) / 8 * 8, P = Hin * Win;
+    return !flat && g->C >= TG_MIN_C && g->k_vol >= 9 && tp <= TG_MAX_T && g->C <= INT_MAX && P <= INT_MAX &&
+           g->N * g->O * g->out_vol / 32 < INT_MAX &&   /* k_tap_sum's blocks */
+           (size_t)(P * tp) * tap_gemm_splits(g->C) * sizeof(float) <= TG_Z_BYTES;
+}
+
+/* wt (C, Tp) from w (O, C, kk) contiguous: wt[c * Tp + t * O + o] = w[(o * C + c) * kk + t], zero past kk * O */
+static __global__ void k_tap_w(const __half *w, __half *wt, int64_t C, int O, int kk, int Tp)
+{
+    const int64_t n = C * Tp;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t c = i / Tp;
+        const int j = (int)(i - c * Tp), t = j / O, o = j - t * O;
+        wt[i] = t < kk ? w[((int64_t)o * C + c) * kk + t] : __float2half(0.0f);
+    }
+}
+
+/*
+ * y (N, O, H, W) = bias + the sum of z (N, splits, Tp, Hin * Win) over taps
+ * and channel ranges: tap (ky, kx) of output (o, oy, ox) is row (ky * kw +
+ * kx) * O + o, column (oy - ph + ky) * Win + ox - pw + kx (taps outside the
+ * input skipped: zero padding); + y when accum. A block is 32 adjacent
+ * outputs (flat index, ox fastest: coalesced rows) by kh threads, thread ky
+ * adding its kernel row (kx, then range, in order); the rows' sums are then
+ * added in ky order. A thread per output adding all kh * kw * splits terms
+ * had too few threads in flight (43 us for two items of the occlusion head).
+ * KS: a square kernel's size at compile time (the kx loop unrolled), or 0.
+ */
+#define TS_X 32
+template <int KS>
+static __global__ void k_tap_sum(const float *z, const void *bias, bool bh, bool accum, __half *y, int O, int H, int W, int Hin, int Win,
+                                 int kh_rt, int kw_rt, int ph, int pw, int Tp, int splits, int64_t total)
+{
+    __shared__ float rows[SO_KMAX][TS_X];
+    const int kh = KS ? KS : kh_rt, kw = KS ? KS : kw_rt, tx = threadIdx.x, ky = threadIdx.y;
+    const int64_t PT = (int64_t)Hin * Win * Tp, i = (int64_t)blockIdx.x * TS_X + tx;
+    int o = 0;
+    float s = 0.0f;
+    if (i < total) {
+        const int ox = (int)(i % W), oy = (int)(i / W % H);
+        o = (int)(i / ((int64_t)W * H) % O);
+        const int64_t n = i / ((int64_t)W * H * O);
+        const int iy = oy - ph + ky;
+        if ((unsigned)iy < (unsigned)Hin) {
+            const float *zr = z + n * splits * PT + ((int64_t)(ky * kw) * O + o) * Hin * Win + (int64_t)iy * Win;
+#pragma unroll
+            for (int kx = 0; kx < kw; kx++) {
+                const int ix = ox - pw + kx;
+                if ((unsigned)ix < (unsigned)Win)
+                    for (int r = 0; r < splits; r++)
+                        s += zr[r * PT + (int64_t)kx * O * Hin * Win + ix];
+            }
+        }
+    }
+    rows[ky][tx] = s;
+    __syncthreads();
+    if (ky != 0 || i >= total)
+        return;
+    float t = 0.0f;
+    for (int k = 0; k < kh; k++)
+        t += rows[k][tx];
+    t += bias ? ditto_ld(bias, o, bh) : 0.0f;
+    y[i] = __float2half_rn(accum ? t + __half2float(y[i]) : t);
+}
+
+static int conv_tap_gemm(DittoBackend *be, const ConvGeom *g, int64_t H, int64_t W, int64_t Hin, int64_t Win, const DittoTensor *x,
+                         const DittoTensor *w, const DittoTensor *bias, bool accum, DittoTensor *y)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    const int kh = (int)g->k[1], kw = (int)g->k[2], kk = kh * kw, O = (int)g->O;
+    const int Tp = (kk * O + 7) / 8 * 8, P = (int)(Hin * Win), C = (int)g->C, splits = tap_gemm_splits(C), Kc = C / splits;
+    const size_t wt_bytes = ((size_t)C * Tp * sizeof(__half) + 255) & ~(size_t)255, z_item = (size_t)splits * P * Tp * sizeof(float);
+    const int64_t per = (int64_t)(TG_Z_BYTES / z_item) < g->N ? (int64_t)(TG_Z_BYTES / z_item) : g->N;   /* items a round */
+    char *ws;
+    DITTO_TRY(ditto_cuda_workspace(be, wt_bytes + (size_t)per * z_item, (void **)&ws));
+    __half *wt = (__half *)ws;
+    float *z = (float *)(ws + wt_bytes);
+    k_tap_w<<<ditto_cuda_blocks((int64_t)C * Tp, 256), 256, 0, cu->stream>>>((const __half *)w->data, wt, C, O, kk, Tp);
+    DITTO_CUDA_LAUNCHED(be);
+    const float one = 1.0f, zero = 0.0f;
+    const void *bp = bias ? bias->data : NULL;
+    const bool bh = bias && bias->dtype == DITTO_F16;
+    for (int64_t n0 = 0; n0 < g->N; n0 += per) {
+        const int64_t nr = g->N - n0 < per ? g->N - n0 : per;
+        for (int64_t n = 0; n < nr; n++) {
+            /* column-major, range r: Z_r^T (P, Tp) = x_r^T (P, Kc) * Wt_r (Kc, Tp); x_r is (P, Kc), Wt_r (Tp, Kc) column-major */
+            const __half *xn = (const __half *)x->data + (n0 + n) * (int64_t)C * P;
+            DITTO_CUBLAS_CHECK(be, cublasGemmStridedBatchedEx(cu->cublas, CUBLAS_OP_N, CUBLAS_OP_T, P, Tp, Kc, &one, xn, CUDA_R_16F, P,
+                                                              (long long)Kc * P, wt, CUDA_R_16F, Tp, (long long)Kc * Tp, &zero,
+                                                              z + n * (int64_t)splits * P * Tp, CUDA_R_32F, P, (long long)P * Tp, splits,
+                                                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        }
+        const int64_t total = nr * O * H * W;
+        __half *yr = (__half *)y->data + n0 * O * H * W;
+#define TG_SUM(KSV)                                                                                                              \
+    k_tap_sum<KSV><<<(unsigned)((total + TS_X - 1) / TS_X), dim3(TS_X, kh), 0, cu->stream>>>(                                    \
+        z, bp, bh, accum, yr, O, (int)H, (int)W, (int)Hin, (int)Win, kh, kw, (int)g->pb[1], (int)g->pb[2], Tp, splits, total)
+        if (kh == 7 && kw == 7)
+            TG_SUM(7);
+        else if (kh == 3 && kw == 3)
+            TG_SUM(3);
+        else
+            TG_SUM(0);
+#undef TG_SUM
+        DITTO_CUDA_LAUNCHED(be);
+    }
+    return 0;
+}
+
+/*
  * Whether k_conv_small_o runs this convolution; (*H, *W, *Hin, *Win) the 2-D
  * view it uses, *flat when that view is the flattened volume of a 1x1(x1).
  */
@@ -2472,7 +2625,10 @@ static int conv_nchw(DittoBackend *be, const DittoConvParams *p, const DittoTens
         DittoTensor wc;
         void *tmp;
         DITTO_TRY(w_contiguous(be, w, &wc, &tmp));
-        DITTO_TRY(release_w(be, tmp, conv_small_o(be, &g, soH, soW, soHin, soWin, flat, x, &wc, bias, p->accumulate, y)));
+        if (tap_gemm_fits(&g, soHin, soWin, flat))
+            DITTO_TRY(release_w(be, tmp, conv_tap_gemm(be, &g, soH, soW, soHin, soWin, x, &wc, bias, p->accumulate, y)));
+        else
+            DITTO_TRY(release_w(be, tmp, conv_small_o(be, &g, soH, soW, soHin, soWin, flat, x, &wc, bias, p->accumulate, y)));
         return bias_act(be, y, NULL, p->relu, false, g.O, g.out_vol);
     }
     if (f16 && mode == 2 && g.C > 0 && g.in_vol > 0 && depth_split_fits(&g)) {
