@@ -64,10 +64,11 @@ static bool parse_int(const char **s, const char *stops, int64_t *v)
 bool ditto_conv_choice_parse(char *line, const char *scope, DittoConvChoice *c)
 {
     const size_t ls = strlen(scope);
-    if (strncmp(line, "v1|", 3) || strncmp(line + 3, scope, ls) || line[3 + ls] != '|')
+    const size_t lv = strlen(DITTO_CONV_CHOICES_VERSION);
+    if (strncmp(line, DITTO_CONV_CHOICES_VERSION, lv) || line[lv] != '|' || strncmp(line + lv + 1, scope, ls) || line[lv + 1 + ls] != '|')
         return false;
     memset(c, 0, sizeof *c);
-    const char *p = line + 4 + ls;
+    const char *p = line + lv + 2 + ls;
     for (int i = 0; i < DITTO_CONV_KEY_LEN; i++) {
         if (!parse_int(&p, i + 1 < DITTO_CONV_KEY_LEN ? "," : "|", &c->key[i]) || !*p)
             return false;
@@ -117,7 +118,7 @@ int ditto_conv_choice_format(const DittoConvChoice *c, const char *scope, char *
         if (c->knob_type[i] < 0)
             return -1;
     size_t k = 0;
-    bool ok = put(out, n, &k, "v1|%s|", scope);
+    bool ok = put(out, n, &k, "%s|%s|", DITTO_CONV_CHOICES_VERSION, scope);
     for (int i = 0; ok && i < DITTO_CONV_KEY_LEN; i++)
         ok = put(out, n, &k, "%s%lld", i ? "," : "", (long long)c->key[i]);
     if (c->legacy) {

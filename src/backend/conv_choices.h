@@ -6,10 +6,13 @@
  *
  * DITTO_CACHE_DIR, else $XDG_CACHE_HOME/ditto, else $HOME/.cache/ditto;
  * file conv-engines.txt, one line per geometry, appended:
- *   v1|<scope>|<the 25 key numbers, comma-separated>|legacy
- *   v1|<scope>|<key>|<engine index>|<knob type>:<value>,...
- * where scope is "<device>|<cuDNN version>". Lines of another scope and
- * malformed ones are skipped when reading. A key whose last number is not 0
+ *   v2|<scope>|<the 25 key numbers, comma-separated>|legacy
+ *   v2|<scope>|<key>|<engine index>|<knob type>:<value>,...
+ * where scope is "<device>|<cuDNN version>". Lines of another scope or
+ * version and malformed ones are skipped when reading. The version moves
+ * when the rules of the choice change, so an older file is tuned again: v2,
+ * fused choices made at one item are also checked per item at eight (v1's
+ * could be ones that never batch). A key whose last number is not 0
  * names a convolution with its epilogue (bias, relu, residual) fused: there
  * "legacy" means the epilogue keeps its own pass, engine 1073741824 (2^30)
  * cuDNN's legacy fused call, any other engine a fused graph.
@@ -24,6 +27,7 @@
 #define DITTO_CONV_KEY_LEN 25
 #define DITTO_CONV_MAX_KNOBS 24
 #define DITTO_CONV_CHOICES_FILE "conv-engines.txt"
+#define DITTO_CONV_CHOICES_VERSION "v2"
 #define DITTO_CONV_CHOICES_MAX ((size_t)1 << 20)   /* bytes read at most */
 #define DITTO_CONV_SCOPE_MAX 300
 

@@ -101,7 +101,7 @@ static void test_lines(TestCtx *c)
     int parsed = 0, wrong = 0;
     for (size_t i = 0; i < sizeof tails / sizeof *tails; i++) {
         char l[1024];
-        snprintf(l, sizeof l, "v1|%s|%s%s", SCOPE, key, tails[i]);
+        snprintf(l, sizeof l, "v2|%s|%s%s", SCOPE, key, tails[i]);
         DittoConvChoice out;
         bool ok = ditto_conv_choice_parse(l, SCOPE, &out);
         parsed += ok;
@@ -112,8 +112,8 @@ static void test_lines(TestCtx *c)
     snprintf(k24, sizeof k24, "%s", key);
     *strrchr(k24, ',') = 0;
     snprintf(k26, sizeof k26, "%s,9", key);
-    const char *heads[] = { "v1|NVIDIA_H200|91400", "v1|NVIDIA_H200|91400", "v1|NVIDIA_H200|91400", "v2|NVIDIA_H200|91400",
-                            "v1|NVIDIA_H200|91401", "v1|NVIDIA_H100|91400", "v1|NVIDIA_H200|914" };
+    const char *heads[] = { "v2|NVIDIA_H200|91400", "v2|NVIDIA_H200|91400", "v2|NVIDIA_H200|91400", "v1|NVIDIA_H200|91400",
+                            "v2|NVIDIA_H200|91401", "v2|NVIDIA_H100|91400", "v2|NVIDIA_H200|914" };
     const char *keys[] = { k24, k26, "0,1,2,3,4,5,6,7,8,9,10,11,12,a,14,15,16,17,18,19,20,21,22,23,24", key, key, key, key };
     for (size_t i = 0; i < sizeof heads / sizeof *heads; i++) {
         char l[1024];
@@ -123,7 +123,7 @@ static void test_lines(TestCtx *c)
     }
     /* more knobs than a choice holds */
     char many[4096];
-    snprintf(many, sizeof many, "v1|%s|%s|62|", SCOPE, key);
+    snprintf(many, sizeof many, "v2|%s|%s|62|", SCOPE, key);
     for (int i = 0; i <= DITTO_CONV_MAX_KNOBS; i++)
         snprintf(many + strlen(many), sizeof many - strlen(many), "%s%d:1", i ? "," : "", i);
     DittoConvChoice out;
@@ -162,8 +162,8 @@ static void test_file(TestCtx *c)
     rc |= ditto_conv_choices_append(dir, path, SCOPE, &b);
     FILE *f = fopen(path, "ab");                                   /* garbage and a truncated last line */
     if (f) {
-        fputs("garbage\n\n\nv1|NVIDIA_H200|91400|1,2\n", f);
-        fputs("v1|NVIDIA_H200|91400|0,1,2", f);
+        fputs("garbage\n\n\nv2|NVIDIA_H200|91400|1,2\n", f);
+        fputs("v2|NVIDIA_H200|91400|0,1,2", f);
         fclose(f);
     }
     rc |= ditto_conv_choices_read(path, SCOPE, &got, &n);
