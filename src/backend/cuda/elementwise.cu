@@ -698,10 +698,10 @@ static __global__ void binary_kernel(const __grid_constant__ EwDims d, int kind,
 }
 
 /*
- * f16 operands, 8 elements a thread (binary_h8: y and a in y's layout, b's
- * innermost dim contiguous, broadcast elsewhere, e.g. the warp's occlusion
- * multiply (B,256,64,64) * (B,1,64,64)): the same float expression as
- * binary_kernel, so the same bits.
+ * f16 operands, 8 elements a thread (binary_h8_fits: every operand's
+ * innermost dim contiguous, the others broadcast or strided by multiples of
+ * 8, e.g. the warp's occlusion multiply (B,256,64,64) * (B,1,64,64)): the
+ * same float expression as binary_kernel, so the same bits.
  */
 static __global__ void binary_h8_kernel(const __grid_constant__ EwDims d, int kind, uint4 *y, const uint4 *a, const __half *b)
 {
