@@ -65,11 +65,6 @@ int ditto_nn_conv_bn_act(DittoBackend *be, DittoArena *ws, const DittoConvParams
                          const DittoTensor *x, DittoTensor *y);
 
 /*
- * 0 when t is a contiguous float32 tensor of exactly (ndim, shape) on be's
- * device; else DITTO_ERR_SHAPE, logged as "<what>: <name> is <shape>,
- * expected a contiguous float32 <shape> on the <backend> backend".
- */
-/*
  * y = x with the channel axis moved last (to_last: (N,C,*sp) -> (N,*sp,C))
  * or back to dim 1, for 4-D and 5-D x: a copy from a permuted view.
  */
@@ -90,6 +85,11 @@ int ditto_nn_upsample_last(DittoBackend *be, const DittoTensor *x, DittoTensor *
  */
 int ditto_nn_layout_forced(int set, const char *env, const char *first, const char *last, int *cache);
 
+/*
+ * 0 when t is a contiguous float32 tensor of exactly (ndim, shape) on be's
+ * device; else DITTO_ERR_SHAPE, logged as "<what>: <name> is <shape>,
+ * expected a contiguous float32 <shape> on the <backend> backend".
+ */
 int ditto_nn_check_tensor(DittoBackend *be, const char *what, const char *name, const DittoTensor *t, int ndim, const int64_t *shape);
 
 #endif
