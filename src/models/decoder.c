@@ -594,7 +594,7 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
     /* the feature (also the SPADE label map) channels-last, once */
     if (nhwc) {
         TRY(new_act(ws, m->act, true, B, m->c_in, H, W, &feat));
-        TRY(ditto_nn_relayout(be, feature, true, &feat));                                             /* (B,64,64,256) */
+        TRY(ditto_nn_relayout(be, feature, true, &feat));                                    /* (B,64,64,256) */
     }
 
     /* x = fc(feature) */
@@ -677,7 +677,7 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
             TRY(ditto_nn_new(ws, m->act, &cp, DITTO_SHAPE(nb, H, W, iw->shape[0])));
             TRY(ditto_op_conv(be, &pad1_act, &x, iw, ib, &cp));                              /* (B,256,256,16) */
             TRY(ditto_tensor_slice(&cp, 3, 0, 3 * r * r, 1, &cv));
-            TRY(ditto_nn_relayout(be, &cv, false, &c_img));                                           /* (B,12,256,256) */
+            TRY(ditto_nn_relayout(be, &cv, false, &c_img));                                  /* (B,12,256,256) */
         } else {
             TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &x, &x));
             TRY(ditto_op_conv(be, &pad1, &x, &m->img_w, &m->img_b, &c_img));                /* (B,12,256,256) */
