@@ -759,19 +759,36 @@ done:
 
 /*
  * The hourglass input (dm_input) of items f_s, kp into x in the hourglass's
- * layout: channels-first it is written there; channels-last it goes through
- * a channels-first scratch copy, released before return.
+ * layout: channels-first it is written there; channels-last motion_input
+ * writes x's first 110 channels through a channels-last view and the
+ * padding channels are zeroed; with taps (which report contiguous tensors)
+ * through a channels-first scratch copy, released before return.
  */
 static int hg_input(DittoWarp *m, DittoArena *ws, bool nhwc, const DittoTensor *f_s, const DittoTensor *kp_source,
                     const DittoTensor *kp_driving, DittoTensor *x, const DittoTap *tap)
 {
     if (!nhwc)
         return dm_input(m, ws, f_s, kp_source, kp_driving, x, tap);
-    const int64_t D = f_s->shape[2], H = f_s->shape[3], W = f_s->shape[4], K1 = m->num_kp + 1;
+    const int64_t D = f_s->shape[2], H = f_s->shape[3], W = f_s->shape[4], c = (m->num_kp + 1) * (m->c_compress + 1);
+    static int direct = -1;   /* DITTO_WARP_HG_INPUT=scratch (measurements): through the scratch copy without taps too */
+    if (direct < 0) {
+        const char *e = getenv("DITTO_WARP_HG_INPUT");
+        direct = !(e && !strcmp(e, "scratch"));
+    }
+    if (direct && !(tap && tap->fn)) {
+        DittoTensor xs, xv, pad;
+        DITTO_TRY(ditto_tensor_slice(x, 4, 0, c, 1, &xs));
+        DITTO_TRY(ditto_tensor_permute(&xs, (const int[]){ 0, 4, 1, 2, 3 }, &xv));   /* (B,110,D,H,W) over (B,D,H,W,112) */
+        DITTO_TRY(dm_input(m, ws, f_s, kp_source, kp_driving, &xv, NULL));
+        if (x->shape[4] == c)
+            return 0;
+        DITTO_TRY(ditto_tensor_slice(x, 4, c, x->shape[4], 1, &pad));
+        return ditto_op_fill(m->be, 0.0f, &pad);
+    }
     DittoArenaMark mk = ditto_arena_mark(ws);
     DittoTensor hg_in;
     int rc;
-    TRY(ditto_nn_new(ws, m->act, &hg_in, DITTO_SHAPE(f_s->shape[0], K1 * (m->c_compress + 1), D, H, W)));
+    TRY(ditto_nn_new(ws, m->act, &hg_in, DITTO_SHAPE(f_s->shape[0], c, D, H, W)));
     TRY(dm_input(m, ws, f_s, kp_source, kp_driving, &hg_in, tap));
     TRY(hg_input_last(m, &hg_in, x));
 done:

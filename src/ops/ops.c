@@ -566,6 +566,15 @@ static int check_motion(DittoBackend *be, DittoOp op, const DittoMotionParams *p
     return 0;
 }
 
+/* motion_input's y (5-D): contiguous, or channels-last (channel stride 1, positions evenly apart, no two elements at one address) */
+static bool motion_y_layout(const DittoTensor *y)
+{
+    if (ditto_tensor_is_contiguous(y))
+        return true;
+    const int64_t *s = y->stride, *n = y->shape;
+    return s[1] == 1 && s[4] >= n[1] && s[3] == n[4] * s[4] && s[2] == n[3] * s[3] && s[0] >= n[2] * s[2];
+}
+
 int ditto_op_motion_input(DittoBackend *be, const DittoMotionParams *p, const DittoTensor *grid, const DittoTensor *kp_d, const DittoTensor *kp_s,
                           const DittoTensor *feat, DittoTensor *y, DittoTensor *motion)
 {
@@ -574,7 +583,8 @@ int ditto_op_motion_input(DittoBackend *be, const DittoMotionParams *p, const Di
     DITTO_TRY(check_motion(be, DITTO_OP_MOTION_INPUT, p, grid, kp_d, kp_s, dhw, &N, &K));
     if (!feat || !y)
         return DITTO_ERR_INVAL;
-    DITTO_TRY(check_dense(be, DITTO_OP_MOTION_INPUT, 2, (const char *const[]){ "feat", "y" }, (const DittoTensor *const[]){ feat, y }));
+    DITTO_TRY(check_dense(be, DITTO_OP_MOTION_INPUT, 1, (const char *const[]){ "feat" }, (const DittoTensor *const[]){ feat }));
+    DITTO_TRY(check_float(be, DITTO_OP_MOTION_INPUT, "y", y));
     if (feat->ndim != 5 || feat->shape[0] != N || feat->shape[1] < 1 || feat->shape[2] != dhw[0] || feat->shape[3] != dhw[1] ||
         feat->shape[4] != dhw[2])
         return bad_shape(be, DITTO_OP_MOTION_INPUT, "feat (N,c,D,H,W) against grid (D,H,W,3)", feat, grid);
@@ -582,6 +592,9 @@ int ditto_op_motion_input(DittoBackend *be, const DittoMotionParams *p, const Di
     DittoTensor want = ditto_tensor(NULL, y->dtype, 5, ys);
     if (!ditto_tensor_same_shape(y, &want))
         return bad_shape(be, DITTO_OP_MOTION_INPUT, "y must be (N,(K+1)(c+1),D,H,W)", y, &want);
+    if (!motion_y_layout(y))
+        return ditto_fail(&be->log, DITTO_ERR_INVAL, "op %s: y %s must be contiguous or a channels-last view", ditto_op_name(DITTO_OP_MOTION_INPUT),
+                          SHAPE(y));
     DITTO_TRY(check_f32_shape(be, DITTO_OP_MOTION_INPUT, "motion", motion, 6, (const int64_t[]){ N, K + 1, dhw[0], dhw[1], dhw[2], 3 }, true));
     CALL(DITTO_OP_MOTION_INPUT, feat, y, be->ops.motion_input(be, p, grid, kp_d, kp_s, feat, y, motion));
 }

@@ -416,7 +416,10 @@ int ditto_op_grid_sample(struct DittoBackend *be, bool align_corners, const Ditt
  *            |v|^2 summed in double over (x, y, z) and rounded to float32
  *   y[n, m(c+1)] = heat_m, y[n, m(c+1) + 1 + j] = grid_sample(feat[n, j], S_m)
  *            (trilinear, zeros padding, align_corners false)
- * y (N,(K+1)(c+1),D,H,W); motion (N,K+1,D,H,W,3) float32, or NULL, gets S.
+ * y (N,(K+1)(c+1),D,H,W), contiguous or a channels-last view (channel
+ * stride 1, the positions of an item evenly apart: a channel slice of an
+ * (N,D,H,W,C') tensor, which the warp's channels-last hourglass reads);
+ * motion (N,K+1,D,H,W,3) float32, or NULL, gets S.
  * These are the float32 operations of the unfused chain (sub, sum of
  * squares, scale, exp, sub, add, grid_sample), element for element.
  */

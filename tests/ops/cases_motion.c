@@ -146,26 +146,40 @@ static bool check_f32_out(TestCtx *c, const char *name, int rc, TT *t, const dou
 
 /* ---- motion_input ---- */
 
-static void input_case(TestCtx *c, int64_t N, int64_t K, int64_t C, const int64_t *dhw, bool coord, double variance, bool want_motion)
+/*
+ * last: y is the channels-last view of channels 0.. of a zeroed (N,D,H,W,
+ * (K+1)(C+1)+3) tensor (the warp's hourglass input), checked whole: the
+ * three channels past y stay 0.
+ */
+static void input_case_y(TestCtx *c, int64_t N, int64_t K, int64_t C, const int64_t *dhw, bool coord, double variance, bool want_motion,
+                         bool last)
 {
     char name[160];
-    snprintf(name, sizeof name, "motion_input n%lld k%lld c%lld (%lld,%lld,%lld) %s grid var %g%s", (long long)N, (long long)K,
+    snprintf(name, sizeof name, "motion_input n%lld k%lld c%lld (%lld,%lld,%lld) %s grid var %g%s%s", (long long)N, (long long)K,
              (long long)C, (long long)dhw[0], (long long)dhw[1], (long long)dhw[2], coord ? "coord" : "random", variance,
-             want_motion ? "" : " no motion");
+             want_motion ? "" : " no motion", last ? " y channels-last" : "");
     if (!test_selected(c, name))
         return;
     MotionCase k;
     motion_setup(c, &k, N, K, dhw, coord);
     const int64_t M = K + 1, P = dhw[0] * dhw[1] * dhw[2];
     TT *feat = new_rand(c, 5, (const int64_t[]){ N, C, dhw[0], dhw[1], dhw[2] }, -1, 1);
-    TT *y = new_out(c, DITTO_F32, 5, (const int64_t[]){ N, M * (C + 1), dhw[0], dhw[1], dhw[2] });
+    const int64_t MC = M * (C + 1), CL = MC + 3;
+    TT *y = new_out(c, DITTO_F32, 5, (const int64_t[]){ N, MC, dhw[0], dhw[1], dhw[2] });
+    TT *yl = last ? new_out(c, DITTO_F32, 5, (const int64_t[]){ N, dhw[0], dhw[1], dhw[2], CL }) : NULL;
+    View yv = view_of(y);
+    if (yl) {
+        yv = view_permute(view_slice(view_of(yl), 4, 0, MC, 1), (const int[]){ 0, 4, 1, 2, 3 });
+        if (ditto_op_fill(c->be, 0.0f, &yl->dev) < 0)
+            test_report(c, name, false, "cannot zero the channels-last tensor");
+    }
     TT *motion = NULL;
     if (want_motion) {
         motion = tt_new_f32dev(c, 6, (const int64_t[]){ N, M, dhw[0], dhw[1], dhw[2], 3 });
         tt_to_dev(motion);
     }
     const DittoMotionParams p = { variance };
-    int rc = ditto_op_motion_input(c->be, &p, &k.grid->dev, &k.kp_d->dev, &k.kp_s->dev, &feat->dev, &y->dev, motion ? &motion->dev : NULL);
+    int rc = ditto_op_motion_input(c->be, &p, &k.grid->dev, &k.kp_d->dev, &k.kp_s->dev, &feat->dev, &yv.d, motion ? &motion->dev : NULL);
 
     double *yref = ref_new(y), *mref = motion ? ref_new(motion) : NULL;
     const double a = -0.5 / variance;
@@ -184,7 +198,19 @@ static void input_case(TestCtx *c, int64_t N, int64_t K, int64_t C, const int64_
             }
     char label[200];
     snprintf(label, sizeof label, "%s.y", name);
-    op_check(c, label, rc, y, yref, 5e-6, 2e-5);
+    if (yl) {   /* the reference in yl's layout, 0 past y's channels */
+        double *lref = ref_new(yl);
+        for (int64_t i = 0; i < N * P * CL; i++)
+            lref[i] = 0.0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t ch = 0; ch < MC; ch++)
+                for (int64_t q = 0; q < P; q++)
+                    lref[(n * P + q) * CL + ch] = yref[(n * MC + ch) * P + q];
+        op_check(c, label, rc, yl, lref, 5e-6, 2e-5);
+        free(lref);
+    } else {
+        op_check(c, label, rc, y, yref, 5e-6, 2e-5);
+    }
     if (motion) {
         snprintf(label, sizeof label, "%s.motion", name);
         check_f32_out(c, label, rc, motion, mref, 1e-6, 1e-6);
@@ -193,8 +219,14 @@ static void input_case(TestCtx *c, int64_t N, int64_t K, int64_t C, const int64_
     free(mref);
     tt_free(feat);
     tt_free(y);
+    tt_free(yl);
     tt_free(motion);
     motion_free(&k);
+}
+
+static void input_case(TestCtx *c, int64_t N, int64_t K, int64_t C, const int64_t *dhw, bool coord, double variance, bool want_motion)
+{
+    input_case_y(c, N, K, C, dhw, coord, variance, want_motion, false);
 }
 
 /* ---- motion_deform ---- */
@@ -315,6 +347,11 @@ static void motion_negative(TestCtx *c)
         expect_rc(c, "motion negative: input y 11 channels", ditto_op_motion_input(be, &p, g, kd, ks, &feat->dev, &y11->dev, NULL), DITTO_ERR_SHAPE);
         expect_rc(c, "motion negative: input y K(c+1) channels", ditto_op_motion_input(be, &p, g, kd, ks, &feat->dev, &y9->dev, NULL), DITTO_ERR_SHAPE);
         expect_rc(c, "motion negative: input motion without keypoint 0", ditto_op_motion_input(be, &p, g, kd, ks, &feat->dev, &y->dev, &mk->dev), DITTO_ERR_SHAPE);
+        TT *yt = tt_new(c, DITTO_F32, 5, (const int64_t[]){ 2, 12, 3, 5, 4 });   /* y with H and W swapped in memory: neither layout */
+        View ytv = view_permute(view_of(yt), (const int[]){ 0, 1, 2, 4, 3 });
+        expect_rc(c, "motion negative: input y neither contiguous nor channels-last", ditto_op_motion_input(be, &p, g, kd, ks, &feat->dev, &ytv.d, NULL),
+                  DITTO_ERR_INVAL);
+        tt_free(yt);
         if (gpu) {   /* float16 tensors exist only off the CPU (there the dtype check comes first) */
             TT *m16 = tt_new_f16dev(c, 6, (const int64_t[]){ 2, 4, 3, 4, 5, 3 });
             expect_rc(c, "motion negative: input motion float16", ditto_op_motion_input(be, &p, g, kd, ks, &feat->dev, &y->dev, &m16->dev), DITTO_ERR_INVAL);
@@ -528,6 +565,11 @@ void test_ops_motion(TestCtx *c)
     input_case(c, 1, 21, 1, s1688, false, 0.3, true);
     input_case(c, 2, 3, 1, s114, false, 0.3, true);       /* sizes of 1: the unnormalised coordinate is g / 2 */
     input_case(c, 2, 0, 4, s356, false, 0.3, true);       /* only the zero keypoint: heat 0, S = G */
+    /* y channels-last (CUDA: a thread per (position, motion)), with the general kernel (c 1, 3) and the 4-channel one */
+    input_case_y(c, 2, 3, 4, s475, true, 0.3, true, true);
+    input_case_y(c, 3, 21, 4, s356, false, 0.01, false, true);
+    input_case_y(c, 2, 3, 1, s475, false, 0.3, true, true);
+    input_case_y(c, 1, 2, 3, s356, true, 0.3, false, true);
     /* motion_deform: logits in [-4, 4], and offset by 1000 */
     deform_case(c, 1, 1, s356, true, 0, true);
     deform_case(c, 2, 3, s475, false, 0, true);

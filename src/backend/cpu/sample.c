@@ -386,6 +386,7 @@ typedef struct MotionCtx {
     const float *grid, *kd, *ks;     /* grid (D,H,W,3), kd / ks (N,K,3) */
     const float *x;                  /* motion_input: feat (N,c,D,H,W); motion_deform: logits (N,K+1,D,H,W) */
     float *y, *motion;               /* motion_input: y (N,(K+1)(c+1),D,H,W), S (N,K+1,D,H,W,3) or NULL */
+    int64_t ysn, ysc, ysp;           /* motion_input: y's strides of item, channel, position (channels-last views too) */
     float *deform, *mask;            /* motion_deform: (N,D,H,W,3), (N,K+1,D,H,W) or NULL */
     float a;                         /* (float)(-0.5 / variance) */
     int64_t N, K, c, D, H, W;
@@ -412,11 +413,11 @@ static void motion_input_task(void *arg, int t)
         const int64_t d = u % mc->D, m = u / mc->D % K1, n = u / mc->D / K1;
         const float *kd = motion_kp(mc->kd, n, mc->K, m), *ks = motion_kp(mc->ks, n, mc->K, m);
         const float *xn = mc->x + n * mc->c * vol;
-        float *yh = mc->y + (n * K1 * c1 + m * c1) * vol + d * HW;   /* channel m(c+1), depth d */
+        float *yh = mc->y + n * mc->ysn + m * c1 * mc->ysc + d * HW * mc->ysp;   /* channel m(c+1), depth d */
         for (int64_t p = 0; p < HW; p++) {
             float S[3], ad, as;
             motion_point(mc->grid + (d * HW + p) * 3, kd, ks, mc->a, S, &ad, &as);
-            yh[p] = expf(ad) - expf(as);
+            yh[p * mc->ysp] = expf(ad) - expf(as);
             if (mc->motion)
                 for (int i = 0; i < 3; i++)
                     mc->motion[(((n * K1 + m) * mc->D + d) * HW + p) * 3 + i] = S[i];
@@ -428,7 +429,7 @@ static void motion_input_task(void *arg, int t)
                 float acc = 0.0f;
                 for (int k = 0; k < nt; k++)
                     acc += xc[off[k]] * w[k];
-                yh[(1 + j) * vol + p] = acc;
+                yh[(1 + j) * mc->ysc + p * mc->ysp] = acc;
             }
         }
     }
@@ -439,7 +440,8 @@ static int cpu_motion_input(DittoBackend *be, const DittoMotionParams *p, const 
 {
     MotionCtx mc = { .grid = grid->data, .kd = kp_d->data, .ks = kp_s->data, .x = feat->data, .y = y->data,
                      .motion = motion ? motion->data : NULL, .a = (float)(-0.5 / p->variance), .N = kp_d->shape[0], .K = kp_d->shape[1],
-                     .c = feat->shape[1], .D = grid->shape[0], .H = grid->shape[1], .W = grid->shape[2] };
+                     .c = feat->shape[1], .D = grid->shape[0], .H = grid->shape[1], .W = grid->shape[2],
+                     .ysn = y->stride[0], .ysc = y->stride[1], .ysp = y->stride[4] };
     mc.units = mc.N * (mc.K + 1) * mc.D;
     mc.ntasks = task_count(mc.units);
     ditto_pool_run(be->pool, mc.ntasks, motion_input_task, &mc);

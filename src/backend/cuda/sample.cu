@@ -476,6 +476,8 @@ typedef struct MotionArgs {
     const float *grid, *kd, *ks;      /* grid (D,H,W,3), kd / ks (N,K,3) */
     const void *x;                    /* motion_input: feat (N,c,D,H,W); motion_deform: logits (N,K+1,D,H,W) */
     void *y;                          /* motion_input: (N,(K+1)(c+1),D,H,W) */
+    int64_t ysn, ysc, ysp;            /* motion_input: y's strides of item, channel, position */
+    bool mfast;                       /* motion_input: points t = ((n, position), m), m fastest (channels-last y) */
     float *motion, *deform, *mask;    /* (N,K+1,D,H,W,3) or NULL; (N,D,H,W,3); (N,K+1,D,H,W) or NULL */
     bool xh, yh;
     float a;                          /* (float)(-0.5 / variance) */
@@ -511,22 +513,26 @@ static __device__ __forceinline__ void motion_kps(const MotionArgs &a, int64_t n
 }
 
 /*
- * Both motion_input kernels' head for point t = ((n, m), position): its
- * motion S, the heatmap difference written to channel m (c + 1) of item n
- * (c1 = c + 1), the motion when asked; returns that channel's index.
+ * Both motion_input kernels' head for point t, ((n, m), position), or ((n,
+ * position), m) with a.mfast (a warp's channels-last writes then land in a
+ * few rows): its motion S, the heatmap difference written to channel m (c +
+ * 1) of item n (c1 = c + 1), the motion when asked; returns that channel's
+ * element offset (the next channels are a.ysc apart). The same values
+ * either way.
  */
 static __device__ __forceinline__ int64_t motion_head(const MotionArgs &a, int64_t t, int64_t vol, int64_t c1, float S[3], int64_t *n)
 {
-    const int64_t p = t % vol, nm = t / vol, m = nm % (a.K + 1);
+    const int64_t K1 = a.K + 1;
+    const int64_t m = a.mfast ? t % K1 : t / vol % K1, p = a.mfast ? t / K1 % vol : t % vol;
     float kd[3], ks[3], ad, as;
-    *n = nm / (a.K + 1);
+    *n = a.mfast ? t / K1 / vol : t / vol / K1;
     motion_kps(a, *n, m, kd, ks);
     motion_point(a.grid + p * 3, kd, ks, a.a, S, &ad, &as);
-    const int64_t yb = (nm * c1) * vol + p;
+    const int64_t yb = *n * a.ysn + m * c1 * a.ysc + p * a.ysp;
     ditto_st(a.y, yb, __fsub_rn(expf(ad), expf(as)), a.yh);
     if (a.motion)
         for (int i = 0; i < 3; i++)
-            a.motion[t * 3 + i] = S[i];
+            a.motion[((*n * K1 + m) * vol + p) * 3 + i] = S[i];
     return yb;
 }
 
@@ -541,7 +547,7 @@ static __global__ void motion_input_kernel(const __grid_constant__ MotionArgs a)
         const unsigned valid = point_taps(S, true, false, a.D, a.H, a.W, &base, w);
         const int64_t xn = n * a.c * vol + base;
         for (int64_t j = 0; j < a.c; j++)
-            ditto_st(a.y, yb + (1 + j) * vol, tap_sum(a.x, a.xh, xn + j * vol, HW, a.W, valid, w), a.yh);
+            ditto_st(a.y, yb + (1 + j) * a.ysc, tap_sum(a.x, a.xh, xn + j * vol, HW, a.W, valid, w), a.yh);
     }
 }
 
@@ -584,7 +590,7 @@ static __global__ void motion_input_c4_kernel(const __grid_constant__ MotionArgs
         }
 #pragma unroll
         for (int j = 0; j < 4; j++)
-            ditto_st(a.y, yb + (1 + j) * vol, acc[j], a.yh);
+            ditto_st(a.y, yb + (1 + j) * a.ysc, acc[j], a.yh);
     }
 }
 
@@ -595,6 +601,10 @@ static int cuda_motion_input(DittoBackend *be, const DittoMotionParams *p, const
     DITTO_TRY(float_dtype(be, "motion_input", "feat", feat, &a.xh));
     DITTO_TRY(float_dtype(be, "motion_input", "y", y, &a.yh));
     a.y = y->data;
+    a.ysn = y->stride[0];
+    a.ysc = y->stride[1];
+    a.ysp = y->stride[4];
+    a.mfast = a.ysc < a.ysp;
     a.motion = motion ? (float *)motion->data : NULL;
     a.c = feat->shape[1];
     a.total = kp_d->shape[0] * (a.K + 1) * a.D * a.H * a.W;
