@@ -34,3 +34,27 @@ void ditto_backend_close(DittoBackend **be)
         *be = NULL;
     }
 }
+
+int ditto_backend_halves(DittoBackend *be, int64_t n, DittoArena *const ws[2], DittoHalfFn fn, void *ctx)
+{
+    if (n < 2)
+        return fn(ctx, 0, n, ws[0]);
+    const int64_t h = (n + 1) / 2;
+    const bool lanes = be->lane_select && be->lane_wait;
+    int rc = lanes ? be->lane_wait(be, 1, 0) : 0;
+    if (rc < 0)
+        return rc;
+    rc = fn(ctx, 0, h, ws[0]);
+    if (rc >= 0 && lanes)
+        rc = be->lane_select(be, 1);
+    if (rc >= 0)
+        rc = fn(ctx, h, n - h, ws[1]);
+    if (lanes) {   /* back on lane 0 and joined, also after an error (a capture must end there) */
+        int rc2 = be->lane_select(be, 0);
+        if (rc2 >= 0)
+            rc2 = be->lane_wait(be, 0, 1);
+        if (rc >= 0)
+            rc = rc2;
+    }
+    return rc;
+}

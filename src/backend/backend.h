@@ -104,8 +104,31 @@ typedef struct DittoBackend {
     int (*capture_end)(struct DittoBackend *be, void **graph);
     int (*graph_launch)(struct DittoBackend *be, void *graph);
     void (*graph_free)(struct DittoBackend *be, void *graph);
+    /*
+     * Lanes (NULL on backends without them: everything runs in order): two
+     * streams of work that may run concurrently, also inside one captured
+     * graph. lane_select(be, i) sends the ops that follow to lane i (0: the
+     * main one; each lane has its own scratch, so two lanes may run ops
+     * at once); lane_wait(be, i, j) makes lane i's later work wait for
+     * everything issued on lane j so far. sync waits for every lane; capture
+     * begins and ends on lane 0, with every other lane joined back
+     * (lane_wait(be, 0, j)) before capture_end.
+     */
+    int (*lane_select)(struct DittoBackend *be, int lane);
+    int (*lane_wait)(struct DittoBackend *be, int lane, int on);
     void *priv;
 } DittoBackend;
+
+/*
+ * fn over the items [0, n) of a batch in two halves: items [0, h) on lane 0
+ * with arena ws[0], [h, n) on lane 1 with ws[1], h = (n + 1) / 2; lane 1
+ * starts after lane 0's work issued so far, and lane 0's later work waits
+ * for both. Without lanes (or with n < 2) the halves run one after the
+ * other on the backend's one stream. The batch's ops are per item, so the
+ * results are those of one call over [0, n).
+ */
+typedef int (*DittoHalfFn)(void *ctx, int64_t first, int64_t count, DittoArena *ws);
+int ditto_backend_halves(DittoBackend *be, int64_t n, DittoArena *const ws[2], DittoHalfFn fn, void *ctx);
 
 /* name: "cpu" or "cuda". DITTO_ERR_UNSUPPORTED when not built in. */
 int ditto_backend_open(DittoBackend **out, const char *name, const DittoBackendParams *p);

@@ -28,6 +28,7 @@ int main(int argc, char **argv)
     test_ops_fused(&c);
     test_ops_motion(&c);
     test_ops_transfer(&c);
+    test_ops_lanes(&c);
     test_fp16_suspend(&c);   /* dtype is part of these contracts */
     test_ops_image(&c);
     test_ops_onnx(&c);

@@ -15,5 +15,6 @@ void test_ops_onnx(TestCtx *c);         /* gather, where, pad, resize, prelu, co
 void test_ops_fused(TestCtx *c);        /* film, ddim_step, layer_norm_rotary, randn */
 void test_ops_motion(TestCtx *c);       /* motion_input, motion_deform */
 void test_ops_transfer(TestCtx *c);     /* the backend's asynchronous device -> host copies */
+void test_ops_lanes(TestCtx *c);        /* the backend's lanes: a batch in two halves, eager and in one graph */
 
 #endif

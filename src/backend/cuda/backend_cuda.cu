@@ -1,4 +1,5 @@
 /* CUDA backend: device memory, one stream, cuBLAS and cuDNN handles, and the op table. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,9 +34,19 @@ struct DittoCudaAlloc {
     size_t size;
 };
 
+/* Workspace and scratch bytes of every lane (the selected one's are in cu's own fields). */
+static size_t lane_bytes(const DittoCuda *cu)
+{
+    size_t n = cu->workspace_size + cu->scratch_size;
+    for (int i = 0; i < DITTO_CUDA_LANES; i++)
+        if (i != cu->lane)
+            n += cu->lanes[i].workspace_size + cu->lanes[i].scratch_size;
+    return n;
+}
+
 static void note_peak(DittoCuda *cu)
 {
-    size_t now = cu->bytes_in_use + cu->workspace_size + cu->scratch_size;
+    size_t now = cu->bytes_in_use + lane_bytes(cu);
     if (now > cu->peak_bytes)
         cu->peak_bytes = now;
 }
@@ -140,7 +151,7 @@ static int cuda_mem_info(DittoBackend *be, DittoMemInfo *info)
     DittoCuda *cu = ditto_cuda(be);
     memset(info, 0, sizeof *info);
     pthread_mutex_lock(&cu->alloc_lock);
-    info->used = cu->bytes_in_use + cu->workspace_size + cu->scratch_size;
+    info->used = cu->bytes_in_use + lane_bytes(cu);
     info->peak = cu->peak_bytes;
     pthread_mutex_unlock(&cu->alloc_lock);
     size_t free_b = 0, total_b = 0;
@@ -212,7 +223,91 @@ static void cuda_host_free(DittoBackend *be, void *p)
 
 static int cuda_sync(DittoBackend *be)
 {
-    DITTO_CUDA_CHECK(be, cudaStreamSynchronize(ditto_cuda(be)->stream));
+    DittoCuda *cu = ditto_cuda(be);
+    DITTO_CUDA_CHECK(be, cudaStreamSynchronize(cu->stream));
+    for (int i = 0; i < DITTO_CUDA_LANES; i++)
+        if (i != cu->lane && cu->lanes[i].made)
+            DITTO_CUDA_CHECK(be, cudaStreamSynchronize(cu->lanes[i].stream));
+    return 0;
+}
+
+/* Swap the selected lane's resources out of cu's fields and lane i's in. */
+static void lane_swap(DittoCuda *cu, int i)
+{
+    DittoCudaLane *o = &cu->lanes[cu->lane], *n = &cu->lanes[i];
+    o->stream = cu->stream;
+    o->cublas = cu->cublas;
+    o->workspace = cu->workspace;
+    o->workspace_size = cu->workspace_size;
+    o->scratch = cu->scratch;
+    o->scratch_size = cu->scratch_size;
+    cu->stream = n->stream;
+    cu->cublas = n->cublas;
+    cu->workspace = n->workspace;
+    cu->workspace_size = n->workspace_size;
+    cu->scratch = n->scratch;
+    cu->scratch_size = n->scratch_size;
+    memset(n, 0, offsetof(DittoCudaLane, mark));   /* made stays true below */
+    n->made = true;
+    cu->lane = i;
+}
+
+/* Lane i's stream, cuBLAS handle (same math mode as lane 0's) and event, on first use. */
+static int lane_make(DittoBackend *be, int i)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    DittoCudaLane *l = &cu->lanes[i];
+    if (l->made)
+        return 0;
+    if (cudaStreamCreateWithPriority(&l->stream, cudaStreamNonBlocking, cu->stream_priority) != cudaSuccess) {
+        l->stream = NULL;
+        return ditto_fail(&be->log, DITTO_ERR_BACKEND, "backend 'cuda': cannot create the stream of lane %d", i);
+    }
+    if (cublasCreate(&l->cublas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(l->cublas, l->stream) != CUBLAS_STATUS_SUCCESS) {
+        if (l->cublas)
+            cublasDestroy(l->cublas);
+        l->cublas = NULL;
+        cudaStreamDestroy(l->stream);
+        l->stream = NULL;
+        return ditto_fail(&be->log, DITTO_ERR_BACKEND, "backend 'cuda': cannot initialise cuBLAS for lane %d", i);
+    }
+    cublasSetMathMode(l->cublas, (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+    l->made = true;
+    return 0;
+}
+
+static int cuda_lane_select(DittoBackend *be, int lane)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    if (lane < 0 || lane >= DITTO_CUDA_LANES)
+        return DITTO_ERR_INVAL;
+    if (lane == cu->lane)
+        return 0;
+    DITTO_TRY(lane_make(be, lane));
+    lane_swap(cu, lane);
+    DITTO_CUDNN_CHECK(be, cudnnSetStream(cu->cudnn, cu->stream));
+    return 0;
+}
+
+static cudaStream_t lane_stream(DittoCuda *cu, int i)
+{
+    return i == cu->lane ? cu->stream : cu->lanes[i].stream;
+}
+
+static int cuda_lane_wait(DittoBackend *be, int lane, int on)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    if (lane < 0 || lane >= DITTO_CUDA_LANES || on < 0 || on >= DITTO_CUDA_LANES)
+        return DITTO_ERR_INVAL;
+    if (lane == on)
+        return 0;
+    DITTO_TRY(lane_make(be, lane));
+    DITTO_TRY(lane_make(be, on));
+    DittoCudaLane *l = &cu->lanes[on];
+    if (!l->mark)
+        DITTO_CUDA_CHECK(be, cudaEventCreateWithFlags(&l->mark, cudaEventDisableTiming));
+    DITTO_CUDA_CHECK(be, cudaEventRecord(l->mark, lane_stream(cu, on)));
+    DITTO_CUDA_CHECK(be, cudaStreamWaitEvent(lane_stream(cu, lane), l->mark, 0));
     return 0;
 }
 
@@ -284,6 +379,23 @@ static void cuda_destroy(DittoBackend *be)
 {
     DittoCuda *cu = ditto_cuda(be);
     if (cu) {
+        if (cu->lane != 0)
+            lane_swap(cu, 0);
+        for (int i = 0; i < DITTO_CUDA_LANES; i++) {
+            DittoCudaLane *l = &cu->lanes[i];
+            if (i != 0 && l->stream) {
+                cudaStreamSynchronize(l->stream);
+                if (l->workspace)
+                    cudaFree(l->workspace);
+                if (l->scratch)
+                    cudaFree(l->scratch);
+                if (l->cublas)
+                    cublasDestroy(l->cublas);
+                cudaStreamDestroy(l->stream);
+            }
+            if (l->mark)
+                cudaEventDestroy(l->mark);
+        }
         if (cu->stream)
             cudaStreamSynchronize(cu->stream);
         if (cu->copy_stream) {
@@ -392,11 +504,15 @@ extern "C" int ditto_backend_cuda_open(DittoBackend **out, const DittoBackendPar
     be->capture_end = cuda_capture_end;
     be->graph_launch = cuda_graph_launch;
     be->graph_free = cuda_graph_free;
+    be->lane_select = cuda_lane_select;
+    be->lane_wait = cuda_lane_wait;
     cu->device = p->device_index;
     int rc = 0;
     int prio_least = 0, prio_greatest = 0;
     if (p->high_priority && cudaDeviceGetStreamPriorityRange(&prio_least, &prio_greatest) != cudaSuccess)
         prio_greatest = 0;
+    cu->stream_priority = p->high_priority ? prio_greatest : 0;
+    cu->lanes[0].made = true;
     const cudaError_t se = cudaSetDevice(cu->device);
     if (se == cudaSuccess)
         set_sync_mode(&p->log);

@@ -18,8 +18,27 @@ extern "C" {
 #include "core/log.h"
 }
 
+/* Lanes (DittoBackend.lane_select): 0 is the main stream; lane 1 is made on first use. */
+#define DITTO_CUDA_LANES 2
+typedef struct DittoCudaLane {
+    bool made;
+    cudaStream_t stream;
+    cublasHandle_t cublas;
+    void *workspace, *scratch;
+    size_t workspace_size, scratch_size;
+    cudaEvent_t mark;         /* lane_wait: recorded on this lane, waited on by another */
+} DittoCudaLane;
+
 typedef struct DittoCuda {
     int device;
+    int stream_priority;
+    /*
+     * stream, cublas, workspace and scratch are the selected lane's (every op
+     * uses these); lanes[lane] holds nothing while it is selected, the other
+     * entries hold their lane's (ditto_cuda_lane_select swaps them).
+     */
+    int lane;
+    DittoCudaLane lanes[DITTO_CUDA_LANES];
     cudaStream_t stream;
     cudaStream_t copy_stream; /* download_async's copies and notifications, behind copy_after on stream */
     cudaEvent_t copy_after;   /* recorded on stream by download_async: the copy starts after that work */
