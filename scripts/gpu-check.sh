@@ -148,13 +148,15 @@ e2e_checks() {
     # no --rgb-checksum here: hashing the RGB frames too makes the consumer slower than the GPU
     timeout 150 $E2E --verbose --json "$OUT/bench_e2e.json" 2>&1 | grep -vE "SYNTHETIC WEIGHTS|debug" | tee -a "$OUT/summary.txt"
     # the same frames whatever the batch, the paste-back's device or graphs on/off
-    log "the same with --rgb-checksum, --batch 3, DITTO_POST=host (CPU paste-back), DITTO_GRAPHS=0 (checksums must match)"
+    log "the same with --rgb-checksum, --batch 3, DITTO_POST=host (CPU paste-back), DITTO_GRAPHS=0, DITTO_LANES=1 (checksums must match)"
     timeout 150 $E2E --rgb-checksum 2>&1 | grep -E "checksum|wall" | tee -a "$OUT/summary.txt"
     timeout 150 $E2E --rgb-checksum --batch 3 --json "$OUT/bench_e2e_b3.json" 2>&1 | grep -E "checksum|wall" | tee -a "$OUT/summary.txt"
     DITTO_POST=host timeout 150 $E2E --rgb-checksum --json "$OUT/bench_e2e_hostpost.json" 2>&1 | grep -E "checksum|wall|putback|color" \
         | tee -a "$OUT/summary.txt"
     DITTO_GRAPHS=0 timeout 150 $E2E --rgb-checksum --json "$OUT/bench_e2e_nograph.json" 2>&1 | grep -E "checksum|wall|warp|decode" \
         | tee -a "$OUT/summary.txt"
+    DITTO_LANES=1 timeout 150 $E2E --rgb-checksum --json "$OUT/bench_e2e_lane1.json" 2>&1 | grep -E "checksum|wall|warp|decode" \
+        | sed 's/^/[DITTO_LANES=1] /' | tee -a "$OUT/summary.txt"
     log "GPU frames vs the cpu backend (float32), 3.2 s of audio, first 8 frames"
     timeout 300 $E2E --seconds 3.2 --parity-cpu 8 --json "$OUT/bench_e2e_parity.json" 2>&1 | grep -E "vs cpu|failed" \
         | tee -a "$OUT/summary.txt"
@@ -218,10 +220,13 @@ $BUILD/ditto bench --backend cuda --batch $B --iters $IT --json "$OUT/bench_cuda
 log "ditto bench --fp16 (cuda, official sizes, synthetic weights, float16 storage)"
 $BUILD/ditto bench --backend cuda --fp16 --batch 1,8 --iters $IT --json "$OUT/bench_cuda_f16.json" 2>&1 | tee -a "$OUT/summary.txt"
 
-log "ditto bench --fp16 --graph (each stage replayed as a CUDA graph)"
+log "ditto bench --fp16 --graph (each stage replayed as a CUDA graph; two render lanes, as a session runs)"
 $BUILD/ditto bench --backend cuda --fp16 --graph --loop --fidelity --verbose --batch 1,4,8,16 --iters $IT --json "$OUT/bench_cuda_f16_graph.json" \
     >"$OUT/bench_f16_graph.txt" 2>&1
 grep -vE "^ditto: (debug|info)|^\[" "$OUT/bench_f16_graph.txt" | tee -a "$OUT/summary.txt"
+log "ditto bench --fp16 --graph --lanes 1 (one stream: warp and decoder timed apart)"
+$BUILD/ditto bench --backend cuda --fp16 --graph --lanes 1 --batch 8 --iters $IT --json "$OUT/bench_cuda_f16_graph_lane1.json" 2>&1 \
+    | grep -vE "^ditto: (debug|info)|^\[" | tee -a "$OUT/summary.txt"
 grep -cE "batched \(algo" "$OUT/bench_f16_graph.txt" | sed 's/^/conv plans checked bit-identical per item (batched): /' | tee -a "$OUT/summary.txt"
 grep -cE "item by item \(algo" "$OUT/bench_f16_graph.txt" | sed 's/^/conv plans that differ per item (run item by item): /' | tee -a "$OUT/summary.txt"
 

@@ -65,6 +65,13 @@ static void usage(FILE *f)
             "  --profile[=N]    after the timed runs of each batch size, one more run with\n"
             "                   per-op timing; prints the N most expensive op/shape groups\n"
             "                   (default 40) and the time per op type\n"
+            "  --lanes N        1 or 2: with 2, warp and decoder run as one stage, the first\n"
+            "                   half of the batch on the backend's main stream and the second\n"
+            "                   on a second one, so the GPU overlaps them (on the cpu the\n"
+            "                   halves run in turn), and the images are checked against a\n"
+            "                   serial run; default: as a render session (2 on cuda, 1 on the\n"
+            "                   cpu; DITTO_LANES=1|2 overrides); --lanes 1 times warp and\n"
+            "                   decoder apart\n"
             "  --quiet          print only the table\n"
             "  --verbose        log backend decisions (e.g. which convolutions run batched)\n"
             "  -h, --help       this text\n\n"
@@ -381,6 +388,29 @@ static int fidelity(DittoBackend *be, DittoStitch *st, DittoWarp *warp, DittoDec
     return rc;
 }
 
+/* --lanes 2: warp then decoder of the items [first, first + count) of the bench tensors. */
+typedef struct WdHalf {
+    DittoWarp *warp;
+    DittoDecoder *dec;
+    BenchIO *io;
+} WdHalf;
+
+static int wd_half(void *ctx, int64_t first, int64_t count, DittoArena *ws)
+{
+    WdHalf *w = ctx;
+    BenchIO *io = w->io;
+    DittoTensor f_s, kp_s, kp_n, wout, img;
+    const int64_t e = first + count;
+    int rc = ditto_tensor_slice(&io->f_s, 0, first, e, 1, &f_s);
+    if (!rc) rc = ditto_tensor_slice(&io->kp_s, 0, first, e, 1, &kp_s);
+    if (!rc) rc = ditto_tensor_slice(&io->kp_n, 0, first, e, 1, &kp_n);
+    if (!rc) rc = ditto_tensor_slice(&io->wout, 0, first, e, 1, &wout);
+    if (!rc) rc = ditto_tensor_slice(&io->img, 0, first, e, 1, &img);
+    if (!rc) rc = ditto_warp_forward(w->warp, ws, &f_s, &kp_s, &kp_n, &wout, NULL);
+    if (!rc) rc = ditto_decoder_forward(w->dec, ws, &wout, &img, NULL);
+    return rc;
+}
+
 int ditto_cmd_bench(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
@@ -390,13 +420,14 @@ int ditto_cmd_bench(int argc, char **argv)
             return ditto_bench_lmdm(argc, argv);
     const char *backend = "cpu", *json = NULL, *batches = "1";
     int iters = -1, warmup = 1, threads = 0, small = 0, quiet = 0, fp16 = 0, profile = 0, graph = 0, verbose = 0, fid = 0, loop = 0;
+    int lanes = 0;
     static const struct option opts[] = {
         { "backend", required_argument, 0, 'b' }, { "batch", required_argument, 0, 'B' }, { "iters", required_argument, 0, 'n' },
         { "warmup", required_argument, 0, 'w' },  { "threads", required_argument, 0, 't' }, { "small", no_argument, 0, 's' },
         { "json", required_argument, 0, 'j' },    { "quiet", no_argument, 0, 'q' },         { "help", no_argument, 0, 'h' },
         { "fp16", no_argument, 0, 'f' },          { "profile", optional_argument, 0, 'P' },
         { "graph", no_argument, 0, 'g' },         { "verbose", no_argument, 0, 'v' },     { "fidelity", no_argument, 0, 'F' },
-        { "loop", no_argument, 0, 'L' },
+        { "loop", no_argument, 0, 'L' },         { "lanes", required_argument, 0, 'l' },
         { 0, 0, 0, 0 },
     };
     int c;
@@ -416,6 +447,7 @@ int ditto_cmd_bench(int argc, char **argv)
         case 'v': verbose = 1; break;
         case 'F': fid = 1; break;
         case 'L': loop = 1; break;
+        case 'l': lanes = atoi(optarg); break;
         case 'P': profile = optarg ? atoi(optarg) : 40; if (profile <= 0) profile = 40; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -430,6 +462,10 @@ int ditto_cmd_bench(int argc, char **argv)
     bp.nthreads = threads;
     bp.fp16 = fp16;
     bp.log = ditto_logger_stderr(verbose ? DITTO_LOG_DEBUG : DITTO_LOG_WARN);
+    if (lanes < 0 || lanes > 2) {
+        fprintf(stderr, "ditto bench: --lanes takes 1 or 2\n");
+        return 2;
+    }
     DittoBackend *be = NULL;
     if (ditto_backend_open(&be, backend, &bp) < 0)
         return 1;
@@ -442,6 +478,10 @@ int ditto_cmd_bench(int argc, char **argv)
     }
     if (graph && warmup < 1)
         warmup = 1;   /* capture needs settled sizes: one run first */
+    if (!lanes) {   /* as pipeline.c chooses for a session */
+        const char *le = getenv("DITTO_LANES");
+        lanes = le && !strcmp(le, "1") ? 1 : le && !strcmp(le, "2") ? 2 : be->lane_select ? 2 : 1;
+    }
 
     int rc = 0;
     DittoCatalog *cw = NULL, *cg = NULL, *cs = NULL;
@@ -479,6 +519,9 @@ int ditto_cmd_bench(int argc, char **argv)
         fprintf(jf, "{\n  \"backend\": \"%s\",\n  \"dtype\": \"%s\",\n  \"size\": \"%s\",\n  \"cuda_graph\": %s,\n  \"results\": [",
                 be->name, ditto_dtype_name(be->act_dtype), full ? "official" : "small", graph ? "true" : "false");
     /* gpu peak: high-water mark of everything ditto holds on the device (weights, arena, buffers, workspace) so far */
+    if (lanes > 1)
+        printf("lanes 2: warp and decoder run as one stage, half of each batch on each lane (%s); the warp column is warp + decode\n",
+               be->lane_select ? "two streams" : "in turn on this backend");
     printf("%-6s %12s %12s %12s %12s %12s %10s %10s%s\n", "batch", "stitch ms/f", "warp ms/f", "decode ms/f", "post ms/f", "total ms/f", "frames/s", "arena MB",
            be->mem_info ? "  gpu peak MB" : "");
     int first = 1;
@@ -495,9 +538,12 @@ int ditto_cmd_bench(int argc, char **argv)
             break;
         }
         BenchIO io;
-        DittoArena ws;
+        DittoArena ws, ws2;
         ditto_arena_init(&ws, &be->allocator, 0);
+        ditto_arena_init(&ws2, &be->allocator, 0);
+        DittoArena *const wss[2] = { &ws, &ws2 };
         rc = io_alloc(&io, be, warp, dec, B, full, false);
+        WdHalf wdh = { warp, dec, &io };
         DittoTensor *f_s = &io.f_s, *kp_s = &io.kp_s, *kp_d = &io.kp_d, *kp_n = &io.kp_n, *wout = &io.wout, *img = &io.img;
         Stage sum = { 0 };
         void *gr[4] = { NULL, NULL, NULL, NULL };   /* --graph: stitch, warp, decode, post */
@@ -513,23 +559,26 @@ int ditto_cmd_bench(int argc, char **argv)
                     if (rc < 0)
                         break;
                     if (sgi == 0) rc = ditto_stitch_forward(st, &ws, kp_s, kp_d, kp_n, NULL);
-                    if (sgi == 1) rc = ditto_warp_forward(warp, &ws, f_s, kp_s, kp_n, wout, NULL);
-                    if (sgi == 2) rc = ditto_decoder_forward(dec, &ws, wout, img, NULL);
+                    if (sgi == 1) rc = lanes > 1 ? ditto_backend_halves(be, B, wss, wd_half, &wdh) : ditto_warp_forward(warp, &ws, f_s, kp_s, kp_n, wout, NULL);
+                    if (sgi == 2 && lanes == 1) rc = ditto_decoder_forward(dec, &ws, wout, img, NULL);
                     if (sgi == 3) rc = post_run(&post, be, img);
                     int rc2 = be->capture_end(be, &gr[sgi]);
                     if (!rc) rc = rc2;
                 }
                 if (!rc) rc = ditto_arena_reset(&ws);
+                if (!rc) rc = ditto_arena_reset(&ws2);
             }
             bool replay = graph && it >= warmup;
             double a = now_s();
             rc = replay ? be->graph_launch(be, gr[0]) : ditto_stitch_forward(st, &ws, kp_s, kp_d, kp_n, NULL);
             if (!rc) rc = be->sync(be);
             double b = now_s();
-            if (!rc) rc = replay ? be->graph_launch(be, gr[1]) : ditto_warp_forward(warp, &ws, f_s, kp_s, kp_n, wout, NULL);
+            if (!rc) rc = replay ? be->graph_launch(be, gr[1])
+                          : lanes > 1 ? ditto_backend_halves(be, B, wss, wd_half, &wdh)
+                                      : ditto_warp_forward(warp, &ws, f_s, kp_s, kp_n, wout, NULL);
             if (!rc) rc = be->sync(be);
             double c2 = now_s();
-            if (!rc) rc = replay ? be->graph_launch(be, gr[2]) : ditto_decoder_forward(dec, &ws, wout, img, NULL);
+            if (!rc && lanes == 1) rc = replay ? be->graph_launch(be, gr[2]) : ditto_decoder_forward(dec, &ws, wout, img, NULL);
             if (!rc) rc = be->sync(be);
             double d = now_s();
             if (!rc && loop) {
@@ -541,6 +590,7 @@ int ditto_cmd_bench(int argc, char **argv)
             }
             double e = now_s();
             if (!rc && !replay) rc = ditto_arena_reset(&ws);
+            if (!rc && !replay) rc = ditto_arena_reset(&ws2);
             if (it >= warmup) {
                 sum.stitch += b - a;
                 sum.warp += c2 - b;
@@ -582,6 +632,23 @@ int ditto_cmd_bench(int argc, char **argv)
                 }
             }
         }
+        if (!rc && lanes > 1) {
+            /* every item of the two-lane batch against one serial run of the whole batch */
+            size_t nb = ditto_tensor_nbytes(img);
+            unsigned char *h1 = malloc(nb), *h2 = malloc(nb);
+            if (!h1 || !h2)
+                rc = DITTO_ERR_NOMEM;
+            if (!rc) rc = be->download(be, h1, img->data, nb);
+            if (!rc) rc = ditto_warp_forward(warp, &ws, f_s, kp_s, kp_n, wout, NULL);
+            if (!rc) rc = ditto_decoder_forward(dec, &ws, wout, img, NULL);
+            if (!rc) rc = be->download(be, h2, img->data, nb);
+            if (!rc) rc = ditto_arena_reset(&ws);
+            if (!rc && !quiet)
+                fprintf(stderr, "ditto bench: batch %d: the two lanes' images %s one serial run's (all %d items)\n", B,
+                        memcmp(h1, h2, nb) ? "DIFFER from" : "are bit-identical to", B);
+            free(h1);
+            free(h2);
+        }
         if (!rc && profile) {
             /* one more run with per-op timing marks (not part of the timed numbers above) */
             rc = ditto_profile_start(be);
@@ -611,13 +678,17 @@ int ditto_cmd_bench(int argc, char **argv)
             char postc[32] = "           -";
             if (loop)
                 snprintf(postc, sizeof postc, "%12.2f", 1e3 * sum.post / n);
-            printf("%-6d %12.2f %12.2f %12.2f %s %12.2f %10.2f %10.0f%s\n", B, 1e3 * sum.stitch / n, 1e3 * sum.warp / n, 1e3 * sum.decode / n,
-                   postc, 1e3 * sum.total / n, n / sum.total, ws.peak / 1048576.0, gpu);
+            char decc[32] = "           -";   /* lanes: the decoder ran in the warp's stage */
+            if (lanes < 2)
+                snprintf(decc, sizeof decc, "%12.2f", 1e3 * sum.decode / n);
+            printf("%-6d %12.2f %12.2f %s %s %12.2f %10.2f %10.0f%s\n", B, 1e3 * sum.stitch / n, 1e3 * sum.warp / n, decc,
+                   postc, 1e3 * sum.total / n, n / sum.total, (ws.peak + ws2.peak) / 1048576.0, gpu);
             if (jf) {
                 fprintf(jf, "%s\n    {\"batch\": %d, \"iters\": %d, \"stitch_ms_per_frame\": %.4f, \"warp_ms_per_frame\": %.4f, "
                             "\"decode_ms_per_frame\": %.4f, \"total_ms_per_frame\": %.4f, \"fps\": %.3f, \"arena_mb\": %.1f",
                         first ? "" : ",", B, iters, 1e3 * sum.stitch / n, 1e3 * sum.warp / n, 1e3 * sum.decode / n, 1e3 * sum.total / n,
-                        n / sum.total, ws.peak / 1048576.0);
+                        n / sum.total, (ws.peak + ws2.peak) / 1048576.0);
+                fprintf(jf, ", \"lanes\": %d, \"warp_decode_ms_per_frame\": %.4f", lanes, 1e3 * (sum.warp + sum.decode) / n);
                 if (loop)
                     fprintf(jf, ", \"post_ms_per_frame\": %.4f, \"loop_side\": %d", 1e3 * sum.post / n, LOOP_SIDE);
                 if (have_mi)
@@ -627,6 +698,7 @@ int ditto_cmd_bench(int argc, char **argv)
             first = 0;
         }
         ditto_arena_free(&ws);
+        ditto_arena_free(&ws2);
         io_free(&io);
         post_close(&post, be);
         if (rc < 0)

@@ -83,6 +83,7 @@ struct DittoModels {
     pthread_mutex_t mu;
     bool busy;                 /* a session is open */
     bool serialize;            /* network stages take turns (CPU backend) */
+    int lanes;                 /* 2: a batch's warp and decoder in two halves on the backend's two lanes (render.c) */
     pthread_mutex_t compute;   /* the turn */
     double gate_wait;          /* seconds HuBERT calls waited for their turn (the open session's) */
 };
@@ -353,13 +354,35 @@ static int warm_post(DittoModels *m)
 }
 
 /* The render networks at batch B: their convolution plans, and the arena size a session's first batch needs. */
+typedef struct WarmHalf {
+    DittoModels *m;
+    const DittoTensor *f_s, *feat, *img;
+    DittoTensor x_s, x_d;
+} WarmHalf;
+
+/* Warm-up warp + decoder of items [a, a + n). */
+static int warm_half(void *ctx, int64_t a, int64_t n, DittoArena *ws)
+{
+    WarmHalf *w = ctx;
+    DittoTensor f_s, feat, img, x_s, x_d;
+    const int64_t e = a + n;
+    int rc = ditto_tensor_slice(w->f_s, 0, a, e, 1, &f_s);
+    if (rc >= 0) rc = ditto_tensor_slice(w->feat, 0, a, e, 1, &feat);
+    if (rc >= 0) rc = ditto_tensor_slice(w->img, 0, a, e, 1, &img);
+    if (rc >= 0) rc = ditto_tensor_slice(&w->x_s, 0, a, e, 1, &x_s);
+    if (rc >= 0) rc = ditto_tensor_slice(&w->x_d, 0, a, e, 1, &x_d);
+    if (rc >= 0) rc = ditto_warp_forward(w->m->warp, ws, &f_s, &x_s, &x_d, &feat, NULL);
+    if (rc >= 0) rc = ditto_decoder_forward(w->m->decoder, ws, &feat, &img, NULL);
+    return rc;
+}
+
 static int warm_render(DittoModels *m, int B)
 {
     DittoBackend *be = m->be;
     const DittoDType act = be->act_dtype;
     const double t0 = ditto_now();
     int64_t fs[4], fe[4], im[4];
-    DittoArena ws;
+    DittoArena ws, ws2;
     DittoBuffer b_fs = { 0 }, b_kp = { 0 }, b_feat = { 0 }, b_img = { 0 };
     bool ws_ok = false;
     int rc = ditto_registrar_fs_shape(m->reg, fs);
@@ -380,21 +403,27 @@ static int warm_render(DittoModels *m, int B)
             rc = ditto_op_fill(be, 0.0f, ts[i]);
         }
     }
-    if (rc >= 0 && (rc = ditto_arena_init(&ws, &be->allocator, 0)) >= 0)
+    if (rc >= 0 && (rc = ditto_arena_init(&ws, &be->allocator, 0)) >= 0) {
+        ditto_arena_init(&ws2, &be->allocator, 0);
         ws_ok = true;
-    DittoTensor x_s, x_d;
-    if (rc >= 0 && (rc = ditto_tensor_select(&kp, 0, 0, &x_s)) >= 0 && (rc = ditto_tensor_select(&kp, 0, 1, &x_d)) >= 0 &&
-        (rc = ditto_warp_forward(m->warp, &ws, &f_s, &x_s, &x_d, &feat, NULL)) >= 0)
-        rc = ditto_decoder_forward(m->decoder, &ws, &feat, &img, NULL);
+    }
+    WarmHalf wh = { .m = m, .f_s = &f_s, .feat = &feat, .img = &img };
+    if (rc >= 0 && (rc = ditto_tensor_select(&kp, 0, 0, &wh.x_s)) >= 0 && (rc = ditto_tensor_select(&kp, 0, 1, &wh.x_d)) >= 0) {
+        DittoArena *const wss[2] = { &ws, &ws2 };   /* as a session's batches run: in halves with lanes */
+        rc = m->lanes > 1 ? ditto_backend_halves(be, B, wss, warm_half, &wh) : warm_half(&wh, 0, B, &ws);
+    }
     if (rc >= 0)
         rc = be->sync(be);
     if (rc >= 0 && ws_ok) {
-        /* sessions at this batch start with an arena of this size (the stitch stage's few KB on top): their first batch is captured */
+        /* sessions at this batch start with arenas of this size (the stitch stage's few KB on top): their first batch is captured */
+        const size_t peak = ws.peak > ws2.peak ? ws.peak : ws2.peak;
         m->warm_batch = B;
-        m->warm_arena = (ws.peak + ((size_t)1 << 20) + DITTO_ARENA_ALIGN - 1) / DITTO_ARENA_ALIGN * DITTO_ARENA_ALIGN;
+        m->warm_arena = (peak + ((size_t)1 << 20) + DITTO_ARENA_ALIGN - 1) / DITTO_ARENA_ALIGN * DITTO_ARENA_ALIGN;
     }
-    if (ws_ok)
+    if (ws_ok) {
         ditto_arena_free(&ws);
+        ditto_arena_free(&ws2);
+    }
     for (int i = 0; i < 4; i++)
         ditto_buffer_free(bufs[i]);
     if (rc < 0)
@@ -573,6 +602,15 @@ int ditto_models_open(DittoModels **out, const DittoModelsParams *p)
      * overlap with them. GPU stages run concurrently on their own streams.
      */
     m->serialize = m->be->device == DITTO_DEVICE_CPU;
+    /*
+     * Render lanes: on a backend with two streams a batch's warp and decoder
+     * run as two half batches at once, which fills the GPU where one stream
+     * leaves it idle (7 % more frames/s at B = 8 on the H200, docs/PERF.md).
+     * DITTO_LANES=1 turns it off; DITTO_LANES=2 also splits on the CPU (in
+     * turn: the tests check the frames do not change).
+     */
+    const char *lanes_env = getenv("DITTO_LANES");
+    m->lanes = lanes_env && !strcmp(lanes_env, "1") ? 1 : lanes_env && !strcmp(lanes_env, "2") ? 2 : m->be->lane_select ? 2 : 1;
 
     const uint64_t s0 = p->synthetic_seed;
     double t = ditto_now(), t_nets, t_hub, t_reg;
@@ -1284,7 +1322,7 @@ static int session_setup(DittoSession *s)
         .be = m->be, .warp = m->warp, .decoder = m->decoder, .stitch = m->stitch, .avatar = av, .is_image = s->is_image,
         .batch = s->B, .fade_type = (p->fade_in > 0 || p->fade_out > 0) ? DITTO_FADE_S : DITTO_FADE_NONE,
         .device_post = s->device_post, .graphs = !(graphs_env && !strcmp(graphs_env, "0")), .log = s->log,
-        .arena_bytes = m->warm_batch == s->B ? m->warm_arena : 0,
+        .arena_bytes = m->warm_batch == s->B ? m->warm_arena : 0, .lanes = m->lanes,
     };
     const double t_rend = ditto_now();
     if ((rc = ditto_renderer_open(&s->rend, &rc_cfg)) < 0)

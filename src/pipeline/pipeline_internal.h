@@ -36,7 +36,9 @@
  * CUDA graphs (graphs and a backend that captures): once a full batch has
  * run op by op, the warp and the decoder (+ HWC x 255) of a full batch are
  * captured and replayed from then on; they read and write fixed buffers,
- * so the frames are those of op-by-op execution.
+ * so the frames are those of op-by-op execution. With lanes = 2 the warp
+ * and the decoder are one stage over two half batches (two arenas, one
+ * graph), and the stage times report it as the warp's.
  */
 typedef struct DittoRenderer DittoRenderer;
 
@@ -52,7 +54,9 @@ typedef struct DittoRendererConfig {
     bool device_post;                       /* paste-back + yuv420p on be: run gives finished frames */
     bool graphs;                            /* replay full batches as CUDA graphs where be captures */
     size_t arena_bytes;                     /* 0, or the activation arena a full batch needs (from a warm-up of
-                                               the same batch): then the first full batch is captured already */
+                                               the same batch and lanes): then the first full batch is captured already */
+    int lanes;                              /* 2: warp + decoder as one stage, the two half batches on the backend's
+                                               two lanes (ditto_backend_halves); else 1 */
     DittoLogger log;
 } DittoRendererConfig;
 

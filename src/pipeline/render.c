@@ -29,7 +29,9 @@ struct DittoRenderer {
     int64_t fs_numel;            /* elements of one frame's f_s */
     bool fs_filled;              /* image: the batch f_s holds B copies already */
 
-    DittoArena ws;               /* network scratch */
+    DittoArena ws;               /* network scratch (lane 0's) */
+    DittoArena ws2;              /* lanes: lane 1's */
+    int lanes;                   /* 2: warp + decode as one stage, half the batch on each backend lane */
     DittoBuffer fs_all_buf;      /* (n_src, C, D, H, W): every source frame's f_s */
     DittoBuffer fs_buf;          /* (B, C, D, H, W) */
     DittoBuffer kp_buf;          /* x_s, x_d (B, 21, 3) each */
@@ -50,8 +52,8 @@ struct DittoRenderer {
     /* graphs */
     bool graphs;
     bool pad_tail;               /* short batches run as full ones (with graphs: no new plans or captures) */
-    void *g_warp, *g_dec;        /* full-batch warp / decoder (+ HWC x 255) */
-    void *g_base;                /* the arena block their scratch lies in */
+    void *g_warp, *g_dec;        /* full-batch warp / decoder (+ HWC x 255); lanes: g_warp is both, g_dec unused */
+    void *g_base, *g_base2;      /* the arena blocks their scratch lies in (ws, ws2) */
     int tries;
     int last_n;                  /* frames of the previous batch (the arena has settled for a full one) */
     bool presized;               /* the arena was made at a full batch's size: capture at once */
@@ -91,6 +93,7 @@ int ditto_renderer_open(DittoRenderer **out, const DittoRendererConfig *c)
     r->log = c->log;
     r->act = c->be->act_dtype;
     r->batch = c->batch;
+    r->lanes = c->lanes == 2 && c->batch > 1 ? 2 : 1;
     const DittoAvatar *av = c->avatar;
     const int64_t B = c->batch, n_src = av->n_frames;
     int rc;
@@ -133,13 +136,18 @@ int ditto_renderer_open(DittoRenderer **out, const DittoRendererConfig *c)
     const int64_t side = DITTO_RENDER_SIDE;
     const DittoDType act = r->act;
     r->presized = c->arena_bytes > 0;
-    if ((rc = ditto_arena_init(&r->ws, &r->be->allocator, c->arena_bytes)) < 0 || (rc = alloc_dt(r->be, &r->fs_all_buf, act, n_src * r->fs_numel)) < 0 ||
+    if ((rc = ditto_arena_init(&r->ws, &r->be->allocator, c->arena_bytes)) < 0 ||
+        (rc = ditto_arena_init(&r->ws2, &r->be->allocator, r->lanes > 1 ? c->arena_bytes : 0)) < 0 ||
+        (rc = alloc_dt(r->be, &r->fs_all_buf, act, n_src * r->fs_numel)) < 0 ||
         (rc = alloc_dt(r->be, &r->fs_buf, act, B * r->fs_numel)) < 0 || (rc = alloc_dt(r->be, &r->kp_buf, DITTO_F32, 2 * B * DITTO_KP_DIM)) < 0 ||
         (rc = alloc_dt(r->be, &r->feat_buf, act, B * r->feat_shape[1] * r->feat_shape[2] * r->feat_shape[3])) < 0 ||
         (rc = alloc_dt(r->be, &r->img_buf, act, B * 3 * side * side)) < 0 ||
         (rc = alloc_dt(r->be, &r->hwc_buf, DITTO_F32, B * 3 * side * side)) < 0)
         goto fail;
     r->graphs = c->graphs && r->be->capture_begin;
+    if (r->lanes > 1)
+        ditto_log(&r->log, DITTO_LOG_INFO, "render: warp and decoder of each batch in two halves of %d and %d frames%s", (c->batch + 1) / 2,
+                  c->batch / 2, r->be->lane_select ? " on two streams" : ", one after the other");
     /* DITTO_PAD_TAIL=1 pads short batches without graphs too (the tests check it changes no frame on the cpu) */
     const char *pad_env = getenv("DITTO_PAD_TAIL");
     r->pad_tail = r->graphs || (pad_env && !strcmp(pad_env, "1"));
@@ -202,6 +210,7 @@ void ditto_renderer_close(DittoRenderer **pr)
     ditto_buffer_free(&r->out_buf);
     ditto_motion_stitch_close(&r->ms);
     ditto_arena_free(&r->ws);
+    ditto_arena_free(&r->ws2);
     ditto_buffer_free(&r->fs_all_buf);
     ditto_buffer_free(&r->fs_buf);
     ditto_buffer_free(&r->kp_buf);
@@ -227,31 +236,77 @@ static int put_fs(DittoRenderer *r, int64_t b, int64_t src)
 
 #define TRY(expr) do { rc = (expr); if (rc < 0) goto done; } while (0)
 
-/* Warp of the n frames in the batch buffers: f_s, x_s, x_d -> feat. */
-static int run_warp(DittoRenderer *r, int64_t N)
+/* Items [a, a + n) of batch buffer b, as a tensor of shape (n, dims...). */
+static DittoTensor items(DittoRenderer *r, const DittoBuffer *b, DittoDType dt, int64_t a, int64_t n, int64_t d1, int64_t d2, int64_t d3,
+                         int64_t d4, int ndim)
 {
-    const int64_t *fs = r->av->fs_shape, *fe = r->feat_shape;
-    DittoTensor x_s = dev_tensor(r->be, &r->kp_buf, DITTO_F32, DITTO_SHAPE(N, DITTO_NUM_KP, 3));
-    DittoTensor x_d = x_s;
-    x_d.data = (float *)x_s.data + (int64_t)r->batch * DITTO_KP_DIM;
-    DittoTensor f_s = dev_tensor(r->be, &r->fs_buf, r->act, DITTO_SHAPE(N, fs[0], fs[1], fs[2], fs[3]));
-    DittoTensor feat = dev_tensor(r->be, &r->feat_buf, r->act, DITTO_SHAPE(N, fe[1], fe[2], fe[3]));
-    return ditto_warp_forward(r->warp, &r->ws, &f_s, &x_s, &x_d, &feat, NULL);
+    const int64_t per = d1 * d2 * d3 * (ndim > 4 ? d4 : 1);
+    DittoTensor t = ndim > 4 ? dev_tensor(r->be, b, dt, DITTO_SHAPE(n, d1, d2, d3, d4)) : dev_tensor(r->be, b, dt, DITTO_SHAPE(n, d1, d2, d3));
+    t.data = (char *)t.data + (size_t)(a * per) * ditto_dtype_size(dt);
+    return t;
 }
 
-/* Decoder of the n frames: feat -> img (n,3,512,512) -> hwc (n,512,512,3) float32 x 255. */
-static int run_decode(DittoRenderer *r, int64_t N)
+/* Warp of frames [a, a + n) of the batch buffers: f_s, x_s, x_d -> feat. */
+static int warp_items(DittoRenderer *r, int64_t a, int64_t n, DittoArena *ws)
+{
+    const int64_t *fs = r->av->fs_shape, *fe = r->feat_shape;
+    DittoTensor x_s = dev_tensor(r->be, &r->kp_buf, DITTO_F32, DITTO_SHAPE(n, DITTO_NUM_KP, 3));
+    x_s.data = (float *)x_s.data + a * DITTO_KP_DIM;
+    DittoTensor x_d = x_s;
+    x_d.data = (float *)x_s.data + (int64_t)r->batch * DITTO_KP_DIM;
+    DittoTensor f_s = items(r, &r->fs_buf, r->act, a, n, fs[0], fs[1], fs[2], fs[3], 5);
+    DittoTensor feat = items(r, &r->feat_buf, r->act, a, n, fe[1], fe[2], fe[3], 0, 4);
+    return ditto_warp_forward(r->warp, ws, &f_s, &x_s, &x_d, &feat, NULL);
+}
+
+static int run_warp(DittoRenderer *r, int64_t N)
+{
+    return warp_items(r, 0, N, &r->ws);
+}
+
+/* Decoder of frames [a, a + n): feat -> img (n,3,512,512) -> hwc (n,512,512,3) float32 x 255. */
+static int decode_items(DittoRenderer *r, int64_t a, int64_t N, DittoArena *ws)
 {
     const int64_t *fe = r->feat_shape, side = DITTO_RENDER_SIDE;
-    DittoTensor feat = dev_tensor(r->be, &r->feat_buf, r->act, DITTO_SHAPE(N, fe[1], fe[2], fe[3]));
-    DittoTensor img = dev_tensor(r->be, &r->img_buf, r->act, DITTO_SHAPE(N, 3, side, side));
-    DittoTensor hwc = dev_tensor(r->be, &r->hwc_buf, DITTO_F32, DITTO_SHAPE(N, side, side, 3));   /* the copy converts */
+    DittoTensor feat = items(r, &r->feat_buf, r->act, a, N, fe[1], fe[2], fe[3], 0, 4);
+    DittoTensor img = items(r, &r->img_buf, r->act, a, N, 3, side, side, 0, 4);
+    DittoTensor hwc = items(r, &r->hwc_buf, DITTO_F32, a, N, side, side, 3, 0, 4);   /* the copy converts */
     DittoTensor img_p;
-    DITTO_TRY(ditto_decoder_forward(r->decoder, &r->ws, &feat, &img, NULL));
+    DITTO_TRY(ditto_decoder_forward(r->decoder, ws, &feat, &img, NULL));
     DITTO_TRY(ditto_tensor_permute(&img, (const int[]){ 0, 2, 3, 1 }, &img_p));
     DITTO_TRY(ditto_op_copy(r->be, &img_p, &hwc));
     const DittoUnaryParams x255 = { DITTO_UNARY_AFFINE, 255.0f, 0.0f };
     return ditto_op_unary(r->be, &x255, &hwc, &hwc);
+}
+
+static int run_decode(DittoRenderer *r, int64_t N)
+{
+    return decode_items(r, 0, N, &r->ws);
+}
+
+static int wd_half(void *ctx, int64_t a, int64_t n, DittoArena *ws)
+{
+    DittoRenderer *r = ctx;
+    int rc = warp_items(r, a, n, ws);
+    return rc < 0 ? rc : decode_items(r, a, n, ws);
+}
+
+/*
+ * Lanes: warp and decoder of the first half of the batch on the backend's
+ * lane 0, of the second half on lane 1 (arena ws2), so the GPU overlaps
+ * them; every op is per item, so the frames are those of one lane.
+ */
+static int run_wd(DittoRenderer *r, int64_t N)
+{
+    DittoArena *const ws[2] = { &r->ws, &r->ws2 };
+    return ditto_backend_halves(r->be, N, ws, wd_half, r);
+}
+
+/* The arenas are one block each, where the graphs already captured have their scratch (ws2: unless lanes are off). */
+static bool arenas_in_place(const DittoRenderer *r)
+{
+    return r->ws.nblocks == 1 && (!r->g_base || r->g_base == r->ws.blocks[0].ptr) &&
+           (r->lanes < 2 || (r->ws2.nblocks == 1 && (!r->g_base2 || r->g_base2 == r->ws2.blocks[0].ptr)));
 }
 
 /*
@@ -262,15 +317,17 @@ static int run_decode(DittoRenderer *r, int64_t N)
 static int capture_stage(DittoRenderer *r, int64_t N, void **graph, int (*fn)(DittoRenderer *, int64_t))
 {
     DittoBackend *be = r->be;
-    const int grows = r->ws.grows;
-    DittoArenaMark mark = ditto_arena_mark(&r->ws);
+    const int grows = r->ws.grows, grows2 = r->ws2.grows;
+    DittoArenaMark mark = ditto_arena_mark(&r->ws), mark2 = ditto_arena_mark(&r->ws2);
     DITTO_TRY(be->capture_begin(be));
     int rc = fn(r, N);
     void *g = NULL;
     int rc2 = be->capture_end(be, &g);
-    if (rc >= 0 && rc2 >= 0 && g && r->ws.grows == grows && r->ws.nblocks == 1 && (!r->g_base || r->g_base == r->ws.blocks[0].ptr)) {
+    if (rc >= 0 && rc2 >= 0 && g && r->ws.grows == grows && r->ws2.grows == grows2 && arenas_in_place(r)) {
         *graph = g;
         r->g_base = r->ws.blocks[0].ptr;
+        if (r->lanes > 1)
+            r->g_base2 = r->ws2.blocks[0].ptr;
         ditto_log(&r->log, DITTO_LOG_DEBUG, "render: a stage of %lld frames captured as a graph", (long long)N);
         return 1;
     }
@@ -279,6 +336,7 @@ static int capture_stage(DittoRenderer *r, int64_t N, void **graph, int (*fn)(Di
     r->tries++;
     ditto_log(&r->log, DITTO_LOG_DEBUG, "render: graph capture dropped (%s); op by op", rc < 0 ? ditto_strerror(rc) : rc2 < 0 ? ditto_strerror(rc2) : "the arena grew");
     ditto_arena_release(&r->ws, mark);
+    ditto_arena_release(&r->ws2, mark2);
     return 0;
 }
 
@@ -290,13 +348,13 @@ static int capture_stage(DittoRenderer *r, int64_t N, void **graph, int (*fn)(Di
 static int run_stage(DittoRenderer *r, int64_t N, void **graph, int (*fn)(DittoRenderer *, int64_t))
 {
     DittoBackend *be = r->be;
-    if ((r->g_warp || r->g_dec) && (r->ws.nblocks != 1 || r->ws.blocks[0].ptr != r->g_base)) {
+    if ((r->g_warp || r->g_dec) && !arenas_in_place(r)) {
         /* the arena was re-folded (it grew in a stage that runs op by op): the captured scratch is gone */
         if (r->g_warp)
             be->graph_free(be, r->g_warp);
         if (r->g_dec)
             be->graph_free(be, r->g_dec);
-        r->g_warp = r->g_dec = r->g_base = NULL;
+        r->g_warp = r->g_dec = r->g_base = r->g_base2 = NULL;
         r->tries++;
     }
     if (*graph && N == r->batch)
@@ -314,10 +372,10 @@ int ditto_renderer_prepare(DittoRenderer *r)
     if (!r->graphs || !r->presized || r->g_warp || r->g_dec || r->tries >= GRAPH_TRIES)
         return 0;
     /* the stages' scratch as a batch lays it out: the warp's, then the decoder's on top (a batch's stitch scratch is dead by then) */
-    int rc = capture_stage(r, r->batch, &r->g_warp, run_warp);
-    if (rc > 0)
+    int rc = capture_stage(r, r->batch, &r->g_warp, r->lanes > 1 ? run_wd : run_warp);
+    if (rc > 0 && r->lanes < 2)
         rc = capture_stage(r, r->batch, &r->g_dec, run_decode);
-    if (ditto_arena_reset(&r->ws) < 0 && rc >= 0)
+    if ((ditto_arena_reset(&r->ws) < 0 || ditto_arena_reset(&r->ws2) < 0) && rc >= 0)
         rc = DITTO_ERR_NOMEM;
     return rc < 0 ? rc : 0;
 }
@@ -421,11 +479,12 @@ int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_
      * convolution plans serve it instead of new ones for a new size.
      */
     const int64_t Nr = r->pad_tail ? r->batch : N;
-    TRY(run_stage(r, Nr, &r->g_warp, run_warp));
+    TRY(run_stage(r, Nr, &r->g_warp, r->lanes > 1 ? run_wd : run_warp));
     TRY(be->sync(be));
     t2 = ditto_now();
 
-    TRY(run_stage(r, Nr, &r->g_dec, run_decode));
+    if (r->lanes < 2)   /* with lanes the decoder ran in the warp's stage */
+        TRY(run_stage(r, Nr, &r->g_dec, run_decode));
     if (!r->post) {
         TRY(be->download(be, out, r->hwc_buf.ptr, (size_t)(N * side * side * 3) * sizeof(float)));
         t3 = ditto_now();
@@ -447,7 +506,7 @@ int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_
         }
     }
 done:
-    if (ditto_arena_reset(&r->ws) < 0 && rc >= 0)
+    if ((ditto_arena_reset(&r->ws) < 0 || ditto_arena_reset(&r->ws2) < 0) && rc >= 0)
         rc = DITTO_ERR_NOMEM;
     if (rc < 0 && rc != DITTO_ERR_NOMEM)
         ditto_log(&r->log, DITTO_LOG_DEBUG, "render: batch at frame %lld failed: %s", (long long)g0, ditto_strerror(rc));
