@@ -268,6 +268,9 @@ int ditto_decoder_load(DittoDecoder **out, DittoBackend *be, DittoCatalog *cat)
     m->be = be;
     m->act = be->act_dtype;
     m->layout = -1;
+    const char *db = getenv("DITTO_DECODER_BUDGET_MB");   /* up-block chunk budget for memory/speed measurements */
+    if (db && atoi(db) > 0)
+        m->up_budget = (size_t)atoi(db) << 20;
     DittoLoader l;
     ditto_loader_init(&l, cat, be, &m->weights, "SPADE decoder", "");
     l.dtype = m->act;

@@ -380,6 +380,9 @@ int ditto_warp_load_ex(DittoWarp **out, DittoBackend *be, DittoCatalog *cat, boo
     if (rc < 0)
         goto fail;
     m->layout = -1;
+    const char *wb = getenv("DITTO_WARP_BUDGET_MB");   /* chunk budget for memory/speed measurements */
+    if (wb && atoi(wb) > 0)
+        m->budget = (size_t)atoi(wb) << 20;
     *out = m;
     return 0;
 fail:

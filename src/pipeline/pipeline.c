@@ -617,14 +617,6 @@ int ditto_models_open(DittoModels **out, const DittoModelsParams *p)
     if ((rc = load_networks(m, w, s0)) < 0)
         goto fail;
     t_nets = ditto_now();
-    {
-        /* chunk budgets of the render networks, for memory/speed measurements (DITTO_WARP_BUDGET_MB, DITTO_DECODER_BUDGET_MB) */
-        const char *wb = getenv("DITTO_WARP_BUDGET_MB"), *db = getenv("DITTO_DECODER_BUDGET_MB");
-        if (wb && atoi(wb) > 0)
-            ditto_warp_set_budget(m->warp, (size_t)atoi(wb) << 20);
-        if (db && atoi(db) > 0)
-            ditto_decoder_set_up_budget(m->decoder, (size_t)atoi(db) << 20);
-    }
 
     char hub[4096];
     const char *hub_path = NULL;
