@@ -236,26 +236,24 @@ static int put_fs(DittoRenderer *r, int64_t b, int64_t src)
 
 #define TRY(expr) do { rc = (expr); if (rc < 0) goto done; } while (0)
 
-/* Items [a, a + n) of batch buffer b, as a tensor of shape (n, dims...). */
-static DittoTensor items(DittoRenderer *r, const DittoBuffer *b, DittoDType dt, int64_t a, int64_t n, int64_t d1, int64_t d2, int64_t d3,
-                         int64_t d4, int ndim)
+/* Frames [a, a + n) of a full-batch tensor (the batch buffers hold r->batch frames). */
+static DittoTensor frames(DittoTensor all, int64_t a, int64_t n)
 {
-    const int64_t per = d1 * d2 * d3 * (ndim > 4 ? d4 : 1);
-    DittoTensor t = ndim > 4 ? dev_tensor(r->be, b, dt, DITTO_SHAPE(n, d1, d2, d3, d4)) : dev_tensor(r->be, b, dt, DITTO_SHAPE(n, d1, d2, d3));
-    t.data = (char *)t.data + (size_t)(a * per) * ditto_dtype_size(dt);
+    DittoTensor t = all;
+    ditto_tensor_slice(&all, 0, a, a + n, 1, &t);   /* cannot fail: 0 <= a < a + n <= batch */
     return t;
 }
 
 /* Warp of frames [a, a + n) of the batch buffers: f_s, x_s, x_d -> feat. */
 static int warp_items(DittoRenderer *r, int64_t a, int64_t n, DittoArena *ws)
 {
-    const int64_t *fs = r->av->fs_shape, *fe = r->feat_shape;
-    DittoTensor x_s = dev_tensor(r->be, &r->kp_buf, DITTO_F32, DITTO_SHAPE(n, DITTO_NUM_KP, 3));
-    x_s.data = (float *)x_s.data + a * DITTO_KP_DIM;
-    DittoTensor x_d = x_s;
-    x_d.data = (float *)x_s.data + (int64_t)r->batch * DITTO_KP_DIM;
-    DittoTensor f_s = items(r, &r->fs_buf, r->act, a, n, fs[0], fs[1], fs[2], fs[3], 5);
-    DittoTensor feat = items(r, &r->feat_buf, r->act, a, n, fe[1], fe[2], fe[3], 0, 4);
+    const int64_t *fs = r->av->fs_shape, *fe = r->feat_shape, B = r->batch;
+    DittoTensor kp = dev_tensor(r->be, &r->kp_buf, DITTO_F32, DITTO_SHAPE(2, B, DITTO_NUM_KP, 3)), kp_s, kp_d;
+    DITTO_TRY(ditto_tensor_select(&kp, 0, 0, &kp_s));
+    DITTO_TRY(ditto_tensor_select(&kp, 0, 1, &kp_d));
+    DittoTensor x_s = frames(kp_s, a, n), x_d = frames(kp_d, a, n);
+    DittoTensor f_s = frames(dev_tensor(r->be, &r->fs_buf, r->act, DITTO_SHAPE(B, fs[0], fs[1], fs[2], fs[3])), a, n);
+    DittoTensor feat = frames(dev_tensor(r->be, &r->feat_buf, r->act, DITTO_SHAPE(B, fe[1], fe[2], fe[3])), a, n);
     return ditto_warp_forward(r->warp, ws, &f_s, &x_s, &x_d, &feat, NULL);
 }
 
@@ -267,10 +265,10 @@ static int run_warp(DittoRenderer *r, int64_t N)
 /* Decoder of frames [a, a + n): feat -> img (n,3,512,512) -> hwc (n,512,512,3) float32 x 255. */
 static int decode_items(DittoRenderer *r, int64_t a, int64_t N, DittoArena *ws)
 {
-    const int64_t *fe = r->feat_shape, side = DITTO_RENDER_SIDE;
-    DittoTensor feat = items(r, &r->feat_buf, r->act, a, N, fe[1], fe[2], fe[3], 0, 4);
-    DittoTensor img = items(r, &r->img_buf, r->act, a, N, 3, side, side, 0, 4);
-    DittoTensor hwc = items(r, &r->hwc_buf, DITTO_F32, a, N, side, side, 3, 0, 4);   /* the copy converts */
+    const int64_t *fe = r->feat_shape, side = DITTO_RENDER_SIDE, B = r->batch;
+    DittoTensor feat = frames(dev_tensor(r->be, &r->feat_buf, r->act, DITTO_SHAPE(B, fe[1], fe[2], fe[3])), a, N);
+    DittoTensor img = frames(dev_tensor(r->be, &r->img_buf, r->act, DITTO_SHAPE(B, 3, side, side)), a, N);
+    DittoTensor hwc = frames(dev_tensor(r->be, &r->hwc_buf, DITTO_F32, DITTO_SHAPE(B, side, side, 3)), a, N);   /* the copy converts */
     DittoTensor img_p;
     DITTO_TRY(ditto_decoder_forward(r->decoder, ws, &feat, &img, NULL));
     DITTO_TRY(ditto_tensor_permute(&img, (const int[]){ 0, 2, 3, 1 }, &img_p));
