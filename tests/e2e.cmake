@@ -162,8 +162,16 @@ if(CMAKE_SCRIPT_MODE_FILE)
     # a video avatar loops back and forth: 50 output frames from a 7-frame loop
     tool(gen-wav ${WORK}/speech.wav 2.0 44100)
     tool(gen-video ${WORK}/loop.mp4 240 256 7)
-    render(--audio ${WORK}/speech.wav --avatar ${WORK}/loop.mp4 -o ${WORK}/out.mp4 --batch 3)
+    render(--audio ${WORK}/speech.wav --avatar ${WORK}/loop.mp4 -o ${WORK}/out.mp4 --batch 3 --frame-hashes ${WORK}/one.txt)
     check_mp4(${WORK}/out.mp4 50)
+    # render lanes with a video source (f_s per frame, copied before the split): the same frames
+    run(${CMAKE_COMMAND} -E env DITTO_LANES=2 DITTO_POST=device ${DITTO_EXE} render --weights synthetic --audio ${WORK}/speech.wav
+        --avatar ${WORK}/loop.mp4 -o ${WORK}/lanes.mp4 --batch 3 --frame-hashes ${WORK}/two.txt --quiet)
+    file(READ ${WORK}/one.txt one_)
+    file(READ ${WORK}/two.txt two_)
+    if(NOT rc EQUAL 0 OR NOT one_ STREQUAL two_)
+      fail("DITTO_LANES=2 (rc ${rc}) gave other frames of the video avatar than one lane")
+    endif()
   elseif(CHECK STREQUAL "determinism")
     make_inputs()
     foreach(run_ a b)
