@@ -353,7 +353,6 @@ static int warm_post(DittoModels *m)
     return rc < 0 ? ditto_fail(&m->log, rc, "warm-up of the paste-back: %s", ditto_strerror(rc)) : 0;
 }
 
-/* The render networks at batch B: their convolution plans, and the arena size a session's first batch needs. */
 typedef struct WarmHalf {
     DittoModels *m;
     const DittoTensor *f_s, *feat, *img;
@@ -376,6 +375,7 @@ static int warm_half(void *ctx, int64_t a, int64_t n, DittoArena *ws)
     return rc;
 }
 
+/* The render networks at batch B: their convolution plans, and the arena size a session's first batch needs. */
 static int warm_render(DittoModels *m, int B)
 {
     DittoBackend *be = m->be;
