@@ -399,16 +399,7 @@ static int wd_half(void *ctx, int64_t first, int64_t count, DittoArena *ws)
 {
     WdHalf *w = ctx;
     BenchIO *io = w->io;
-    DittoTensor f_s, kp_s, kp_n, wout, img;
-    const int64_t e = first + count;
-    int rc = ditto_tensor_slice(&io->f_s, 0, first, e, 1, &f_s);
-    if (!rc) rc = ditto_tensor_slice(&io->kp_s, 0, first, e, 1, &kp_s);
-    if (!rc) rc = ditto_tensor_slice(&io->kp_n, 0, first, e, 1, &kp_n);
-    if (!rc) rc = ditto_tensor_slice(&io->wout, 0, first, e, 1, &wout);
-    if (!rc) rc = ditto_tensor_slice(&io->img, 0, first, e, 1, &img);
-    if (!rc) rc = ditto_warp_forward(w->warp, ws, &f_s, &kp_s, &kp_n, &wout, NULL);
-    if (!rc) rc = ditto_decoder_forward(w->dec, ws, &wout, &img, NULL);
-    return rc;
+    return ditto_warp_decode_items(w->warp, w->dec, ws, &io->f_s, &io->kp_s, &io->kp_n, &io->wout, &io->img, first, count);
 }
 
 int ditto_cmd_bench(int argc, char **argv)

@@ -700,3 +700,17 @@ done:
     ditto_arena_release(ws, top);
     return rc;
 }
+
+int ditto_warp_decode_items(DittoWarp *w, DittoDecoder *d, DittoArena *ws, const DittoTensor *f_s, const DittoTensor *kp_source,
+                            const DittoTensor *kp_driving, DittoTensor *feature, DittoTensor *img, int64_t a, int64_t n)
+{
+    DittoTensor fs, ks, kd, fe, im;
+    const int64_t e = a + n;
+    DITTO_TRY(ditto_tensor_slice(f_s, 0, a, e, 1, &fs));
+    DITTO_TRY(ditto_tensor_slice(kp_source, 0, a, e, 1, &ks));
+    DITTO_TRY(ditto_tensor_slice(kp_driving, 0, a, e, 1, &kd));
+    DITTO_TRY(ditto_tensor_slice(feature, 0, a, e, 1, &fe));
+    DITTO_TRY(ditto_tensor_slice(img, 0, a, e, 1, &im));
+    DITTO_TRY(ditto_warp_forward(w, ws, &fs, &ks, &kd, &fe, NULL));
+    return ditto_decoder_forward(d, ws, &fe, &im, NULL);
+}

@@ -93,7 +93,8 @@ int ditto_decoder_out_shape(const DittoDecoder *m, const DittoTensor *feature, i
 int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *feature, DittoTensor *img, const DittoTap *tap);
 /*
  * Without taps, the up blocks run on chunks of items whose activations fit in
- * bytes (0: the default, 512 MiB); results do not depend on it. For tests.
+ * bytes (0: the default, 256 MiB, or DITTO_DECODER_BUDGET_MB at load);
+ * results do not depend on it. For tests.
  */
 void ditto_decoder_set_up_budget(DittoDecoder *m, size_t bytes);
 /*
@@ -103,6 +104,14 @@ void ditto_decoder_set_up_budget(DittoDecoder *m, size_t bytes);
  * (NHWC). Outputs agree within rounding (bit for bit on the CPU). For tests.
  */
 void ditto_decoder_set_layout(DittoDecoder *m, int nhwc);
+
+/*
+ * Warp then decoder of items [a, a + n) of the batch tensors f_s, kp_source,
+ * kp_driving -> feature -> img (each (B, ...)), scratch from ws: one half of
+ * a batch on a backend lane (ditto_backend_halves).
+ */
+int ditto_warp_decode_items(DittoWarp *w, DittoDecoder *d, DittoArena *ws, const DittoTensor *f_s, const DittoTensor *kp_source,
+                            const DittoTensor *kp_driving, DittoTensor *feature, DittoTensor *img, int64_t a, int64_t n);
 
 /* ---- StitchingNetwork (S): stitch_network.pth ('retarget_shoulder' MLP) ---- */
 typedef struct DittoStitch DittoStitch;

@@ -355,24 +355,14 @@ static int warm_post(DittoModels *m)
 
 typedef struct WarmHalf {
     DittoModels *m;
-    const DittoTensor *f_s, *feat, *img;
-    DittoTensor x_s, x_d;
+    const DittoTensor *f_s;
+    DittoTensor x_s, x_d, *feat, *img;
 } WarmHalf;
 
-/* Warm-up warp + decoder of items [a, a + n). */
 static int warm_half(void *ctx, int64_t a, int64_t n, DittoArena *ws)
 {
     WarmHalf *w = ctx;
-    DittoTensor f_s, feat, img, x_s, x_d;
-    const int64_t e = a + n;
-    int rc = ditto_tensor_slice(w->f_s, 0, a, e, 1, &f_s);
-    if (rc >= 0) rc = ditto_tensor_slice(w->feat, 0, a, e, 1, &feat);
-    if (rc >= 0) rc = ditto_tensor_slice(w->img, 0, a, e, 1, &img);
-    if (rc >= 0) rc = ditto_tensor_slice(&w->x_s, 0, a, e, 1, &x_s);
-    if (rc >= 0) rc = ditto_tensor_slice(&w->x_d, 0, a, e, 1, &x_d);
-    if (rc >= 0) rc = ditto_warp_forward(w->m->warp, ws, &f_s, &x_s, &x_d, &feat, NULL);
-    if (rc >= 0) rc = ditto_decoder_forward(w->m->decoder, ws, &feat, &img, NULL);
-    return rc;
+    return ditto_warp_decode_items(w->m->warp, w->m->decoder, ws, w->f_s, &w->x_s, &w->x_d, w->feat, w->img, a, n);
 }
 
 /* The render networks at batch B: their convolution plans, and the arena size a session's first batch needs. */
