@@ -615,20 +615,24 @@ done:
     return rc;
 }
 
-/*
- * The hourglass input channels-last: hg_in (B,110,D,H,W) -> x (B,D,H,W,112),
- * channels 110.. zero (one transpose into the channel slice).
- */
-static int hg_input_last(DittoWarp *m, const DittoTensor *hg_in, DittoTensor *x)
+/* The padding channels c.. of a channels-last hourglass input x (B,D,H,W,112) set to zero. */
+static int zero_pad_channels(DittoWarp *m, DittoTensor *x, int64_t c)
 {
-    const int64_t c = hg_in->shape[1];
-    DittoTensor xs, pad;
-    DITTO_TRY(ditto_tensor_slice(x, 4, 0, c, 1, &xs));
-    DITTO_TRY(ditto_nn_relayout(m->be, hg_in, true, &xs));
+    DittoTensor pad;
     if (x->shape[4] == c)
         return 0;
     DITTO_TRY(ditto_tensor_slice(x, 4, c, x->shape[4], 1, &pad));
     return ditto_op_fill(m->be, 0.0f, &pad);
+}
+
+/* The hourglass input channels-last: hg_in (B,110,D,H,W) -> x (B,D,H,W,112) (one transpose into the channel slice). */
+static int hg_input_last(DittoWarp *m, const DittoTensor *hg_in, DittoTensor *x)
+{
+    const int64_t c = hg_in->shape[1];
+    DittoTensor xs;
+    DITTO_TRY(ditto_tensor_slice(x, 4, 0, c, 1, &xs));
+    DITTO_TRY(ditto_nn_relayout(m->be, hg_in, true, &xs));
+    return zero_pad_channels(m, x, c);
 }
 
 /* The hourglass output back channels-first: y (B,D,H,W,144) -> pred (B,142,D,H,W), its first 142 channels. */
@@ -773,20 +777,12 @@ static int hg_input(DittoWarp *m, DittoArena *ws, bool nhwc, const DittoTensor *
     if (!nhwc)
         return dm_input(m, ws, f_s, kp_source, kp_driving, x, tap);
     const int64_t D = f_s->shape[2], H = f_s->shape[3], W = f_s->shape[4], c = (m->num_kp + 1) * (m->c_compress + 1);
-    static int direct = -1;   /* DITTO_WARP_HG_INPUT=scratch (measurements): through the scratch copy without taps too */
-    if (direct < 0) {
-        const char *e = getenv("DITTO_WARP_HG_INPUT");
-        direct = !(e && !strcmp(e, "scratch"));
-    }
-    if (direct && !(tap && tap->fn)) {
-        DittoTensor xs, xv, pad;
+    if (!(tap && tap->fn)) {
+        DittoTensor xs, xv;
         DITTO_TRY(ditto_tensor_slice(x, 4, 0, c, 1, &xs));
         DITTO_TRY(ditto_tensor_permute(&xs, (const int[]){ 0, 4, 1, 2, 3 }, &xv));   /* (B,110,D,H,W) over (B,D,H,W,112) */
         DITTO_TRY(dm_input(m, ws, f_s, kp_source, kp_driving, &xv, NULL));
-        if (x->shape[4] == c)
-            return 0;
-        DITTO_TRY(ditto_tensor_slice(x, 4, c, x->shape[4], 1, &pad));
-        return ditto_op_fill(m->be, 0.0f, &pad);
+        return zero_pad_channels(m, x, c);
     }
     DittoArenaMark mk = ditto_arena_mark(ws);
     DittoTensor hg_in;
