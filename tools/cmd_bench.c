@@ -469,10 +469,8 @@ int ditto_cmd_bench(int argc, char **argv)
     }
     if (graph && warmup < 1)
         warmup = 1;   /* capture needs settled sizes: one run first */
-    if (!lanes) {   /* as pipeline.c chooses for a session */
-        const char *le = getenv("DITTO_LANES");
-        lanes = le && !strcmp(le, "1") ? 1 : le && !strcmp(le, "2") ? 2 : be->lane_select ? 2 : 1;
-    }
+    if (!lanes)   /* as a session chooses */
+        lanes = ditto_backend_lanes(be);
 
     int rc = 0;
     DittoCatalog *cw = NULL, *cg = NULL, *cs = NULL;
@@ -630,8 +628,7 @@ int ditto_cmd_bench(int argc, char **argv)
             if (!h1 || !h2)
                 rc = DITTO_ERR_NOMEM;
             if (!rc) rc = be->download(be, h1, img->data, nb);
-            if (!rc) rc = ditto_warp_forward(warp, &ws, f_s, kp_s, kp_n, wout, NULL);
-            if (!rc) rc = ditto_decoder_forward(dec, &ws, wout, img, NULL);
+            if (!rc) rc = wd_half(&wdh, 0, B, &ws);
             if (!rc) rc = be->download(be, h2, img->data, nb);
             if (!rc) rc = ditto_arena_reset(&ws);
             if (!rc && !quiet)

@@ -1,5 +1,6 @@
 #include "backend/backend.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/profile.h"
@@ -57,4 +58,10 @@ int ditto_backend_halves(DittoBackend *be, int64_t n, DittoArena *const ws[2], D
             rc = rc2;
     }
     return rc;
+}
+
+int ditto_backend_lanes(const DittoBackend *be)
+{
+    const char *e = getenv("DITTO_LANES");
+    return e && !strcmp(e, "1") ? 1 : e && !strcmp(e, "2") ? 2 : be->lane_select ? 2 : 1;
 }

@@ -128,6 +128,8 @@ typedef struct DittoBackend {
  * results are those of one call over [0, n).
  */
 typedef int (*DittoHalfFn)(void *ctx, int64_t first, int64_t count, DittoArena *ws);
+/* Lanes a render batch uses by default: DITTO_LANES=1|2, else 2 where the backend has lanes, else 1. */
+int ditto_backend_lanes(const DittoBackend *be);
 int ditto_backend_halves(DittoBackend *be, int64_t n, DittoArena *const ws[2], DittoHalfFn fn, void *ctx);
 
 /* name: "cpu" or "cuda". DITTO_ERR_UNSUPPORTED when not built in. */

@@ -599,8 +599,7 @@ int ditto_models_open(DittoModels **out, const DittoModelsParams *p)
      * DITTO_LANES=1 turns it off; DITTO_LANES=2 also splits on the CPU (in
      * turn: the tests check the frames do not change).
      */
-    const char *lanes_env = getenv("DITTO_LANES");
-    m->lanes = lanes_env && !strcmp(lanes_env, "1") ? 1 : lanes_env && !strcmp(lanes_env, "2") ? 2 : m->be->lane_select ? 2 : 1;
+    m->lanes = ditto_backend_lanes(m->be);
 
     const uint64_t s0 = p->synthetic_seed;
     double t = ditto_now(), t_nets, t_hub, t_reg;

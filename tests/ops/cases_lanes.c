@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "core/buffer.h"
+#include "core/rng.h"
 #include "ops/ops.h"
 #include "test_ops.h"
 
@@ -44,11 +45,7 @@ static int lane_fill(DittoBackend *be, DittoTensor *x, uint64_t seed)
     float *h = malloc(n * sizeof *h);
     if (!h)
         return DITTO_ERR_NOMEM;
-    uint64_t s = seed;
-    for (size_t i = 0; i < n; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        h[i] = (float)((s >> 40) & 0xffff) / 65536.0f - 0.5f;
-    }
+    ditto_rng_fill_uniform(seed, 0, 0, h, n);
     int rc = be->upload(be, x->data, h, n * sizeof *h);
     free(h);
     return rc;

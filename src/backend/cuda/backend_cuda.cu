@@ -1,5 +1,4 @@
-/* CUDA backend: device memory, one stream, cuBLAS and cuDNN handles, and the op table. */
-#include <stddef.h>
+/* CUDA backend: device memory, streams (lanes), cuBLAS and cuDNN handles, and the op table. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -231,24 +230,29 @@ static int cuda_sync(DittoBackend *be)
     return 0;
 }
 
-/* Swap the selected lane's resources out of cu's fields and lane i's in. */
+/* The selected lane's resources from cu's fields back into its entry. */
+static void lane_park(DittoCuda *cu)
+{
+    DittoCudaLane *l = &cu->lanes[cu->lane];
+    l->stream = cu->stream;
+    l->cublas = cu->cublas;
+    l->workspace = cu->workspace;
+    l->workspace_size = cu->workspace_size;
+    l->scratch = cu->scratch;
+    l->scratch_size = cu->scratch_size;
+}
+
+/* Park the selected lane, then lane i's resources into cu's fields. */
 static void lane_swap(DittoCuda *cu, int i)
 {
-    DittoCudaLane *o = &cu->lanes[cu->lane], *n = &cu->lanes[i];
-    o->stream = cu->stream;
-    o->cublas = cu->cublas;
-    o->workspace = cu->workspace;
-    o->workspace_size = cu->workspace_size;
-    o->scratch = cu->scratch;
-    o->scratch_size = cu->scratch_size;
+    const DittoCudaLane *n = &cu->lanes[i];
+    lane_park(cu);
     cu->stream = n->stream;
     cu->cublas = n->cublas;
     cu->workspace = n->workspace;
     cu->workspace_size = n->workspace_size;
     cu->scratch = n->scratch;
     cu->scratch_size = n->scratch_size;
-    memset(n, 0, offsetof(DittoCudaLane, mark));   /* made stays true below */
-    n->made = true;
     cu->lane = i;
 }
 
@@ -379,25 +383,10 @@ static void cuda_destroy(DittoBackend *be)
 {
     DittoCuda *cu = ditto_cuda(be);
     if (cu) {
-        if (cu->lane != 0)
-            lane_swap(cu, 0);
-        for (int i = 0; i < DITTO_CUDA_LANES; i++) {
-            DittoCudaLane *l = &cu->lanes[i];
-            if (i != 0 && l->stream) {
-                cudaStreamSynchronize(l->stream);
-                if (l->workspace)
-                    cudaFree(l->workspace);
-                if (l->scratch)
-                    cudaFree(l->scratch);
-                if (l->cublas)
-                    cublasDestroy(l->cublas);
-                cudaStreamDestroy(l->stream);
-            }
-            if (l->mark)
-                cudaEventDestroy(l->mark);
-        }
-        if (cu->stream)
-            cudaStreamSynchronize(cu->stream);
+        lane_park(cu);   /* every lane's resources in lanes[] */
+        for (int i = 0; i < DITTO_CUDA_LANES; i++)
+            if (cu->lanes[i].stream)
+                cudaStreamSynchronize(cu->lanes[i].stream);
         if (cu->copy_stream) {
             cudaStreamSynchronize(cu->copy_stream);
             cudaStreamDestroy(cu->copy_stream);
@@ -406,17 +395,22 @@ static void cuda_destroy(DittoBackend *be)
             cudaEventDestroy(cu->copy_after);
         if (cu->copy_done)
             cudaEventDestroy(cu->copy_done);
-        if (cu->workspace)
-            cudaFree(cu->workspace);
-        if (cu->scratch)
-            cudaFree(cu->scratch);
         ditto_cuda_conv_cache_free(cu);
         if (cu->cudnn)
             cudnnDestroy(cu->cudnn);
-        if (cu->cublas)
-            cublasDestroy(cu->cublas);
-        if (cu->stream)
-            cudaStreamDestroy(cu->stream);
+        for (int i = 0; i < DITTO_CUDA_LANES; i++) {
+            DittoCudaLane *l = &cu->lanes[i];
+            if (l->workspace)
+                cudaFree(l->workspace);
+            if (l->scratch)
+                cudaFree(l->scratch);
+            if (l->cublas)
+                cublasDestroy(l->cublas);
+            if (l->mark)
+                cudaEventDestroy(l->mark);
+            if (l->stream)
+                cudaStreamDestroy(l->stream);
+        }
         ditto_free(cu->allocs);
         if (cu->alloc_lock_ok)
             pthread_mutex_destroy(&cu->alloc_lock);

@@ -34,8 +34,9 @@ typedef struct DittoCuda {
     int stream_priority;
     /*
      * stream, cublas, workspace and scratch are the selected lane's (every op
-     * uses these); lanes[lane] holds nothing while it is selected, the other
-     * entries hold their lane's (ditto_cuda_lane_select swaps them).
+     * uses these; the workspace and scratch may grow there); lanes[lane] is
+     * stale while it is selected, the other entries hold their lane's
+     * (lane_park writes the selected one's back).
      */
     int lane;
     DittoCudaLane lanes[DITTO_CUDA_LANES];
