@@ -768,6 +768,58 @@ int ditto_op_rgb_to_yuv420(DittoBackend *be, const DittoTensor *x, DittoTensor *
     CALL(DITTO_OP_RGB_TO_YUV420, x, y, be->ops.rgb_to_yuv420(be, x, y, u, v));
 }
 
+/* t is uint8 of exactly this shape on be's device, row-major but for dim 0, whose items do not overlap. */
+static int check_frames(DittoBackend *be, const char *name, const DittoTensor *t, int ndim, const int64_t *shape)
+{
+    bool ok = t->dtype == DITTO_U8 && t->ndim == ndim && t->device == be->device;
+    int64_t inner = 1;
+    for (int i = ndim - 1; ok && i >= 0; i--) {
+        ok = t->shape[i] == shape[i] && (i == 0 ? t->shape[0] == 1 || t->stride[0] >= inner : t->stride[i] == inner);
+        inner *= shape[i];
+    }
+    if (!ok) {
+        char want[DITTO_SHAPE_STR_MAX];
+        return ditto_fail(&be->log, DITTO_ERR_SHAPE, "op paste_yuv: %s is %s %s, expected uint8 %s (rows contiguous) on the %s backend", name,
+                          ditto_dtype_name(t->dtype), SHAPE(t), ditto_shape_str(shape, ndim, want, sizeof want), be->name);
+    }
+    return 0;
+}
+
+int ditto_op_paste_yuv(DittoBackend *be, const DittoPasteParams *p, const DittoTensor *mask, const DittoTensor *render, const DittoTensor *src,
+                       DittoTensor *rgb, DittoTensor *y, DittoTensor *u, DittoTensor *v)
+{
+    const DittoOp op = DITTO_OP_PASTE_YUV;
+    NEED(op, paste_yuv);
+    if (!p || !p->items || !mask || !render || !src || !y || !u || !v)
+        return bad_arg(be, op, "missing argument");
+    if (render->ndim != 4 || render->shape[0] < 1 || render->shape[1] != 3 || (render->dtype != DITTO_F32 && render->dtype != DITTO_F16))
+        return bad_shape(be, op, "render needs (N,3,h,w) float32 or float16", render, NULL);
+    const int64_t N = render->shape[0], h = render->shape[2], w = render->shape[3];
+    DITTO_TRY(check_plane(be, op, "render", render, render->dtype, 4, (const int64_t[]){ N, 3, h, w }));
+    DITTO_TRY(check_plane(be, op, "mask", mask, DITTO_F32, 3, (const int64_t[]){ h, w, 1 }));
+    if ((src->ndim != 3 && src->ndim != 4) || src->shape[src->ndim - 1] != 3 || (src->ndim == 4 && src->shape[0] != N))
+        return bad_shape(be, op, "src needs (H,W,3) or (N,H,W,3) like the render's N", src, render);
+    const int o = src->ndim - 3;
+    const int64_t H = src->shape[o], W = src->shape[o + 1], ch = (H + 1) / 2, cw = (W + 1) / 2;
+    if (h < 1 || w < 1 || H < 1 || W < 1 || H > INT32_MAX / 4 || W > INT32_MAX / 4)
+        return bad_shape(be, op, "empty or oversized image", render, src);
+    DITTO_TRY(check_plane(be, op, "src", src, DITTO_U8, src->ndim, src->shape));
+    if (rgb)
+        DITTO_TRY(check_frames(be, "rgb", rgb, 4, (const int64_t[]){ N, H, W, 3 }));
+    DITTO_TRY(check_frames(be, "y", y, 3, (const int64_t[]){ N, H, W }));
+    DITTO_TRY(check_frames(be, "u", u, 3, (const int64_t[]){ N, ch, cw }));
+    DITTO_TRY(check_frames(be, "v", v, 3, (const int64_t[]){ N, ch, cw }));
+    for (int64_t i = 0; i < N; i++) {
+        const DittoPasteItem *it = &p->items[i];
+        double det = it->m[0] * it->m[4] - it->m[1] * it->m[3];
+        if (det == 0 || det != det)
+            return bad_arg(be, op, "a matrix is singular");
+        if (it->y0 < 0 || it->y0 > it->y1 || it->y1 > H || it->x0 < 0 || it->x0 > it->x1 || it->x1 > W)
+            return bad_arg(be, op, "a box lies outside the frame");
+    }
+    CALL(op, render, y, be->ops.paste_yuv(be, p, mask, render, src, rgb, y, u, v));
+}
+
 int ditto_op_resize_area(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
 {
     NEED(DITTO_OP_RESIZE_AREA, resize_area);

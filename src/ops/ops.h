@@ -158,6 +158,17 @@ typedef struct DittoBlendParams {
     int64_t y0, y1, x0, x1;
 } DittoBlendParams;
 
+/* paste_yuv, one item: cv2's crop -> frame map M (rows 0-1, the warps' matrix) and the frame box the blend covers. */
+typedef struct DittoPasteItem {
+    double m[6];
+    int64_t y0, y1, x0, x1;
+} DittoPasteItem;
+
+typedef struct DittoPasteParams {
+    const DittoPasteItem *items;   /* one per item (host memory, read at the call) */
+    float scale;                   /* render values times scale first (255: [0, 1] to levels) */
+} DittoPasteParams;
+
 typedef enum DittoPoolKind { DITTO_POOL_AVG = 0, DITTO_POOL_MAX } DittoPoolKind;
 
 typedef struct DittoPoolParams {
@@ -303,6 +314,8 @@ typedef struct DittoOps {
     int (*warp_affine)(struct DittoBackend *be, const DittoWarpAffineParams *p, const DittoTensor *x, DittoTensor *y);
     int (*mask_blend)(struct DittoBackend *be, const DittoBlendParams *p, const DittoTensor *mask, const DittoTensor *img, const DittoTensor *src, DittoTensor *dst);
     int (*rgb_to_yuv420)(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y, DittoTensor *u, DittoTensor *v);
+    int (*paste_yuv)(struct DittoBackend *be, const DittoPasteParams *p, const DittoTensor *mask, const DittoTensor *render, const DittoTensor *src,
+                     DittoTensor *rgb, DittoTensor *y, DittoTensor *u, DittoTensor *v);
     int (*resize_area)(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
     int (*resize_bilinear)(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
     int (*gather)(struct DittoBackend *be, int axis, const DittoTensor *x, const DittoTensor *idx, DittoTensor *y);
@@ -461,6 +474,18 @@ int ditto_op_warp_affine(struct DittoBackend *be, const DittoWarpAffineParams *p
 int ditto_op_mask_blend(struct DittoBackend *be, const DittoBlendParams *p, const DittoTensor *mask, const DittoTensor *img, const DittoTensor *src, DittoTensor *dst);
 /* BT.601 limited-range yuv420p (io/color.h): x (H,W,3) uint8 RGB -> y (H,W), u, v (ceil(H/2), ceil(W/2)) uint8. */
 int ditto_op_rgb_to_yuv420(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y, DittoTensor *u, DittoTensor *v);
+/*
+ * The output path in one pass (pipeline/putback.h), for each item i of N:
+ *   img = scale * render[i] as (h,w,3) float32 (render (N,3,h,w) float32 or float16);
+ *   a = warp_affine(mask, M_i), p = warp_affine(img, M_i), border 0;
+ *   rgb = src (src[i] when src is (N,H,W,3)), and inside box_i mask_blend(a, p, rgb);
+ *   y, u, v = rgb_to_yuv420(rgb); rgb is stored too unless NULL.
+ * Bytes are those of those ops in turn. mask (h,w,1) float32; src (H,W,3) or
+ * (N,H,W,3) uint8; rgb (N,H,W,3), y (N,H,W), u, v (N,ceil(H/2),ceil(W/2))
+ * uint8, each contiguous but for its batch stride (frames packed in one buffer).
+ */
+int ditto_op_paste_yuv(struct DittoBackend *be, const DittoPasteParams *p, const DittoTensor *mask, const DittoTensor *render, const DittoTensor *src,
+                       DittoTensor *rgb, DittoTensor *y, DittoTensor *u, DittoTensor *v);
 /* cv2.resize INTER_AREA / INTER_LINEAR to y's spatial size; (H,W,C) or (N,H,W,C), u8 or f32. */
 int ditto_op_resize_area(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
 int ditto_op_resize_bilinear(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);

@@ -471,6 +471,150 @@ static void case_yuv(TestCtx *c, const char *name, int64_t H, int64_t W, int kin
     tt_free(v);
 }
 
+/*
+ * paste_yuv against the ops it fuses, run in turn on the CPU oracle: per
+ * item, 255 * render as (h,w,3) float32, warp_affine of it and of the mask
+ * over the frame from its origin to the box's far corner, mask_blend over the
+ * box into a copy of the frame, rgb_to_yuv420. The bytes must be equal. The
+ * frames are packed (rgb | y | u | v | gap) as a session's output buffer;
+ * gap bytes keep their poison.
+ */
+typedef struct PasteCase {
+    int64_t n, h, w, H, W, gap;
+    bool f16, shared_src, rgb;
+} PasteCase;
+
+static void paste_ref_item(TestCtx *c, const PasteCase *k, const DittoPasteItem *it, const float *hwc, const float *mask, const uint8_t *src,
+                           uint8_t *rgb, uint8_t *y, uint8_t *u, uint8_t *v)
+{
+    const int64_t H = k->H, W = k->W, ch = (H + 1) / 2, cw = (W + 1) / 2;
+    memcpy(rgb, src, (size_t)(H * W * 3));
+    if (it->y1 > it->y0 && it->x1 > it->x0) {
+        float *img_w = malloc((size_t)(it->y1 * it->x1 * 3) * sizeof(float)), *mask_w = malloc((size_t)(it->y1 * it->x1) * sizeof(float));
+        DittoWarpAffineParams wp = { .border_value = 0.0f };
+        memcpy(wp.m, it->m, sizeof wp.m);
+        DittoTensor ti = ditto_tensor((void *)hwc, DITTO_F32, 3, (const int64_t[]){ k->h, k->w, 3 });
+        DittoTensor tm = ditto_tensor((void *)mask, DITTO_F32, 3, (const int64_t[]){ k->h, k->w, 1 });
+        DittoTensor oi = ditto_tensor(img_w, DITTO_F32, 3, (const int64_t[]){ it->y1, it->x1, 3 });
+        DittoTensor om = ditto_tensor(mask_w, DITTO_F32, 3, (const int64_t[]){ it->y1, it->x1, 1 });
+        DittoTensor fr = ditto_tensor(rgb, DITTO_U8, 3, (const int64_t[]){ H, W, 3 });
+        DittoBlendParams box = { it->y0, it->y1, it->x0, it->x1 };
+        if (ditto_op_warp_affine(c->cpu, &wp, &ti, &oi) < 0 || ditto_op_warp_affine(c->cpu, &wp, &tm, &om) < 0 ||
+            ditto_op_mask_blend(c->cpu, &box, &om, &oi, &fr, &fr) < 0)
+            abort();
+        free(img_w);
+        free(mask_w);
+    }
+    DittoTensor fr = ditto_tensor(rgb, DITTO_U8, 3, (const int64_t[]){ H, W, 3 });
+    DittoTensor ty = ditto_tensor(y, DITTO_U8, 2, (const int64_t[]){ H, W });
+    DittoTensor tu = ditto_tensor(u, DITTO_U8, 2, (const int64_t[]){ ch, cw }), tv = ditto_tensor(v, DITTO_U8, 2, (const int64_t[]){ ch, cw });
+    if (ditto_op_rgb_to_yuv420(c->cpu, &fr, &ty, &tu, &tv) < 0)
+        abort();
+}
+
+static void case_paste(TestCtx *c, const char *name, const PasteCase *k, const DittoPasteItem *items)
+{
+    if (!test_selected(c, name))
+        return;
+    const int64_t N = k->n, h = k->h, w = k->w, H = k->H, W = k->W, ch = (H + 1) / 2, cw = (W + 1) / 2;
+    const int64_t rgb_b = k->rgb ? H * W * 3 : 0, fb = rgb_b + H * W + 2 * ch * cw + k->gap;
+    /* the render: float16 as stored (host and device alike), or float32 */
+    TT *r32 = tt_new_f32dev(c, 4, (const int64_t[]){ N, 3, h, w });
+    tt_fill_uniform(r32, -0.05f, 1.05f);   /* past [0, 1]: the blend's clamps run */
+    TT *render = r32;
+    if (k->f16) {
+        render = tt_new(c, DITTO_F16, 4, (const int64_t[]){ N, 3, h, w });
+        ditto_convert(render->host.data, DITTO_F16, r32->host.data, DITTO_F32, (size_t)(N * 3 * h * w));
+        ditto_convert(r32->host.data, DITTO_F32, render->host.data, DITTO_F16, (size_t)(N * 3 * h * w));
+    }
+    TT *mask = tt_new_f32dev(c, 3, (const int64_t[]){ h, w, 1 });
+    tt_fill_uniform(mask, -0.2f, 1.2f);
+    TT *src = k->shared_src ? tt_new(c, DITTO_U8, 3, (const int64_t[]){ H, W, 3 }) : tt_new(c, DITTO_U8, 4, (const int64_t[]){ N, H, W, 3 });
+    tt_fill_uniform(src, 0, 255);
+    TT *out = new_out(c, DITTO_U8, 1, (const int64_t[]){ N * fb });
+    tt_to_dev(render);
+    tt_to_dev(mask);
+    tt_to_dev(src);
+
+    /* the reference, frame by frame */
+    double *ref = ref_new(out);
+    float *hwc = malloc((size_t)(h * w * 3) * sizeof(float));
+    uint8_t *fr = malloc((size_t)(H * W * 4 + 2 * ch * cw));
+    const float *rv = r32->host.data;
+    for (int64_t i = 0; i < N * fb; i++)
+        ref[i] = 0xA5;
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t p = 0; p < h * w; p++)
+            for (int ci = 0; ci < 3; ci++)
+                hwc[p * 3 + ci] = 255.0f * rv[(n * 3 + ci) * h * w + p];
+        const uint8_t *sn = (const uint8_t *)src->host.data + (k->shared_src ? 0 : n * H * W * 3);
+        paste_ref_item(c, k, &items[n], hwc, mask->host.data, sn, fr, fr + H * W * 3, fr + H * W * 4, fr + H * W * 4 + ch * cw);
+        int64_t o = n * fb;
+        if (k->rgb)
+            for (int64_t i = 0; i < H * W * 3; i++)
+                ref[o + i] = fr[i];
+        for (int64_t i = 0; i < H * W + 2 * ch * cw; i++)
+            ref[o + rgb_b + i] = fr[H * W * 3 + i];
+    }
+
+    /* views of the packed buffer */
+    uint8_t *base = out->dev.data;
+    DittoTensor trgb = ditto_tensor(base, DITTO_U8, 4, (const int64_t[]){ N, H, W, 3 });
+    DittoTensor ty = ditto_tensor(base + rgb_b, DITTO_U8, 3, (const int64_t[]){ N, H, W });
+    DittoTensor tu = ditto_tensor(base + rgb_b + H * W, DITTO_U8, 3, (const int64_t[]){ N, ch, cw });
+    DittoTensor tv = ditto_tensor(base + rgb_b + H * W + ch * cw, DITTO_U8, 3, (const int64_t[]){ N, ch, cw });
+    trgb.stride[0] = ty.stride[0] = tu.stride[0] = tv.stride[0] = fb;
+    trgb.device = ty.device = tu.device = tv.device = c->be->device;
+    const DittoPasteParams pp = { items, 255.0f };
+    if (op_ok(c, name, ditto_op_paste_yuv(c->be, &pp, &mask->dev, &render->dev, &src->dev, k->rgb ? &trgb : NULL, &ty, &tu, &tv)))
+        check_u8(c, name, out, ref, 0);
+    free(ref);
+    free(hwc);
+    free(fr);
+    if (render != r32)
+        tt_free(render);
+    tt_free(r32);
+    tt_free(mask);
+    tt_free(src);
+    tt_free(out);
+}
+
+/* n items: render (h,w) scaled by about s and turned, placed around the frame's centre; boxes from full to empty. */
+static void paste_items(DittoPasteItem *it, int64_t n, int64_t h, int64_t w, int64_t H, int64_t W, double s)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double m[6], sc = s * (1.0 + 0.07 * (double)(i % 5)), th = 0.3 * (double)(i % 7) - 0.8;
+        similarity(sc, th, (double)W * 0.5 - sc * (double)w * 0.5 + (double)(i % 3) * 3.3 - 3.1, (double)H * 0.5 - sc * (double)h * 0.5 - (double)(i % 4) * 2.7,
+                   m);
+        for (int k = 0; k < 6; k++)
+            it[i].m[k] = (float)m[k];   /* Ditto keeps M in float32 */
+        switch (i % 4) {
+        case 0: it[i].y0 = 0, it[i].y1 = H, it[i].x0 = 0, it[i].x1 = W; break;                       /* the whole frame */
+        case 1: it[i].y0 = H / 5, it[i].y1 = H - 3, it[i].x0 = 2, it[i].x1 = W * 3 / 4 + 1; break;  /* odd edges */
+        case 2: it[i].y0 = it[i].y1 = H / 2, it[i].x0 = 0, it[i].x1 = W; break;                      /* empty */
+        default: it[i].y0 = 1, it[i].y1 = H / 2 + 1, it[i].x0 = W / 3, it[i].x1 = W; break;
+        }
+    }
+}
+
+static void cases_paste(TestCtx *c)
+{
+    DittoPasteItem it[17];
+    const PasteCase a = { 3, 40, 40, 61, 57, 7, true, true, true };
+    paste_items(it, 3, 40, 40, 61, 57, 1.1);
+    case_paste(c, "paste_yuv_f16_b3_odd_frame", &a, it);
+    const PasteCase b = { 4, 36, 44, 50, 64, 0, false, false, false };
+    paste_items(it, 4, 36, 44, 50, 64, 0.9);
+    case_paste(c, "paste_yuv_f32_b4_own_frames_no_rgb", &b, it);
+    const PasteCase d = { 17, 12, 12, 20, 19, 3, true, false, true };   /* past one launch's 16 items */
+    paste_items(it, 17, 12, 12, 20, 19, 1.2);
+    case_paste(c, "paste_yuv_f16_b17", &d, it);
+    const PasteCase e = { 1, 512, 512, 643, 701, 0, true, true, true };   /* the renderer's crop into a portrait */
+    paste_items(it, 1, 512, 512, 643, 701, 1.05);
+    it[0].y0 = 40, it[0].y1 = 600, it[0].x0 = 50, it[0].x1 = 660;
+    case_paste(c, "paste_yuv_f16_512_portrait", &e, it);
+}
+
 static void output_negative(TestCtx *c)
 {
     if (!test_selected(c, "output negative"))
@@ -485,6 +629,21 @@ static void output_negative(TestCtx *c)
     expect_rc(c, "output negative: blend f32 frame", ditto_op_mask_blend(c->be, &ok, &mask->dev, &img->dev, &img->dev, &src->dev), DITTO_ERR_SHAPE);
     expect_rc(c, "output negative: yuv chroma size", ditto_op_rgb_to_yuv420(c->be, &src->dev, &y->dev, &uv->dev, &uv_bad->dev), DITTO_ERR_SHAPE);
     expect_rc(c, "output negative: yuv float input", ditto_op_rgb_to_yuv420(c->be, &img->dev, &y->dev, &uv->dev, &uv->dev), DITTO_ERR_SHAPE);
+    /* paste_yuv: render (1,3,8,9) into a 10x12 frame */
+    TT *r = tt_new_f32dev(c, 4, (const int64_t[]){ 1, 3, 8, 9 }), *r4 = tt_new_f32dev(c, 4, (const int64_t[]){ 1, 4, 8, 9 });
+    TT *y3 = tt_new(c, DITTO_U8, 3, (const int64_t[]){ 1, 10, 12 }), *uv3 = tt_new(c, DITTO_U8, 3, (const int64_t[]){ 1, 5, 6 });
+    DittoPasteItem good = { { 1, 0, 1, 0, 1, 1 }, 0, 10, 0, 12 }, sing = { { 1, 2, 0, 2, 4, 0 }, 0, 10, 0, 12 }, off = { { 1, 0, 1, 0, 1, 1 }, 0, 11, 0, 12 };
+    DittoPasteParams pg = { &good, 255.0f }, ps = { &sing, 255.0f }, po = { &off, 255.0f };
+    expect_rc(c, "output negative: paste singular matrix", ditto_op_paste_yuv(c->be, &ps, &mask->dev, &r->dev, &src->dev, NULL, &y3->dev, &uv3->dev, &uv3->dev), DITTO_ERR_INVAL);
+    expect_rc(c, "output negative: paste box past the frame", ditto_op_paste_yuv(c->be, &po, &mask->dev, &r->dev, &src->dev, NULL, &y3->dev, &uv3->dev, &uv3->dev), DITTO_ERR_INVAL);
+    expect_rc(c, "output negative: paste 4-channel render", ditto_op_paste_yuv(c->be, &pg, &mask->dev, &r4->dev, &src->dev, NULL, &y3->dev, &uv3->dev, &uv3->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "output negative: paste mask size", ditto_op_paste_yuv(c->be, &pg, &img2->dev, &r->dev, &src->dev, NULL, &y3->dev, &uv3->dev, &uv3->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "output negative: paste chroma size", ditto_op_paste_yuv(c->be, &pg, &mask->dev, &r->dev, &src->dev, NULL, &y3->dev, &uv3->dev, &y3->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "output negative: paste unbatched luma", ditto_op_paste_yuv(c->be, &pg, &mask->dev, &r->dev, &src->dev, NULL, &y->dev, &uv3->dev, &uv3->dev), DITTO_ERR_SHAPE);
+    tt_free(r);
+    tt_free(r4);
+    tt_free(y3);
+    tt_free(uv3);
     tt_free(mask);
     tt_free(img);
     tt_free(img2);
@@ -550,5 +709,6 @@ void test_ops_image(TestCtx *c)
     case_yuv(c, "rgb_to_yuv420_odd", 33, 45, 0);
     case_yuv(c, "rgb_to_yuv420_1x1", 1, 1, 0);
     case_yuv(c, "rgb_to_yuv420_extremes_odd", 17, 23, 1);
+    cases_paste(c);
     output_negative(c);
 }

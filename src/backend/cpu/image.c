@@ -11,9 +11,12 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/cpu/cpu.h"
 #include "core/bt601.h"
+#include "core/log.h"
+#include "core/mem.h"
 
 #define MAX_TASKS 1024
 
@@ -66,12 +69,42 @@ static int64_t floor_shift(int64_t v, int s)
 
 /* ---- warp_affine ---- */
 
+/* The inverse map destination -> source of a 2x3 M, in double, as cv::invertAffineTransform: a11 a12 a21 a22 b1 b2. */
+static void affine_inverse(const double m[6], double inv[6])
+{
+    double D = 1.0 / (m[0] * m[4] - m[1] * m[3]);
+    inv[0] = m[4] * D;
+    inv[1] = -m[1] * D;
+    inv[2] = -m[3] * D;
+    inv[3] = m[0] * D;
+    inv[4] = -inv[0] * m[2] - inv[1] * m[5];
+    inv[5] = -inv[2] * m[2] - inv[3] * m[5];
+}
+
+/* 1/1024-pixel origin of destination row dy; +16 rounds the later >> 5 to 1/32 pixel. */
+static void warp_row(const double inv[6], int64_t dy, int64_t *X0, int64_t *Y0)
+{
+    *X0 = round_sat((inv[1] * (double)dy + inv[4]) * 1024) + 16;
+    *Y0 = round_sat((inv[3] * (double)dy + inv[5]) * 1024) + 16;
+}
+
+/* Source position of destination column dx of that row: pixel (sx, sy) plus (ax, ay) / 32. */
+static void warp_pos(const double inv[6], int64_t X0, int64_t Y0, int64_t dx, int64_t *sx, int64_t *sy, int *ax, int *ay)
+{
+    int64_t X = floor_shift(X0 + round_sat(inv[0] * (double)dx * 1024), 5);
+    int64_t Y = floor_shift(Y0 + round_sat(inv[2] * (double)dx * 1024), 5);
+    *sx = floor_shift(X, 5);
+    *sy = floor_shift(Y, 5);
+    *ax = (int)(X - *sx * 32);
+    *ay = (int)(Y - *sy * 32);
+}
+
 typedef struct WarpCtx {
     const void *x;
     void *y;
     ImgDims in, out;
     bool u8;
-    double a11, a12, a21, a22, b1, b2;   /* inverse map: destination -> source */
+    double inv[6];                       /* inverse map: destination -> source (affine_inverse) */
     float cval_f;
     uint8_t cval_u8;
     int64_t rows;                        /* N * out H */
@@ -108,6 +141,22 @@ static void warp_pixel_u8(const WarpCtx *g, const uint8_t *src, int64_t sx, int6
     }
 }
 
+/* OpenCV's float table: products of (1 - f) and f with f = a/32, exact in float */
+static void lerp_weights(int ax, int ay, float w[4])
+{
+    float fx = (float)ax * (1.0f / 32), fy = (float)ay * (1.0f / 32);
+    w[0] = (1.0f - fy) * (1.0f - fx);
+    w[1] = (1.0f - fy) * fx;
+    w[2] = fy * (1.0f - fx);
+    w[3] = fy * fx;
+}
+
+/* taps in the order (y0,x0), (y0,x1), (y1,x0), (y1,x1), added left to right */
+static float lerp_sum(const float v[4], const float w[4])
+{
+    return v[0] * w[0] + v[1] * w[1] + v[2] * w[2] + v[3] * w[3];
+}
+
 static void warp_pixel_f32(const WarpCtx *g, const float *src, int64_t sx, int64_t sy, int ax, int ay, float *dst)
 {
     int64_t W = g->in.w, H = g->in.h, C = g->in.c;
@@ -116,9 +165,8 @@ static void warp_pixel_f32(const WarpCtx *g, const float *src, int64_t sx, int64
             dst[k] = g->cval_f;
         return;
     }
-    /* OpenCV's float table: products of (1 - f) and f with f = a/32, exact in float */
-    float fx = (float)ax * (1.0f / 32), fy = (float)ay * (1.0f / 32);
-    const float w[4] = { (1.0f - fy) * (1.0f - fx), (1.0f - fy) * fx, fy * (1.0f - fx), fy * fx };
+    float w[4];
+    lerp_weights(ax, ay, w);
     const float *tap[4];
     for (int k = 0; k < 4; k++) {
         int64_t tx = sx + (k & 1), ty = sy + (k >> 1);
@@ -128,8 +176,7 @@ static void warp_pixel_f32(const WarpCtx *g, const float *src, int64_t sx, int64
         float v[4];
         for (int k = 0; k < 4; k++)
             v[k] = tap[k] ? tap[k][ch] : g->cval_f;
-        /* order (y0,x0), (y0,x1), (y1,x0), (y1,x1), left to right */
-        dst[ch] = v[0] * w[0] + v[1] * w[1] + v[2] * w[2] + v[3] * w[3];
+        dst[ch] = lerp_sum(v, w);
     }
 }
 
@@ -144,14 +191,12 @@ static void warp_task(void *arg, int t)
         int64_t n = r / g->out.h, dy = r % g->out.h;
         const char *src = (const char *)g->x + (size_t)(n * in_img) * esz;
         char *dst = (char *)g->y + (size_t)(r * out_row) * esz;
-        /* 1/1024-pixel row origin, +16 rounds the later >> 5 to 1/32 pixel */
-        int64_t X0 = round_sat((g->a12 * (double)dy + g->b1) * 1024) + 16;
-        int64_t Y0 = round_sat((g->a22 * (double)dy + g->b2) * 1024) + 16;
+        int64_t X0, Y0;
+        warp_row(g->inv, dy, &X0, &Y0);
         for (int64_t dx = 0; dx < g->out.w; dx++) {
-            int64_t X = floor_shift(X0 + round_sat(g->a11 * (double)dx * 1024), 5);
-            int64_t Y = floor_shift(Y0 + round_sat(g->a21 * (double)dx * 1024), 5);
-            int64_t sx = floor_shift(X, 5), sy = floor_shift(Y, 5);
-            int ax = (int)(X - sx * 32), ay = (int)(Y - sy * 32);
+            int64_t sx, sy;
+            int ax, ay;
+            warp_pos(g->inv, X0, Y0, dx, &sx, &sy, &ax, &ay);
             if (g->u8)
                 warp_pixel_u8(g, (const uint8_t *)src, sx, sy, ax, ay, (uint8_t *)dst + dx * g->out.c);
             else
@@ -163,15 +208,7 @@ static void warp_task(void *arg, int t)
 static int cpu_warp_affine(DittoBackend *be, const DittoWarpAffineParams *p, const DittoTensor *x, DittoTensor *y)
 {
     WarpCtx g = { .x = x->data, .y = y->data, .in = img_dims(x), .out = img_dims(y), .u8 = x->dtype == DITTO_U8 };
-    /* invert M (source -> destination) in double, as cv::invertAffineTransform */
-    const double *m = p->m;
-    double D = 1.0 / (m[0] * m[4] - m[1] * m[3]);
-    g.a11 = m[4] * D;
-    g.a12 = -m[1] * D;
-    g.a21 = -m[3] * D;
-    g.a22 = m[0] * D;
-    g.b1 = -g.a11 * m[2] - g.a12 * m[5];
-    g.b2 = -g.a21 * m[2] - g.a22 * m[5];
+    affine_inverse(p->m, g.inv);
     g.cval_f = p->border_value;
     g.cval_u8 = sat_u8(round_sat(p->border_value));
     g.rows = g.out.n * g.out.h;
@@ -526,6 +563,108 @@ static int cpu_rgb_to_yuv420(DittoBackend *be, const DittoTensor *x, DittoTensor
     return 0;
 }
 
+/* paste_yuv: work item j is YUV_ROWS chroma rows of one item; task t takes items t, t + ntasks, ... and its own two-row scratch (no rgb). */
+typedef struct PasteTask {
+    const DittoPasteParams *p;
+    const float *mask;
+    const void *render;
+    bool f16;
+    int64_t h, w, H, W, ch, cw, row_groups, nwork;
+    int ntasks;
+    const uint8_t *src;
+    int64_t src_item;                   /* bytes from one item's frame to the next: 0 when shared */
+    uint8_t *rgb, *y, *u, *v, *scratch;
+    int64_t rgb_s, y_s, u_s, v_s;       /* batch strides in bytes */
+} PasteTask;
+
+static float render_at(const PasteTask *k, int64_t n, int c, int64_t i)
+{
+    int64_t at = (n * 3 + c) * k->h * k->w + i;
+    return k->f16 ? ditto_half_to_f32(((const uint16_t *)k->render)[at]) : ((const float *)k->render)[at];
+}
+
+/* Frame row r of item n: the frame, and inside the box the blend of the warped render and mask (ops warp_affine, mask_blend). */
+static void paste_row(const PasteTask *k, int64_t n, const double inv[6], int64_t r, uint8_t *out)
+{
+    const DittoPasteItem *it = &k->p->items[n];
+    const uint8_t *src = k->src + n * k->src_item + r * k->W * 3;
+    memcpy(out, src, (size_t)k->W * 3);
+    if (r < it->y0 || r >= it->y1)
+        return;
+    int64_t X0, Y0;
+    warp_row(inv, r, &X0, &Y0);
+    for (int64_t x = it->x0; x < it->x1; x++) {
+        int64_t sx, sy;
+        int ax, ay;
+        warp_pos(inv, X0, Y0, x, &sx, &sy, &ax, &ay);
+        float m = 0.0f, img[3] = { 0.0f, 0.0f, 0.0f };   /* the border value where every tap is outside */
+        if (!(sx >= k->w || sx + 1 < 0 || sy >= k->h || sy + 1 < 0)) {
+            float w[4], v[4];
+            int64_t tap[4];
+            lerp_weights(ax, ay, w);
+            for (int t = 0; t < 4; t++) {
+                int64_t tx = sx + (t & 1), ty = sy + (t >> 1);
+                tap[t] = tx >= 0 && tx < k->w && ty >= 0 && ty < k->h ? ty * k->w + tx : -1;
+            }
+            for (int t = 0; t < 4; t++)
+                v[t] = tap[t] >= 0 ? k->mask[tap[t]] : 0.0f;
+            m = lerp_sum(v, w);
+            for (int c = 0; c < 3; c++) {
+                for (int t = 0; t < 4; t++)   /* the scaled render, as an affine unary op writes it */
+                    v[t] = tap[t] >= 0 ? k->p->scale * render_at(k, n, c, tap[t]) : 0.0f;
+                img[c] = lerp_sum(v, w);
+            }
+        }
+        for (int c = 0; c < 3; c++)
+            out[3 * x + c] = ditto_blend_px(m, img[c], src[3 * x + c]);
+    }
+}
+
+static void paste_task(void *arg, int t)
+{
+    const PasteTask *k = arg;
+    for (int64_t j = t; j < k->nwork; j += k->ntasks) {
+        const int64_t n = j / k->row_groups, c0 = (j % k->row_groups) * YUV_ROWS, c1 = c0 + YUV_ROWS < k->ch ? c0 + YUV_ROWS : k->ch;
+        double inv[6];
+        affine_inverse(k->p->items[n].m, inv);
+        for (int64_t cy = c0; cy < c1; cy++) {
+            const int64_t r0 = 2 * cy, rows = r0 + 1 < k->H ? 2 : 1;
+            uint8_t *px = k->rgb ? k->rgb + n * k->rgb_s + r0 * k->W * 3 : k->scratch + (size_t)t * (size_t)k->W * 6;
+            for (int64_t i = 0; i < rows; i++)
+                paste_row(k, n, inv, r0 + i, px + i * k->W * 3);
+            /* the one or two rows as a frame of their own: its chroma row 0 is chroma row cy */
+            ditto_bt601_yuv420_rows(px, (ptrdiff_t)k->W * 3, (int)k->W, (int)rows, 0, 1, k->y + n * k->y_s + r0 * k->W, (ptrdiff_t)k->W,
+                                    k->u + n * k->u_s + cy * k->cw, k->v + n * k->v_s + cy * k->cw, (ptrdiff_t)k->cw);
+        }
+    }
+}
+
+static int cpu_paste_yuv(DittoBackend *be, const DittoPasteParams *p, const DittoTensor *mask, const DittoTensor *render, const DittoTensor *src,
+                         DittoTensor *rgb, DittoTensor *y, DittoTensor *u, DittoTensor *v)
+{
+    const int o = src->ndim - 3;
+    PasteTask k = { .p = p, .mask = mask->data, .render = render->data, .f16 = render->dtype == DITTO_F16, .h = render->shape[2],
+                    .w = render->shape[3], .H = src->shape[o], .W = src->shape[o + 1], .src = src->data,
+                    .rgb = rgb ? rgb->data : NULL, .y = y->data, .u = u->data, .v = v->data };
+    k.ch = (k.H + 1) / 2;
+    k.cw = (k.W + 1) / 2;
+    k.row_groups = (k.ch + YUV_ROWS - 1) / YUV_ROWS;
+    k.nwork = render->shape[0] * k.row_groups;
+    k.ntasks = ditto_pool_size(be->pool);
+    if (k.ntasks < 1 || k.ntasks > k.nwork)
+        k.ntasks = k.ntasks < 1 ? 1 : (int)k.nwork;
+    k.src_item = o ? k.H * k.W * 3 : 0;
+    k.rgb_s = rgb ? rgb->stride[0] : 0;
+    k.y_s = y->stride[0];
+    k.u_s = u->stride[0];
+    k.v_s = v->stride[0];
+    if (!rgb && !(k.scratch = ditto_malloc((size_t)k.ntasks * (size_t)k.W * 6)))
+        return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op paste_yuv: out of memory for row buffers");
+    ditto_pool_run(be->pool, k.ntasks, paste_task, &k);
+    ditto_free(k.scratch);
+    return 0;
+}
+
 static int cpu_resize_bilinear(DittoBackend *be, const DittoTensor *x, DittoTensor *y)
 {
     ImgDims in = img_dims(x), out = img_dims(y);
@@ -544,4 +683,5 @@ void ditto_cpu_init_image(DittoOps *ops)
     ops->resize_bilinear = cpu_resize_bilinear;
     ops->mask_blend = cpu_mask_blend;
     ops->rgb_to_yuv420 = cpu_rgb_to_yuv420;
+    ops->paste_yuv = cpu_paste_yuv;
 }

@@ -72,12 +72,62 @@ static __device__ __forceinline__ int64_t floor_shift(int64_t v, int s)
 
 /* ---- warp_affine ---- */
 
+/* The inverse map destination -> source of a 2x3 M (host), as cv::invertAffineTransform and the CPU: a11 a12 a21 a22 b1 b2. */
+typedef struct Inv {
+    double a[6];
+} Inv;
+
+static Inv affine_inverse(const double m[6])
+{
+    Inv v;
+    double D = 1.0 / (m[0] * m[4] - m[1] * m[3]);
+    v.a[0] = m[4] * D;
+    v.a[1] = -m[1] * D;
+    v.a[2] = -m[3] * D;
+    v.a[3] = m[0] * D;
+    v.a[4] = -v.a[0] * m[2] - v.a[1] * m[5];
+    v.a[5] = -v.a[2] * m[2] - v.a[3] * m[5];
+    return v;
+}
+
+/* Source position of destination pixel (dx, dy): pixel (sx, sy) plus (ax, ay) / 32, in the CPU's fixed point. */
+static __device__ __forceinline__ void warp_pos(const Inv &v, int64_t dy, int64_t dx, int64_t &sx, int64_t &sy, int &ax, int &ay)
+{
+    /* 1/1024-pixel row origin, +16 rounds the later >> 5 to 1/32 pixel */
+    int64_t X0 = round_sat(__dmul_rn(__dadd_rn(__dmul_rn(v.a[1], (double)dy), v.a[4]), 1024.0)) + 16;
+    int64_t Y0 = round_sat(__dmul_rn(__dadd_rn(__dmul_rn(v.a[3], (double)dy), v.a[5]), 1024.0)) + 16;
+    int64_t X = floor_shift(X0 + round_sat(__dmul_rn(__dmul_rn(v.a[0], (double)dx), 1024.0)), 5);
+    int64_t Y = floor_shift(Y0 + round_sat(__dmul_rn(__dmul_rn(v.a[2], (double)dx), 1024.0)), 5);
+    sx = floor_shift(X, 5);
+    sy = floor_shift(Y, 5);
+    ax = (int)(X - sx * 32);
+    ay = (int)(Y - sy * 32);
+}
+
+/* OpenCV's float table: products of (1 - f) and f with f = a/32, exact in float */
+static __device__ __forceinline__ void lerp_weights(int ax, int ay, float w[4])
+{
+    float fx = (float)ax * (1.0f / 32), fy = (float)ay * (1.0f / 32);
+    w[0] = __fmul_rn(1.0f - fy, 1.0f - fx);
+    w[1] = __fmul_rn(1.0f - fy, fx);
+    w[2] = __fmul_rn(fy, 1.0f - fx);
+    w[3] = __fmul_rn(fy, fx);
+}
+
+/* taps in the order (y0,x0), (y0,x1), (y1,x0), (y1,x1), added left to right */
+static __device__ __forceinline__ float lerp_sum(const float v[4], const float w[4])
+{
+    float acc = __fadd_rn(__fmul_rn(v[0], w[0]), __fmul_rn(v[1], w[1]));
+    acc = __fadd_rn(acc, __fmul_rn(v[2], w[2]));
+    return __fadd_rn(acc, __fmul_rn(v[3], w[3]));
+}
+
 typedef struct WarpArgs {
     const void *x;
     void *y;
     ImgDims in, out;
     bool u8;
-    double a11, a12, a21, a22, b1, b2;   /* inverse map: destination -> source */
+    Inv inv;
     float cval_f;
     uint8_t cval_u8;
     int64_t total;                       /* N * out H * out W */
@@ -87,13 +137,9 @@ typedef struct WarpArgs {
 static __device__ __forceinline__ void warp_px(const WarpArgs &g, int64_t n, int64_t dy, int64_t dx, int64_t t)
 {
     const int64_t W = g.in.w, H = g.in.h, C = g.in.c;
-    /* 1/1024-pixel row origin, +16 rounds the later >> 5 to 1/32 pixel */
-    int64_t X0 = round_sat(__dmul_rn(__dadd_rn(__dmul_rn(g.a12, (double)dy), g.b1), 1024.0)) + 16;
-    int64_t Y0 = round_sat(__dmul_rn(__dadd_rn(__dmul_rn(g.a22, (double)dy), g.b2), 1024.0)) + 16;
-    int64_t X = floor_shift(X0 + round_sat(__dmul_rn(__dmul_rn(g.a11, (double)dx), 1024.0)), 5);
-    int64_t Y = floor_shift(Y0 + round_sat(__dmul_rn(__dmul_rn(g.a21, (double)dx), 1024.0)), 5);
-    int64_t sx = floor_shift(X, 5), sy = floor_shift(Y, 5);
-    int ax = (int)(X - sx * 32), ay = (int)(Y - sy * 32);
+    int64_t sx, sy;
+    int ax, ay;
+    warp_pos(g.inv, dy, dx, sx, sy, ax, ay);
     int64_t src = n * H * W * C, dst = t * C;
     /* a pixel whose four taps are all outside is the border value itself */
     bool all_out = sx >= W || sx + 1 < 0 || sy >= H || sy + 1 < 0;
@@ -126,17 +172,13 @@ static __device__ __forceinline__ void warp_px(const WarpArgs &g, int64_t n, int
                 y[dst + ch] = g.cval_f;
             return;
         }
-        /* OpenCV's float table: products of (1 - f) and f with f = a/32, exact in float */
-        float fx = (float)ax * (1.0f / 32), fy = (float)ay * (1.0f / 32);
-        const float w[4] = { __fmul_rn(1.0f - fy, 1.0f - fx), __fmul_rn(1.0f - fy, fx), __fmul_rn(fy, 1.0f - fx), __fmul_rn(fy, fx) };
+        float w[4];
+        lerp_weights(ax, ay, w);
         for (int64_t ch = 0; ch < C; ch++) {
             float v[4];
             for (int k = 0; k < 4; k++)
                 v[k] = tap[k] >= 0 ? x[tap[k] + ch] : g.cval_f;
-            /* order (y0,x0), (y0,x1), (y1,x0), (y1,x1), left to right */
-            float acc = __fadd_rn(__fmul_rn(v[0], w[0]), __fmul_rn(v[1], w[1]));
-            acc = __fadd_rn(acc, __fmul_rn(v[2], w[2]));
-            y[dst + ch] = __fadd_rn(acc, __fmul_rn(v[3], w[3]));
+            y[dst + ch] = lerp_sum(v, w);
         }
     }
 }
@@ -168,15 +210,7 @@ static int cuda_warp_affine(DittoBackend *be, const DittoWarpAffineParams *p, co
     g.in = img_dims(x);
     g.out = img_dims(y);
     g.u8 = x->dtype == DITTO_U8;
-    /* invert M (source -> destination) in double, as cv::invertAffineTransform */
-    const double *m = p->m;
-    double D = 1.0 / (m[0] * m[4] - m[1] * m[3]);
-    g.a11 = m[4] * D;
-    g.a12 = -m[1] * D;
-    g.a21 = -m[3] * D;
-    g.a22 = m[0] * D;
-    g.b1 = -g.a11 * m[2] - g.a12 * m[5];
-    g.b2 = -g.a21 * m[2] - g.a22 * m[5];
+    g.inv = affine_inverse(p->m);
     g.cval_f = p->border_value;
     g.cval_u8 = sat_u8(round_sat(p->border_value));
     g.total = g.out.n * g.out.h * g.out.w;
@@ -570,6 +604,149 @@ static int cuda_rgb_to_yuv420(DittoBackend *be, const DittoTensor *x, DittoTenso
     return 0;
 }
 
+/* ---- paste_yuv: paste-back and yuv420p in one pass ---- */
+
+#define PASTE_MAX 16   /* items a launch: their maps and boxes travel as kernel parameters (1 KB) */
+
+typedef struct PasteArgs {
+    const float *mask;
+    const void *render;
+    bool f16;
+    int h, w, H, W, ch, cw;
+    float scale;
+    const uint8_t *src;
+    int64_t src_item;                    /* bytes from one item's frame to the next: 0 when shared */
+    uint8_t *rgb, *y, *u, *v;            /* item 0 of this launch */
+    int64_t rgb_s, y_s, u_s, v_s;        /* batch strides in bytes */
+    Inv inv[PASTE_MAX];
+    int box[PASTE_MAX][4];               /* y0, y1, x0, x1 */
+} PasteArgs;
+
+/* Frame pixel (r, x) of item n: the frame, and inside the box the blend of the warped render and mask, as the ops in turn. */
+static __device__ __forceinline__ void paste_px(const PasteArgs &g, int n, int r, int x, const uint8_t *src, uint8_t out[3])
+{
+    const uint8_t *s = src + ((int64_t)r * g.W + x) * 3;
+    const int *b = g.box[n];
+    if (r < b[0] || r >= b[1] || x < b[2] || x >= b[3]) {
+        out[0] = s[0];
+        out[1] = s[1];
+        out[2] = s[2];
+        return;
+    }
+    int64_t sx, sy;
+    int ax, ay;
+    warp_pos(g.inv[n], r, x, sx, sy, ax, ay);
+    float m = 0.0f, img[3] = { 0.0f, 0.0f, 0.0f };   /* the border value where every tap is outside */
+    if (!(sx >= g.w || sx + 1 < 0 || sy >= g.h || sy + 1 < 0)) {
+        float w[4], v[4];
+        int64_t tap[4];
+        lerp_weights(ax, ay, w);
+        for (int k = 0; k < 4; k++) {
+            int64_t tx = sx + (k & 1), ty = sy + (k >> 1);
+            tap[k] = tx >= 0 && tx < g.w && ty >= 0 && ty < g.h ? ty * g.w + tx : -1;
+        }
+        for (int k = 0; k < 4; k++)
+            v[k] = tap[k] >= 0 ? g.mask[tap[k]] : 0.0f;
+        m = lerp_sum(v, w);
+        const int64_t plane = (int64_t)g.h * g.w, item = (int64_t)n * 3 * plane;
+        for (int c = 0; c < 3; c++) {
+            for (int k = 0; k < 4; k++) {   /* the scaled render, as an affine unary op writes it */
+                int64_t at = item + c * plane + tap[k];
+                float t = tap[k] < 0 ? 0.0f : g.f16 ? __half2float(((const __half *)g.render)[at]) : ((const float *)g.render)[at];
+                v[k] = tap[k] >= 0 ? __fmul_rn(g.scale, t) : 0.0f;
+            }
+            img[c] = lerp_sum(v, w);
+        }
+    }
+    for (int c = 0; c < 3; c++)
+        out[c] = ditto_blend_px(m, img[c], s[c]);
+}
+
+/* One thread per 2x2 block of one item (grid: x tiles, chroma rows, items): its pixels, their luma, one chroma pair. */
+static __global__ void k_paste_yuv(const __grid_constant__ PasteArgs g)
+{
+    const int n = blockIdx.z;
+    const uint8_t *src = g.src + n * g.src_item;
+    uint8_t *rgb = g.rgb ? g.rgb + n * g.rgb_s : NULL, *py = g.y + n * g.y_s;
+    for (int cy = blockIdx.y; cy < g.ch; cy += gridDim.y) {
+        const int y0 = 2 * cy, y1 = y0 + 1 < g.H ? y0 + 1 : y0;
+        for (int cx = blockIdx.x * blockDim.x + threadIdx.x; cx < g.cw; cx += gridDim.x * blockDim.x) {
+            const int x0 = 2 * cx, x1 = x0 + 1 < g.W ? x0 + 1 : x0;
+            uint8_t p[4][3];   /* (y0,x0), (y0,x1), (y1,x0), (y1,x1); an odd edge repeats its pixel */
+            const int rr[4] = { y0, y0, y1, y1 }, xx[4] = { x0, x1, x0, x1 };
+            int32_t rs = 0, gs = 0, bs = 0;
+            for (int k = 0; k < 4; k++) {
+                const int from = (k & 1) && x1 == x0 ? k - 1 : (k >> 1) && y1 == y0 ? k - 2 : -1;
+                if (from >= 0) {
+                    p[k][0] = p[from][0];
+                    p[k][1] = p[from][1];
+                    p[k][2] = p[from][2];
+                } else {
+                    paste_px(g, n, rr[k], xx[k], src, p[k]);
+                    const int64_t at = (int64_t)rr[k] * g.W + xx[k];
+                    py[at] = ditto_bt601_y(p[k][0], p[k][1], p[k][2]);
+                    if (rgb) {
+                        rgb[at * 3] = p[k][0];
+                        rgb[at * 3 + 1] = p[k][1];
+                        rgb[at * 3 + 2] = p[k][2];
+                    }
+                }
+                rs += p[k][0];
+                gs += p[k][1];
+                bs += p[k][2];
+            }
+            const int64_t i = (int64_t)cy * g.cw + cx;
+            g.u[n * g.u_s + i] = ditto_bt601_cb(rs, gs, bs);
+            g.v[n * g.v_s + i] = ditto_bt601_cr(rs, gs, bs);
+        }
+    }
+}
+
+static int cuda_paste_yuv(DittoBackend *be, const DittoPasteParams *p, const DittoTensor *mask, const DittoTensor *render, const DittoTensor *src,
+                          DittoTensor *rgb, DittoTensor *y, DittoTensor *u, DittoTensor *v)
+{
+    const int o = src->ndim - 3;
+    const int64_t N = render->shape[0];
+    PasteArgs g;
+    memset(&g, 0, sizeof g);
+    g.mask = (const float *)mask->data;
+    g.f16 = render->dtype == DITTO_F16;
+    g.h = (int)render->shape[2];
+    g.w = (int)render->shape[3];
+    g.H = (int)src->shape[o];
+    g.W = (int)src->shape[o + 1];
+    g.ch = (g.H + 1) / 2;
+    g.cw = (g.W + 1) / 2;
+    g.scale = p->scale;
+    g.src_item = o ? (int64_t)g.H * g.W * 3 : 0;
+    g.rgb_s = rgb ? rgb->stride[0] : 0;
+    g.y_s = y->stride[0];
+    g.u_s = u->stride[0];
+    g.v_s = v->stride[0];
+    const size_t esz = g.f16 ? 2 : 4;
+    for (int64_t n0 = 0; n0 < N; n0 += PASTE_MAX) {
+        const int64_t k = N - n0 < PASTE_MAX ? N - n0 : PASTE_MAX;
+        g.render = (const char *)render->data + (size_t)(n0 * 3 * g.h * g.w) * esz;
+        g.src = (const uint8_t *)src->data + n0 * g.src_item;
+        g.rgb = rgb ? (uint8_t *)rgb->data + n0 * g.rgb_s : NULL;
+        g.y = (uint8_t *)y->data + n0 * g.y_s;
+        g.u = (uint8_t *)u->data + n0 * g.u_s;
+        g.v = (uint8_t *)v->data + n0 * g.v_s;
+        for (int64_t i = 0; i < k; i++) {
+            const DittoPasteItem *it = &p->items[n0 + i];
+            g.inv[i] = affine_inverse(it->m);
+            g.box[i][0] = (int)it->y0;
+            g.box[i][1] = (int)it->y1;
+            g.box[i][2] = (int)it->x0;
+            g.box[i][3] = (int)it->x1;
+        }
+        const dim3 grid((unsigned)((g.cw + 127) / 128), (unsigned)(g.ch < 65535 ? g.ch : 65535), (unsigned)k);
+        k_paste_yuv<<<grid, 128, 0, ditto_cuda(be)->stream>>>(g);
+        DITTO_CUDA_LAUNCHED(be);
+    }
+    return 0;
+}
+
 void ditto_cuda_init_image(DittoOps *ops)
 {
     ops->warp_affine = cuda_warp_affine;
@@ -577,4 +754,5 @@ void ditto_cuda_init_image(DittoOps *ops)
     ops->resize_bilinear = cuda_resize_bilinear;
     ops->mask_blend = cuda_mask_blend;
     ops->rgb_to_yuv420 = cuda_rgb_to_yuv420;
+    ops->paste_yuv = cuda_paste_yuv;
 }
