@@ -57,6 +57,12 @@ typedef struct DittoBackend {
     int (*upload)(struct DittoBackend *be, void *dst, const void *src, size_t n);
     int (*download)(struct DittoBackend *be, void *dst, const void *src, size_t n);
     /*
+     * upload without waiting for the device: the bytes are staged (CUDA: a
+     * page-locked ring) and copied in stream order, so src may change as soon
+     * as the call returns. For small per-batch inputs; not while capturing.
+     */
+    int (*upload_async)(struct DittoBackend *be, void *dst, const void *src, size_t n);
+    /*
      * Host memory the device copies to and from at full speed (CUDA: page-
      * locked), or NULL on backends without such memory: use malloc there.
      * host_alloc returns NULL when out of memory; host_free accepts NULL.
@@ -83,12 +89,14 @@ typedef struct DittoBackend {
     int (*mem_info)(struct DittoBackend *be, DittoMemInfo *info);
     void (*destroy)(struct DittoBackend *be);
     /*
-     * Timing marks for the op profiler (backend/profile.h): make a mark,
-     * record it in stream order, read the milliseconds between two recorded
-     * marks (after sync), free it. NULL: no profiling on this backend.
+     * Timing marks for the op profiler (backend/profile.h) and the renderer's
+     * stage times: make a mark, record it in stream order, wait for it, read
+     * the milliseconds between two recorded marks (after they are reached),
+     * free it. NULL: no marks on this backend.
      */
     int (*mark_new)(struct DittoBackend *be, void **mark);
     void (*mark_record)(struct DittoBackend *be, void *mark);
+    int (*mark_wait)(struct DittoBackend *be, void *mark);   /* until the work before the recorded mark is done */
     double (*mark_elapsed)(struct DittoBackend *be, void *a, void *b);
     void (*mark_free)(struct DittoBackend *be, void *mark);
     struct DittoProfile *prof;  /* the recorder while profiling (ditto_profile_start), else NULL */

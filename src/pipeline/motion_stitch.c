@@ -587,10 +587,11 @@ int ditto_motion_stitch_run(DittoMotionStitch *ms, DittoBackend *be, DittoArena 
     float *hs = ms->host, *hd = ms->host + B * DITTO_KP_DIM;
     DITTO_TRY(ditto_motion_stitch_frames(ms, g0, B, x_s_info, x_d_info, ctrl, NULL, hs, hd));
 
+    /* staged: the device may still be busy with the previous batch */
     size_t bytes = (size_t)B * DITTO_KP_DIM * sizeof(float);
-    DITTO_TRY(be->upload(be, x_s->data, hs, bytes));
+    DITTO_TRY(be->upload_async(be, x_s->data, hs, bytes));
     if (!ms->flag_stitching) {
-        DITTO_TRY(be->upload(be, x_d->data, hd, bytes));
+        DITTO_TRY(be->upload_async(be, x_d->data, hd, bytes));
         ditto_tap(tap, "x_d_pre_stitch", x_d);
         return 0;
     }
@@ -598,7 +599,7 @@ int ditto_motion_stitch_run(DittoMotionStitch *ms, DittoBackend *be, DittoArena 
     DittoTensor pre;
     int rc = ditto_arena_tensor(ws, DITTO_F32, 3, (int64_t[]){ B, DITTO_NUM_KP, 3 }, &pre);
     if (rc >= 0)
-        rc = be->upload(be, pre.data, hd, bytes);
+        rc = be->upload_async(be, pre.data, hd, bytes);
     if (rc >= 0) {
         ditto_tap(tap, "x_d_pre_stitch", &pre);
         rc = ditto_stitch_forward(ms->net, ws, x_s, &pre, x_d, NULL);   /* (B,21,3) x 2 -> (B,21,3) */

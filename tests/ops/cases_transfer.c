@@ -5,6 +5,8 @@
  * copy is queued), notifications run in order once their copies are done,
  * and a fence keeps later work from overwriting a copy's source first.
  * Exact: the bytes must be those of the device buffer at the copy's turn.
+ * And upload_async: the bytes staged at the call, whatever the host buffer
+ * holds later, in stream order with the ops around it.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -46,8 +48,51 @@ static int64_t count_not(const float *h, int64_t n, float v)
     return bad;
 }
 
+#define UP_SLOTS 40   /* uploads of one host buffer: more than the CUDA staging ring has slots */
+#define UP_N 256
+
+static void case_upload_async(TestCtx *c)
+{
+    const char *name = "transfer upload_async";
+    if (!test_selected(c, name))
+        return;
+    DittoBackend *be = c->be;
+    const int64_t big = (int64_t)1 << 19;   /* 2 MB: past the staging limit, the plain upload */
+    DittoBuffer dev = { 0 };
+    float *src = malloc((size_t)(UP_N > big ? UP_N : big) * sizeof(float)), *out = malloc((size_t)(UP_SLOTS * UP_N + big) * sizeof(float));
+    int rc = src && out ? ditto_buffer_alloc(&dev, &be->allocator, (size_t)(UP_SLOTS * UP_N + big) * sizeof(float)) : DITTO_ERR_NOMEM;
+    const DittoUnaryParams twice = { DITTO_UNARY_AFFINE, 2.0f, 0.0f };
+    for (int i = 0; i < UP_SLOTS && rc == 0; i++) {
+        DittoTensor t = ditto_tensor((float *)dev.ptr + i * UP_N, DITTO_F32, 1, (const int64_t[]){ UP_N });
+        t.device = be->device;
+        for (int j = 0; j < UP_N; j++)
+            src[j] = (float)(i * 1000 + j);
+        rc = be->upload_async(be, t.data, src, UP_N * sizeof(float));
+        for (int j = 0; j < UP_N; j++)   /* the host buffer changes at once: the staged bytes must not */
+            src[j] = -1.0f;
+        if (!rc && i % 2)   /* an op after the copy sees the copied values */
+            rc = ditto_op_unary(be, &twice, &t, &t);
+    }
+    for (int64_t j = 0; j < big && rc == 0; j++)
+        src[j] = (float)j;
+    if (!rc) rc = be->upload_async(be, (float *)dev.ptr + UP_SLOTS * UP_N, src, (size_t)big * sizeof(float));
+    if (!rc) rc = be->sync(be);
+    if (!rc) rc = be->download(be, out, dev.ptr, (size_t)(UP_SLOTS * UP_N + big) * sizeof(float));
+    int64_t bad = 0;
+    for (int i = 0; i < UP_SLOTS && rc == 0; i++)
+        for (int j = 0; j < UP_N; j++)
+            bad += out[i * UP_N + j] != (float)(i * 1000 + j) * (i % 2 ? 2.0f : 1.0f);
+    for (int64_t j = 0; j < big && rc == 0; j++)
+        bad += out[UP_SLOTS * UP_N + j] != (float)j;
+    test_report(c, name, rc == 0 && bad == 0, "rc %d: %lld wrong floats of %lld", rc, (long long)bad, (long long)(UP_SLOTS * UP_N + big));
+    ditto_buffer_free(&dev);
+    free(src);
+    free(out);
+}
+
 void test_ops_transfer(TestCtx *c)
 {
+    case_upload_async(c);
     const char *name = "transfer download_async";
     if (!test_selected(c, name))
         return;

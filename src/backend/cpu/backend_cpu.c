@@ -32,6 +32,13 @@ static void cpu_mark_record(DittoBackend *be, void *mark)
     clock_gettime(CLOCK_MONOTONIC, (struct timespec *)mark);
 }
 
+static int cpu_mark_wait(DittoBackend *be, void *mark)
+{
+    (void)be;
+    (void)mark;   /* CPU ops are done when they return */
+    return 0;
+}
+
 static double cpu_mark_elapsed(DittoBackend *be, void *a, void *b)
 {
     (void)be;
@@ -80,6 +87,7 @@ int ditto_backend_cpu_open(DittoBackend **out, const DittoBackendParams *p)
     be->allocator = ditto_host_allocator;
     be->log = p->log;
     be->upload = cpu_memcpy;
+    be->upload_async = cpu_memcpy;
     be->download = cpu_memcpy;
     be->download_async = cpu_memcpy;
     be->download_notify = cpu_download_notify;
@@ -89,6 +97,7 @@ int ditto_backend_cpu_open(DittoBackend **out, const DittoBackendParams *p)
     be->destroy = cpu_destroy;
     be->mark_new = cpu_mark_new;
     be->mark_record = cpu_mark_record;
+    be->mark_wait = cpu_mark_wait;
     be->mark_elapsed = cpu_mark_elapsed;
     be->mark_free = cpu_mark_free;
     int rc = ditto_pool_create(&be->pool, p->nthreads);

@@ -169,6 +169,34 @@ static int cuda_upload(DittoBackend *be, void *dst, const void *src, size_t n)
     return 0;
 }
 
+static int cuda_upload_async(DittoBackend *be, void *dst, const void *src, size_t n)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    if (n > DITTO_CUDA_STAGE_MAX)
+        return cuda_upload(be, dst, src, n);
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    DITTO_CUDA_CHECK(be, cudaStreamIsCapturing(cu->stream, &cs));
+    if (cs != cudaStreamCaptureStatusNone)   /* a graph would replay the slot's later contents */
+        return ditto_fail(&be->log, DITTO_ERR_BACKEND, "cuda: upload_async while capturing a graph");
+    const unsigned i = cu->stage_next++ % DITTO_CUDA_STAGE_SLOTS;
+    if (!cu->stage[i].done)
+        DITTO_CUDA_CHECK(be, cudaEventCreateWithFlags(&cu->stage[i].done, cudaEventDisableTiming));
+    DITTO_CUDA_CHECK(be, cudaEventSynchronize(cu->stage[i].done));   /* the slot's last copy (slots ago) is done */
+    if (cu->stage[i].cap < n) {
+        size_t want = n < 4096 ? 4096 : n;
+        if (cu->stage[i].host)
+            cudaFreeHost(cu->stage[i].host);
+        cu->stage[i].host = NULL;
+        cu->stage[i].cap = 0;
+        DITTO_CUDA_CHECK(be, cudaHostAlloc(&cu->stage[i].host, want, cudaHostAllocDefault));
+        cu->stage[i].cap = want;
+    }
+    memcpy(cu->stage[i].host, src, n);
+    DITTO_CUDA_CHECK(be, cudaMemcpyAsync(dst, cu->stage[i].host, n, cudaMemcpyHostToDevice, cu->stream));
+    DITTO_CUDA_CHECK(be, cudaEventRecord(cu->stage[i].done, cu->stream));
+    return 0;
+}
+
 static int cuda_download(DittoBackend *be, void *dst, const void *src, size_t n)
 {
     DittoCuda *cu = ditto_cuda(be);
@@ -329,6 +357,12 @@ static void cuda_mark_record(DittoBackend *be, void *mark)
     cudaEventRecord((cudaEvent_t)mark, ditto_cuda(be)->stream);
 }
 
+static int cuda_mark_wait(DittoBackend *be, void *mark)
+{
+    DITTO_CUDA_CHECK(be, cudaEventSynchronize((cudaEvent_t)mark));
+    return 0;
+}
+
 static double cuda_mark_elapsed(DittoBackend *be, void *a, void *b)
 {
     (void)be;
@@ -390,6 +424,14 @@ static void cuda_destroy(DittoBackend *be)
         if (cu->copy_stream) {
             cudaStreamSynchronize(cu->copy_stream);
             cudaStreamDestroy(cu->copy_stream);
+        }
+        for (int i = 0; i < DITTO_CUDA_STAGE_SLOTS; i++) {
+            if (cu->stage[i].done) {
+                cudaEventSynchronize(cu->stage[i].done);
+                cudaEventDestroy(cu->stage[i].done);
+            }
+            if (cu->stage[i].host)
+                cudaFreeHost(cu->stage[i].host);
         }
         if (cu->copy_after)
             cudaEventDestroy(cu->copy_after);
@@ -481,6 +523,7 @@ extern "C" int ditto_backend_cuda_open(DittoBackend **out, const DittoBackendPar
     be->allocator.device = DITTO_DEVICE_CUDA;
     be->upload = cuda_upload;
     be->download = cuda_download;
+    be->upload_async = cuda_upload_async;
     be->download_async = cuda_download_async;
     be->download_notify = cuda_download_notify;
     be->download_fence = cuda_download_fence;
@@ -492,6 +535,7 @@ extern "C" int ditto_backend_cuda_open(DittoBackend **out, const DittoBackendPar
     be->destroy = cuda_destroy;
     be->mark_new = cuda_mark_new;
     be->mark_record = cuda_mark_record;
+    be->mark_wait = cuda_mark_wait;
     be->mark_elapsed = cuda_mark_elapsed;
     be->mark_free = cuda_mark_free;
     be->capture_begin = cuda_capture_begin;

@@ -29,6 +29,9 @@ typedef struct DittoCudaLane {
     cudaEvent_t mark;         /* lane_wait: recorded on this lane, waited on by another */
 } DittoCudaLane;
 
+#define DITTO_CUDA_STAGE_SLOTS 16   /* a batch stages two or three inputs: several batches in flight */
+#define DITTO_CUDA_STAGE_MAX (1u << 20)   /* larger uploads wait for the device instead */
+
 typedef struct DittoCuda {
     int device;
     int stream_priority;
@@ -44,6 +47,13 @@ typedef struct DittoCuda {
     cudaStream_t copy_stream; /* download_async's copies and notifications, behind copy_after on stream */
     cudaEvent_t copy_after;   /* recorded on stream by download_async: the copy starts after that work */
     cudaEvent_t copy_done;    /* recorded on copy_stream by download_fence: stream's later work waits for it */
+    /* upload_async's staging ring: page-locked slots, each reused once the copy recorded in its event is done */
+    struct {
+        void *host;
+        size_t cap;
+        cudaEvent_t done;
+    } stage[DITTO_CUDA_STAGE_SLOTS];
+    unsigned stage_next;
     cublasHandle_t cublas;
     cudnnHandle_t cudnn;
     void *workspace;          /* cuDNN / cuBLAS workspace, grown on demand (outside graph capture) */
