@@ -90,51 +90,88 @@ static int alloc_t(DittoBackend *be, DittoBuffer *buf, DittoTensor *t, DittoDTyp
 
 typedef struct Stage { double stitch, warp, decode, post, total; } Stage;
 
+/* Stage boundaries of a timed run: marks in stream order (without marks: the host clock after a wait). */
+typedef struct Marks {
+    void *m[5];
+    double host[5];
+} Marks;
+
+static int stage_mark(DittoBackend *be, Marks *k, int i)
+{
+    if (k->m[i]) {
+        be->mark_record(be, k->m[i]);
+        return 0;
+    }
+    int rc = be->sync(be);
+    k->host[i] = now_s();
+    return rc;
+}
+
+static double stage_s(DittoBackend *be, const Marks *k, int a, int b)
+{
+    return k->m[a] ? 1e-3 * be->mark_elapsed(be, k->m[a], k->m[b]) : k->host[b] - k->host[a];
+}
+
+/* Wait for the run that recorded k, and add its stage times to sum when it was a timed one. */
+static int bench_collect(DittoBackend *be, const Marks *k, bool timed, Stage *sum)
+{
+    if (k->m[4])
+        DITTO_TRY(be->mark_wait(be, k->m[4]));
+    if (timed) {
+        sum->stitch += stage_s(be, k, 0, 1);
+        sum->warp += stage_s(be, k, 1, 2);
+        sum->decode += stage_s(be, k, 2, 3);
+        sum->post += stage_s(be, k, 3, 4);
+    }
+    return 0;
+}
+
 /*
- * --loop: the output path after the decoder, as a session runs it for an
- * image avatar: the faces as (B,512,512,3) x 255, pasted into B copies of a
- * LOOP_SIDE^2 frame (a fixed crop matrix), converted to yuv420p, and the
- * planes downloaded to the host, the copy overlapping the next batch.
+ * --loop: the output path after the decoder, as `ditto render` runs it for
+ * an image avatar: the faces pasted into B copies of a LOOP_SIDE^2 frame (a
+ * fixed crop matrix) and converted to yuv420p in one pass from the decoder's
+ * output (ditto_putback_yuv, no RGB kept), and the planes downloaded to the
+ * host, the copy overlapping the next batch.
  */
 #define LOOP_SIDE 1432
 
 typedef struct BenchPost {
     DittoPutback *pb;
-    DittoBuffer frame_b, out_b, hwc_b, yuv_b;
-    DittoTensor frame, out, hwc;    /* (H,W,3) u8, (B,H,W,3) u8, (B,512,512,3) f32 */
+    DittoBuffer frame_b, yuv_b;
+    DittoTensor frame;              /* (H,W,3) u8 */
     uint8_t *host;                  /* B frames of planes: page-locked where the backend has it, as a session's frame ring */
     bool host_pinned;
     size_t plane_bytes;             /* one frame: Y, U, V */
-    float M[9];
+    float *M;                       /* B copies of the crop -> frame matrix */
 } BenchPost;
 
 static void post_close(BenchPost *p, DittoBackend *be)
 {
     ditto_putback_close(&p->pb);
     ditto_buffer_free(&p->frame_b);
-    ditto_buffer_free(&p->out_b);
-    ditto_buffer_free(&p->hwc_b);
     ditto_buffer_free(&p->yuv_b);
     if (p->host_pinned)
         be->host_free(be, p->host);
     else
         free(p->host);
+    free(p->M);
     memset(p, 0, sizeof *p);
 }
 
 static int post_open(BenchPost *p, DittoBackend *be, int64_t B)
 {
-    const int64_t S = LOOP_SIDE, C = DITTO_PUTBACK_CROP, cs = (S + 1) / 2;
+    const int64_t S = LOOP_SIDE, cs = (S + 1) / 2;
     memset(p, 0, sizeof *p);
     p->plane_bytes = (size_t)(S * S + 2 * cs * cs);
     /* crop -> frame: scale 1.05, a slight rotation, the face left of centre */
     const float s = 1.05f, th = 0.05f;
     const float M[9] = { s * cosf(th), -s * sinf(th), 450.0f, s * sinf(th), s * cosf(th), 330.0f, 0, 0, 1 };
-    memcpy(p->M, M, sizeof M);
-    int rc = ditto_putback_open(&p->pb, be, S, S, &be->log);
+    if (!(p->M = malloc((size_t)B * sizeof M)))
+        return DITTO_ERR_NOMEM;
+    for (int64_t b = 0; b < B; b++)
+        memcpy(p->M + 9 * b, M, sizeof M);
+    int rc = ditto_putback_open_fused(&p->pb, be, S, S, &be->log);
     if (!rc) rc = alloc_t(be, &p->frame_b, &p->frame, DITTO_U8, DITTO_SHAPE(S, S, 3));
-    if (!rc) rc = alloc_t(be, &p->out_b, &p->out, DITTO_U8, DITTO_SHAPE(B, S, S, 3));
-    if (!rc) rc = alloc_t(be, &p->hwc_b, &p->hwc, DITTO_F32, DITTO_SHAPE(B, C, C, 3));
     if (!rc) rc = ditto_buffer_alloc(&p->yuv_b, &be->allocator, p->plane_bytes * (size_t)B);
     if (!rc && be->host_alloc && (p->host = be->host_alloc(be, p->plane_bytes * (size_t)B)))
         p->host_pinned = true;
@@ -164,25 +201,14 @@ static int post_open(BenchPost *p, DittoBackend *be, int64_t B)
 /* Device part of the output path for the B images in img (B,3,512,512): no host transfer, so it can be captured. */
 static int post_run(BenchPost *p, DittoBackend *be, const DittoTensor *img)
 {
-    const int64_t B = img->shape[0], S = LOOP_SIDE, cs = (S + 1) / 2;
-    DittoTensor perm;
-    DITTO_TRY(ditto_tensor_permute(img, (const int[]){ 0, 2, 3, 1 }, &perm));
-    DITTO_TRY(ditto_op_copy(be, &perm, &p->hwc));
-    const DittoUnaryParams x255 = { DITTO_UNARY_AFFINE, 255.0f, 0.0f };
-    DITTO_TRY(ditto_op_unary(be, &x255, &p->hwc, &p->hwc));
-    for (int64_t b = 0; b < B; b++) {
-        DittoTensor r, o;
-        DITTO_TRY(ditto_tensor_select(&p->hwc, 0, b, &r));
-        DITTO_TRY(ditto_tensor_select(&p->out, 0, b, &o));
-        DITTO_TRY(ditto_putback_run(p->pb, &p->frame, &r, p->M, &o, NULL));
-        uint8_t *base = (uint8_t *)p->yuv_b.ptr + (size_t)b * p->plane_bytes;
-        DittoTensor y = ditto_tensor(base, DITTO_U8, 2, (const int64_t[]){ S, S });
-        DittoTensor u = ditto_tensor(base + S * S, DITTO_U8, 2, (const int64_t[]){ cs, cs });
-        DittoTensor v = ditto_tensor(base + S * S + cs * cs, DITTO_U8, 2, (const int64_t[]){ cs, cs });
-        y.device = u.device = v.device = be->device;
-        DITTO_TRY(ditto_op_rgb_to_yuv420(be, &o, &y, &u, &v));
-    }
-    return 0;
+    const int64_t B = img->shape[0], S = LOOP_SIDE, cs = (S + 1) / 2, fb = (int64_t)p->plane_bytes;
+    uint8_t *base = p->yuv_b.ptr;
+    DittoTensor y = ditto_tensor(base, DITTO_U8, DITTO_SHAPE(B, S, S));
+    DittoTensor u = ditto_tensor(base + S * S, DITTO_U8, DITTO_SHAPE(B, cs, cs));
+    DittoTensor v = ditto_tensor(base + S * S + cs * cs, DITTO_U8, DITTO_SHAPE(B, cs, cs));
+    y.device = u.device = v.device = be->device;
+    y.stride[0] = u.stride[0] = v.stride[0] = fb;
+    return ditto_putback_yuv(p->pb, &p->frame, img, p->M, NULL, &y, &u, &v, NULL);
 }
 
 /* Queue the copy of the B frames' planes to the host: it runs during the next batch's work (download_fence before post overwrites them). */
@@ -473,6 +499,15 @@ int ditto_cmd_bench(int argc, char **argv)
         lanes = ditto_backend_lanes(be);
 
     int rc = 0;
+    Marks mks[2];   /* two runs in flight */
+    memset(mks, 0, sizeof mks);
+    for (int i = 0; i < 10 && be->mark_new; i++)
+        if (be->mark_new(be, &mks[i / 5].m[i % 5]) < 0) {
+            for (int j = 0; j < i; j++)
+                be->mark_free(be, mks[j / 5].m[j % 5]);
+            memset(mks, 0, sizeof mks);   /* the host clock then */
+            break;
+        }
     DittoCatalog *cw = NULL, *cg = NULL, *cs = NULL;
     DittoWarp *warp = NULL;
     DittoDecoder *dec = NULL;
@@ -540,8 +575,22 @@ int ditto_cmd_bench(int argc, char **argv)
         memset(&post, 0, sizeof post);
         if (!rc && loop)
             rc = post_open(&post, be, B);
+        /*
+         * As a session: stage boundaries are marks in stream order, and each
+         * batch is queued before the host waits for the one before it (two
+         * sets of marks), so the device always has the next batch.
+         */
+        int cur = 0;
+        bool pend = false, timed[2] = { false, false };
+        double t_start = 0;
         for (int it = 0; !rc && it < warmup + iters; it++) {
-            if (graph && it == warmup) {
+            if (it == warmup) {   /* the warm-up done (and untimed) */
+                if (pend && mks[cur ^ 1].m[4])
+                    rc = be->mark_wait(be, mks[cur ^ 1].m[4]);
+                pend = false;
+                if (!rc) rc = be->sync(be);
+            }
+            if (!rc && graph && it == warmup) {
                 /* record each stage once; the arena hands out the same addresses as in the warm-up */
                 for (int sgi = 0; !rc && sgi < (loop ? 4 : 3); sgi++) {
                     rc = be->capture_begin(be);
@@ -557,45 +606,44 @@ int ditto_cmd_bench(int argc, char **argv)
                 if (!rc) rc = ditto_arena_reset(&ws);
                 if (!rc) rc = ditto_arena_reset(&ws2);
             }
+            if (rc)
+                break;
+            if (it == warmup)
+                t_start = now_s();
             bool replay = graph && it >= warmup;
-            double a = now_s();
-            rc = replay ? be->graph_launch(be, gr[0]) : ditto_stitch_forward(st, &ws, kp_s, kp_d, kp_n, NULL);
-            if (!rc) rc = be->sync(be);
-            double b = now_s();
+            Marks *k = &mks[cur];
+            rc = stage_mark(be, k, 0);
+            if (!rc) rc = replay ? be->graph_launch(be, gr[0]) : ditto_stitch_forward(st, &ws, kp_s, kp_d, kp_n, NULL);
+            if (!rc) rc = stage_mark(be, k, 1);
             if (!rc) rc = replay ? be->graph_launch(be, gr[1])
                           : lanes > 1 ? ditto_backend_halves(be, B, wss, wd_half, &wdh)
                                       : ditto_warp_forward(warp, &ws, f_s, kp_s, kp_n, wout, NULL);
-            if (!rc) rc = be->sync(be);
-            double c2 = now_s();
+            if (!rc) rc = stage_mark(be, k, 2);
             if (!rc && lanes == 1) rc = replay ? be->graph_launch(be, gr[2]) : ditto_decoder_forward(dec, &ws, wout, img, NULL);
-            if (!rc) rc = be->sync(be);
-            double d = now_s();
+            if (!rc) rc = stage_mark(be, k, 3);
             if (!rc && loop) {
-                /* as a session: the last batch's planes copied out before post overwrites them, this batch's copied during the next */
+                /* the last batch's planes copied out before post overwrites them, this batch's copied during the next */
                 rc = be->download_fence(be);
                 if (!rc) rc = replay ? be->graph_launch(be, gr[3]) : post_run(&post, be, img);
-                if (!rc) rc = be->sync(be);
-                if (!rc) rc = post_download(&post, be, B);
             }
-            double e = now_s();
-            if (!rc && !replay) rc = ditto_arena_reset(&ws);
+            if (!rc) rc = stage_mark(be, k, 4);
+            if (!rc && loop) rc = post_download(&post, be, B);
+            if (!rc && !replay) rc = ditto_arena_reset(&ws);   /* the next run's scratch follows this one in stream order */
             if (!rc && !replay) rc = ditto_arena_reset(&ws2);
-            if (it >= warmup) {
-                sum.stitch += b - a;
-                sum.warp += c2 - b;
-                sum.decode += d - c2;
-                sum.post += e - d;
-                sum.total += e - a;
-            }
+            /* this batch is queued: wait for the one before it */
+            if (!rc && pend)
+                rc = bench_collect(be, &mks[cur ^ 1], timed[cur ^ 1], &sum);
+            pend = true;
+            timed[cur] = it >= warmup;
+            cur ^= 1;
         }
-        if (!rc && loop) {   /* the last copy: what of it did not overlap counts as post time */
-            double w = now_s();
+        if (!rc && pend)
+            rc = bench_collect(be, &mks[cur ^ 1], timed[cur ^ 1], &sum);
+        if (!rc && loop)   /* the last copy too */
             rc = be->download_wait(be);
-            if (iters > 0) {
-                sum.post += now_s() - w;
-                sum.total += now_s() - w;
-            }
-        }
+        if (!rc) rc = be->sync(be);
+        if (!rc && iters > 0)
+            sum.total = now_s() - t_start;
         for (int sgi = 0; sgi < 4; sgi++)
             if (gr[sgi])
                 be->graph_free(be, gr[sgi]);
@@ -718,6 +766,9 @@ int ditto_cmd_bench(int argc, char **argv)
     free(ref0);
     free(img0);
 done:
+    for (int i = 0; i < 10; i++)
+        if (mks[i / 5].m[i % 5])
+            be->mark_free(be, mks[i / 5].m[i % 5]);
     ditto_warp_free(&warp);
     ditto_decoder_free(&dec);
     ditto_stitch_free(&st);

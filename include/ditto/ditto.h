@@ -148,8 +148,8 @@ typedef enum DittoStage {
     DITTO_STAGE_STITCH,          /**< motion stitch + stitching network */
     DITTO_STAGE_WARP,            /**< warping network (on a GPU with two render lanes: warp and decoder, run as one stage) */
     DITTO_STAGE_DECODE,          /**< SPADE decoder (0 when it ran in the warp's stage) */
-    DITTO_STAGE_PUTBACK,         /**< paste-back into the full frame */
-    DITTO_STAGE_COLOR,           /**< RGB -> YUV */
+    DITTO_STAGE_PUTBACK,         /**< paste-back into the full frame (on a GPU: and RGB -> YUV, one pass) */
+    DITTO_STAGE_COLOR,           /**< RGB -> YUV (on a GPU: queueing the finished frames' copies to the host) */
     DITTO_STAGE_ENCODE,          /**< H.264 + AAC + mux */
     DITTO_STAGE_COUNT
 } DittoStage;

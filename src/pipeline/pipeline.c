@@ -330,20 +330,19 @@ static int warm_post(DittoModels *m)
     const int64_t side = DITTO_RENDER_SIDE, cs = ditto_yuv420_chroma_size(S);
     DittoBuffer b_img = { 0 }, b_ren = { 0 }, b_yuv = { 0 };
     DittoPutback *pb = NULL;
-    int rc = ditto_putback_open(&pb, be, S, S, &m->log);
-    if (rc >= 0 && (rc = ditto_buffer_alloc(&b_img, &be->allocator, 2 * S * S * 3)) >= 0 &&
-        (rc = ditto_buffer_alloc(&b_ren, &be->allocator, (size_t)(side * side * 3) * sizeof(float))) >= 0 &&
+    int rc = ditto_putback_open_fused(&pb, be, S, S, &m->log);
+    if (rc >= 0 && (rc = ditto_buffer_alloc(&b_img, &be->allocator, S * S * 3)) >= 0 &&
+        (rc = ditto_buffer_alloc(&b_ren, &be->allocator, (size_t)(3 * side * side) * ditto_dtype_size(be->act_dtype))) >= 0 &&
         (rc = ditto_buffer_alloc(&b_yuv, &be->allocator, (size_t)(S * S + 2 * cs * cs))) >= 0) {
-        DittoTensor img = ditto_tensor(b_img.ptr, DITTO_U8, DITTO_SHAPE(S, S, 3)), out = img;
-        DittoTensor ren = ditto_tensor(b_ren.ptr, DITTO_F32, DITTO_SHAPE(side, side, 3));
-        DittoTensor y = ditto_tensor(b_yuv.ptr, DITTO_U8, DITTO_SHAPE(S, S));
-        DittoTensor u = ditto_tensor((uint8_t *)b_yuv.ptr + S * S, DITTO_U8, DITTO_SHAPE(cs, cs));
-        DittoTensor v = ditto_tensor((uint8_t *)b_yuv.ptr + S * S + cs * cs, DITTO_U8, DITTO_SHAPE(cs, cs));
-        out.data = (uint8_t *)b_img.ptr + S * S * 3;
-        img.device = out.device = ren.device = y.device = u.device = v.device = be->device;
+        DittoTensor img = ditto_tensor(b_img.ptr, DITTO_U8, DITTO_SHAPE(S, S, 3));
+        DittoTensor ren = ditto_tensor(b_ren.ptr, be->act_dtype, DITTO_SHAPE(1, 3, side, side));
+        DittoTensor y = ditto_tensor(b_yuv.ptr, DITTO_U8, DITTO_SHAPE(1, S, S));
+        DittoTensor u = ditto_tensor((uint8_t *)b_yuv.ptr + S * S, DITTO_U8, DITTO_SHAPE(1, cs, cs));
+        DittoTensor v = ditto_tensor((uint8_t *)b_yuv.ptr + S * S + cs * cs, DITTO_U8, DITTO_SHAPE(1, cs, cs));
+        img.device = ren.device = y.device = u.device = v.device = be->device;
         const float M_c2o[9] = { (float)S / side, 0, 0, 0, (float)S / side, 0, 0, 0, 1 };   /* the crop is the whole frame */
         if ((rc = ditto_op_fill(be, 0.0f, &ren)) >= 0 && (rc = ditto_op_fill(be, 0.0f, &img)) >= 0 &&
-            (rc = ditto_putback_run(pb, &img, &ren, M_c2o, &out, NULL)) >= 0 && (rc = ditto_op_rgb_to_yuv420(be, &out, &y, &u, &v)) >= 0)
+            (rc = ditto_putback_yuv(pb, &img, &ren, M_c2o, NULL, &y, &u, &v, NULL)) >= 0)
             rc = be->sync ? be->sync(be) : 0;
     }
     ditto_buffer_free(&b_img);
@@ -984,6 +983,25 @@ static void published(void *arg)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* A batch's device stage times (ditto_renderer_run reports each once the batch is done) into the session's. */
+static void add_render_times(DittoSession *s, const DittoRenderTimes *t)
+{
+    if (t->n && t->g0 == 0) {
+        char post[64] = "";
+        if (s->device_post)
+            snprintf(post, sizeof post, ", paste-back and colour (one pass) %.3f s", t->putback);
+        ditto_log(&s->log, DITTO_LOG_INFO, "render: first batch of %d: stitch %.3f s, warp %.3f s, decode %.3f s%s", t->n, t->stitch, t->warp,
+                  t->decode, post);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->seconds[DITTO_STAGE_STITCH] += t->stitch;
+    s->seconds[DITTO_STAGE_WARP] += t->warp;
+    s->seconds[DITTO_STAGE_DECODE] += t->decode;
+    s->seconds[DITTO_STAGE_PUTBACK] += t->putback;
+    s->seconds[DITTO_STAGE_COLOR] += t->color;
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void *render_main(void *arg)
 {
     DittoSession *s = arg;
@@ -1023,7 +1041,13 @@ static void *render_main(void *arg)
         int n = (int)(avail < s->B ? avail : s->B);
         if (n == 0) {   /* closed and drained: once the last frames are out of the device, the post worker closes the ring */
             pthread_mutex_unlock(&s->mu);
-            if (s->device_post && (rc = ditto_renderer_fetch_wait(s->rend)) < 0) {
+            DittoRenderTimes t = { 0 };
+            if ((rc = ditto_renderer_flush(s->rend, &t)) >= 0) {
+                add_render_times(s, &t);
+                if (s->device_post)
+                    rc = ditto_renderer_fetch_wait(s->rend);
+            }
+            if (rc < 0) {
                 fail(s, rc);
                 break;
             }
@@ -1050,9 +1074,7 @@ static void *render_main(void *arg)
         compute_enter(s->m);
         rc = ditto_renderer_run(s->rend, g, n, xd, any ? cp : NULL, s->device_post ? NULL : slot->render, &t);
         compute_leave(s->m);
-        if (rc >= 0 && g == 0)
-            ditto_log(&s->log, DITTO_LOG_INFO, "render: first batch of %d: stitch %.3f s, warp %.3f s, decode %.3f s, paste-back %.3f s, colour %.3f s",
-                      n, t.stitch, t.warp, t.decode, t.putback, t.color);
+
         if (rc >= 0 && s->device_post) {
             /*
              * Finished frames straight from the device into the caller's ring
@@ -1090,12 +1112,9 @@ static void *render_main(void *arg)
             if (rc == DITTO_ERR_BADSTATE)   /* aborted while waiting: another stage's error, or close */
                 break;
         }
+        if (rc >= 0)
+            add_render_times(s, &t);
         pthread_mutex_lock(&s->mu);
-        s->seconds[DITTO_STAGE_STITCH] += t.stitch;
-        s->seconds[DITTO_STAGE_WARP] += t.warp;
-        s->seconds[DITTO_STAGE_DECODE] += t.decode;
-        s->seconds[DITTO_STAGE_PUTBACK] += t.putback;
-        s->seconds[DITTO_STAGE_COLOR] += t.color;
         if (rc < 0) {
             fail_locked(s, rc);
         } else if (!s->device_post) {
@@ -1302,7 +1321,7 @@ static int session_setup(DittoSession *s)
     DittoRendererConfig rc_cfg = {
         .be = m->be, .warp = m->warp, .decoder = m->decoder, .stitch = m->stitch, .avatar = av, .is_image = s->is_image,
         .batch = s->B, .fade_type = (p->fade_in > 0 || p->fade_out > 0) ? DITTO_FADE_S : DITTO_FADE_NONE,
-        .device_post = s->device_post, .graphs = !(graphs_env && !strcmp(graphs_env, "0")), .log = s->log,
+        .device_post = s->device_post, .yuv_only = s->p.yuv_only, .graphs = !(graphs_env && !strcmp(graphs_env, "0")), .log = s->log,
         .arena_bytes = m->warm_batch == s->B ? m->warm_arena : 0, .lanes = m->lanes,
     };
     const double t_rend = ditto_now();

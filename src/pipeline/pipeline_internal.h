@@ -52,6 +52,7 @@ typedef struct DittoRendererConfig {
     int batch;                              /* B >= 1 */
     DittoFadeType fade_type;                /* for the fade controls */
     bool device_post;                       /* paste-back + yuv420p on be: run gives finished frames */
+    bool yuv_only;                          /* device_post: the planes alone, no RGB frames to fetch */
     bool graphs;                            /* replay full batches as CUDA graphs where be captures */
     size_t arena_bytes;                     /* 0, or the activation arena a full batch needs (from a warm-up of
                                                the same batch and lanes): then the first full batch is captured already */
@@ -75,6 +76,8 @@ int ditto_renderer_prepare(DittoRenderer *r);
 /* Busy time of the render stages, seconds (backend synchronised). */
 typedef struct DittoRenderTimes {
     double stitch, warp, decode, putback, color;
+    int64_t g0;                  /* the batch they are of: frames [g0, g0 + n); n 0: none yet */
+    int n;
 } DittoRenderTimes;
 
 /*
@@ -83,10 +86,15 @@ typedef struct DittoRenderTimes {
  * memory: n renders (n, 512, 512, 3) float32 in 0..255. With device_post
  * out must be NULL: the n finished frames stay on the device for
  * ditto_renderer_fetch() (their copies finish before the next run
- * overwrites them). Adds the stage times to *t (may be NULL).
+ * overwrites them), and where the backend has marks the batch is only
+ * queued: run returns once the batch before it is done, so the device
+ * has this one meanwhile. Adds the stage times of the batch that is done
+ * to *t (may be NULL; t->n 0 when none is).
  */
 int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_d_info, const DittoCtrl *const *ctrl, void *out,
                        DittoRenderTimes *t);
+/* Wait for a queued batch (device_post) and add its stage times to *t (t->n 0 when none was queued). */
+int ditto_renderer_flush(DittoRenderer *r, DittoRenderTimes *t);
 /*
  * device_post: queue the copy of finished frame k (< n) of the last run:
  * RGB24 (H,W,3) into rgb unless NULL, and the yuv420p planes Y (H,W), U and

@@ -124,7 +124,7 @@ void ditto_putback_box(const float M_c2o[9], int64_t W, int64_t H, DittoPutbackB
 
 /* ---- open / close ---- */
 
-int ditto_putback_open(DittoPutback **out, DittoBackend *be, int64_t max_w, int64_t max_h, const DittoLogger *log)
+static int open_pb(DittoPutback **out, DittoBackend *be, int64_t max_w, int64_t max_h, const DittoLogger *log, bool fused)
 {
     *out = NULL;
     if (!be || max_w < 1 || max_h < 1 || max_w > (1 << 16) || max_h > (1 << 16))
@@ -145,10 +145,11 @@ int ditto_putback_open(DittoPutback **out, DittoBackend *be, int64_t max_w, int6
     int rc = ditto_buffer_alloc(&pb->mask_buf, &be->allocator, (size_t)CROP * CROP * sizeof(float));
     if (rc >= 0)
         rc = be->upload(be, pb->mask_buf.ptr, mask, (size_t)CROP * CROP * sizeof(float));
-    if (rc >= 0)
+    if (rc >= 0 && !fused) {
         rc = ditto_buffer_alloc(&pb->mask_w_buf, &be->allocator, px * sizeof(float));
-    if (rc >= 0)
-        rc = ditto_buffer_alloc(&pb->img_w_buf, &be->allocator, px * 3 * sizeof(float));
+        if (rc >= 0)
+            rc = ditto_buffer_alloc(&pb->img_w_buf, &be->allocator, px * 3 * sizeof(float));
+    }
     ditto_free(mask);
     if (rc < 0) {
         ditto_putback_close(&pb);
@@ -157,6 +158,16 @@ int ditto_putback_open(DittoPutback **out, DittoBackend *be, int64_t max_w, int6
     }
     *out = pb;
     return 0;
+}
+
+int ditto_putback_open(DittoPutback **out, DittoBackend *be, int64_t max_w, int64_t max_h, const DittoLogger *log)
+{
+    return open_pb(out, be, max_w, max_h, log, false);
+}
+
+int ditto_putback_open_fused(DittoPutback **out, DittoBackend *be, int64_t max_w, int64_t max_h, const DittoLogger *log)
+{
+    return open_pb(out, be, max_w, max_h, log, true);
 }
 
 void ditto_putback_close(DittoPutback **pb)
@@ -230,6 +241,8 @@ int ditto_putback_run(DittoPutback *pb, const DittoTensor *frame, const DittoTen
     if (!is_image(render, DITTO_F32, B, CROP, CROP) || render->ndim != frame->ndim)
         return ditto_fail(&pb->log, DITTO_ERR_SHAPE, "putback: render must be contiguous float32 (%s512,512,3) like the frame",
                           frame->ndim == 4 ? "B," : "");
+    if (!pb->img_w_buf.ptr)
+        return ditto_fail(&pb->log, DITTO_ERR_INVAL, "putback: opened for the fused path (ditto_putback_yuv) only");
     int o = frame->ndim - 3;
     int64_t H = frame->shape[o], W = frame->shape[o + 1];
     if (W > pb->max_w || H > pb->max_h)
@@ -245,4 +258,41 @@ int ditto_putback_run(DittoPutback *pb, const DittoTensor *frame, const DittoTen
         DITTO_TRY(run_one(pb, &f, &r, M_c2o + 9 * b, &y, box ? box + b : NULL));
     }
     return 0;
+}
+
+int ditto_putback_yuv(DittoPutback *pb, const DittoTensor *frame, const DittoTensor *render, const float *M_c2o, DittoTensor *rgb, DittoTensor *y,
+                      DittoTensor *u, DittoTensor *v, DittoPutbackBox *box)
+{
+    if (!pb || !frame || !render || !M_c2o || !y || !u || !v)
+        return DITTO_ERR_INVAL;
+    if (render->ndim != 4 || render->shape[0] < 1 || render->shape[2] != CROP || render->shape[3] != CROP || (frame->ndim != 3 && frame->ndim != 4))
+        return ditto_fail(&pb->log, DITTO_ERR_SHAPE, "putback: render must be (B,3,512,512) and the frame (H,W,3) or (B,H,W,3)");
+    const int64_t B = render->shape[0];
+    int o = frame->ndim - 3;
+    int64_t H = frame->shape[o], W = frame->shape[o + 1];
+    if (W > pb->max_w || H > pb->max_h)
+        return ditto_fail(&pb->log, DITTO_ERR_SHAPE, "putback: frame %lldx%lld exceeds the %lldx%lld it was opened for", (long long)W,
+                          (long long)H, (long long)pb->max_w, (long long)pb->max_h);
+    DittoPasteItem *items = ditto_malloc((size_t)B * sizeof *items);
+    if (!items)
+        return ditto_fail(&pb->log, DITTO_ERR_NOMEM, "putback: out of memory");
+    for (int64_t b = 0; b < B; b++) {
+        const float *M = M_c2o + 9 * b;
+        DittoPutbackBox bx;
+        ditto_putback_box(M, W, H, &bx);
+        for (int i = 0; i < 6; i++)
+            items[b].m[i] = (double)M[i];   /* M_c2o[:2] as cv2 sees it */
+        items[b].y0 = bx.y0;
+        items[b].y1 = bx.y1;
+        items[b].x0 = bx.x0;
+        items[b].x1 = bx.x1;
+        if (box)
+            box[b] = bx;
+    }
+    DittoTensor mask = ditto_tensor(pb->mask_buf.ptr, DITTO_F32, 3, (int64_t[]){ CROP, CROP, 1 });
+    mask.device = pb->be->device;
+    const DittoPasteParams p = { items, 255.0f };
+    int rc = ditto_op_paste_yuv(pb->be, &p, &mask, render, frame, rgb, y, u, v);
+    ditto_free(items);
+    return rc;
 }

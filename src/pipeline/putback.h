@@ -58,6 +58,8 @@ typedef struct DittoPutback DittoPutback;
  * DITTO_ERR_INVAL or DITTO_ERR_NOMEM.
  */
 int ditto_putback_open(DittoPutback **out, DittoBackend *be, int64_t max_w, int64_t max_h, const DittoLogger *log);
+/* The same for ditto_putback_yuv alone: the mask, no warp scratch. */
+int ditto_putback_open_fused(DittoPutback **out, DittoBackend *be, int64_t max_w, int64_t max_h, const DittoLogger *log);
 /* Accepts NULL and *pb == NULL; sets *pb to NULL. */
 void ditto_putback_close(DittoPutback **pb);
 
@@ -74,5 +76,18 @@ void ditto_putback_close(DittoPutback **pb);
  */
 int ditto_putback_run(DittoPutback *pb, const DittoTensor *frame, const DittoTensor *render, const float *M_c2o, DittoTensor *out,
                       DittoPutbackBox *box);
+
+/*
+ * Paste-back and yuv420p in one pass (the op paste_yuv): the bytes of
+ * ditto_putback_run on 255 * render and ditto_op_rgb_to_yuv420 in turn.
+ *   frame   (H,W,3) uint8 shared by every render, or (B,H,W,3)
+ *   render  (B,3,512,512) float32 or float16 in 0..1, the decoder's output
+ *   M_c2o   B 3x3 float32 matrices (crop -> frame)
+ *   rgb     (B,H,W,3) uint8 or NULL; y (B,H,W), u, v (B,ceil(H/2),ceil(W/2))
+ *           uint8: each contiguous but for its batch stride
+ *   box     B boxes that were blended, or NULL
+ */
+int ditto_putback_yuv(DittoPutback *pb, const DittoTensor *frame, const DittoTensor *render, const float *M_c2o, DittoTensor *rgb, DittoTensor *y,
+                      DittoTensor *u, DittoTensor *v, DittoPutbackBox *box);
 
 #endif

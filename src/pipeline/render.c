@@ -17,6 +17,9 @@
 /* Capture attempts before graphs are given up for the session (a capture is dropped when the arena had to grow). */
 #define GRAPH_TRIES 3
 
+/* Stage boundaries of a batch: start, after the stitch, the warp, the decoder, the paste-back. */
+enum { M_START, M_STITCH, M_WARP, M_DECODE, M_POST, STAGES };
+
 struct DittoRenderer {
     DittoBackend *be;
     DittoWarp *warp;
@@ -37,17 +40,18 @@ struct DittoRenderer {
     DittoBuffer kp_buf;          /* x_s, x_d (B, 21, 3) each */
     DittoBuffer feat_buf;        /* warp output (B, C', H, W) */
     DittoBuffer img_buf;         /* decoder output (B, 3, 512, 512) */
-    DittoBuffer hwc_buf;         /* (B, 512, 512, 3) */
+    DittoBuffer hwc_buf;         /* (B, 512, 512, 3) float32 x 255 for the host (not with device_post) */
     int64_t feat_shape[4];
     const DittoXInfo **xs;       /* (B) source infos of a batch */
 
-    /* device_post */
+    /* device_post: paste-back and yuv420p in one pass from img_buf (ditto_putback_yuv) */
     bool post;
     DittoPutback *pb;
     DittoBuffer src_buf;         /* (H, W, 3) u8: the image avatar's frame, or one video frame at a time */
-    DittoBuffer out_buf;         /* B finished frames, frame_bytes each (RGB24, Y, U, V) */
+    float *m_rep;                /* image avatar: its crop -> frame matrix B times, one per render */
+    DittoBuffer out_buf;         /* B finished frames, frame_bytes each: RGB24 (rgb_bytes, 0 with yuv_only), Y, U, V */
     int64_t W, H, cw, ch;
-    size_t frame_bytes;
+    size_t frame_bytes, rgb_bytes;
 
     /* graphs */
     bool graphs;
@@ -57,6 +61,19 @@ struct DittoRenderer {
     int tries;
     int last_n;                  /* frames of the previous batch (the arena has settled for a full one) */
     bool presized;               /* the arena was made at a full batch's size: capture at once */
+
+    /*
+     * Stage times: marks in stream order, two sets. With device_post a batch
+     * is queued and run returns once the batch before it is done (its set is
+     * read then): the device always has the next batch. Without marks: the
+     * host clock after a wait at each boundary.
+     */
+    void *marks[2][STAGES];
+    double host_t[STAGES];
+    int set;                     /* the set the next batch records */
+    bool pending;                /* the other set's batch is queued, its times unread */
+    int64_t pending_g0;
+    int pending_n;
 };
 
 double ditto_now(void)
@@ -142,8 +159,11 @@ int ditto_renderer_open(DittoRenderer **out, const DittoRendererConfig *c)
         (rc = alloc_dt(r->be, &r->fs_buf, act, B * r->fs_numel)) < 0 || (rc = alloc_dt(r->be, &r->kp_buf, DITTO_F32, 2 * B * DITTO_KP_DIM)) < 0 ||
         (rc = alloc_dt(r->be, &r->feat_buf, act, B * r->feat_shape[1] * r->feat_shape[2] * r->feat_shape[3])) < 0 ||
         (rc = alloc_dt(r->be, &r->img_buf, act, B * 3 * side * side)) < 0 ||
-        (rc = alloc_dt(r->be, &r->hwc_buf, DITTO_F32, B * 3 * side * side)) < 0)
+        (!c->device_post && (rc = alloc_dt(r->be, &r->hwc_buf, DITTO_F32, B * 3 * side * side)) < 0))
         goto fail;
+    for (int i = 0; i < 2 * STAGES && r->be->mark_new; i++)
+        if ((rc = r->be->mark_new(r->be, &r->marks[i / STAGES][i % STAGES])) < 0)
+            goto fail;
     r->graphs = c->graphs && r->be->capture_begin;
     if (r->lanes > 1)
         ditto_log(&r->log, DITTO_LOG_INFO, "render: warp and decoder of each batch in two halves of %d and %d frames%s", (c->batch + 1) / 2,
@@ -155,15 +175,22 @@ int ditto_renderer_open(DittoRenderer **out, const DittoRendererConfig *c)
     r->H = av->height;
     r->cw = ditto_yuv420_chroma_size(av->width);
     r->ch = ditto_yuv420_chroma_size(av->height);
-    r->frame_bytes = (size_t)(r->W * r->H * 3 + r->W * r->H + 2 * r->cw * r->ch);
+    r->rgb_bytes = c->yuv_only ? 0 : (size_t)(r->W * r->H * 3);
+    r->frame_bytes = r->rgb_bytes + (size_t)(r->W * r->H + 2 * r->cw * r->ch);
     r->post = c->device_post;
     if (r->post) {
         const size_t src_bytes = (size_t)(r->W * r->H * 3);
-        if ((rc = ditto_putback_open(&r->pb, r->be, r->W, r->H, &c->log)) < 0 || (rc = ditto_buffer_alloc(&r->src_buf, &r->be->allocator, src_bytes)) < 0 ||
+        if ((rc = ditto_putback_open_fused(&r->pb, r->be, r->W, r->H, &c->log)) < 0 || (rc = ditto_buffer_alloc(&r->src_buf, &r->be->allocator, src_bytes)) < 0 ||
             (rc = ditto_buffer_alloc(&r->out_buf, &r->be->allocator, r->frame_bytes * (size_t)B)) < 0)
             goto fail;
         if (n_src == 1 && (rc = r->be->upload(r->be, r->src_buf.ptr, av->img_rgb, src_bytes)) < 0)   /* resident for the clip */
             goto fail;
+        if (n_src == 1 && !(r->m_rep = ditto_malloc((size_t)B * 9 * sizeof(float)))) {
+            rc = DITTO_ERR_NOMEM;
+            goto fail;
+        }
+        for (int64_t b = 0; r->m_rep && b < B; b++)
+            memcpy(r->m_rep + 9 * b, av->m_c2o, 9 * sizeof(float));
     }
     if (r->pad_tail) {   /* rows a short first batch leaves unset still hold finite inputs */
         DittoTensor kp0 = dev_tensor(r->be, &r->kp_buf, DITTO_F32, DITTO_SHAPE(2 * B * DITTO_KP_DIM));
@@ -201,11 +228,16 @@ void ditto_renderer_close(DittoRenderer **pr)
         return;
     DittoRenderer *r = *pr;
     r->be->download_wait(r->be);   /* no copy out of out_buf still running */
+    r->be->sync(r->be);            /* nor a queued batch */
     if (r->g_warp)
         r->be->graph_free(r->be, r->g_warp);
     if (r->g_dec)
         r->be->graph_free(r->be, r->g_dec);
+    for (int i = 0; i < 2 * STAGES; i++)
+        if (r->marks[i / STAGES][i % STAGES])
+            r->be->mark_free(r->be, r->marks[i / STAGES][i % STAGES]);
     ditto_putback_close(&r->pb);
+    ditto_free(r->m_rep);
     ditto_buffer_free(&r->src_buf);
     ditto_buffer_free(&r->out_buf);
     ditto_motion_stitch_close(&r->ms);
@@ -262,15 +294,17 @@ static int run_warp(DittoRenderer *r, int64_t N)
     return warp_items(r, 0, N, &r->ws);
 }
 
-/* Decoder of frames [a, a + n): feat -> img (n,3,512,512) -> hwc (n,512,512,3) float32 x 255. */
+/* Decoder of frames [a, a + n): feat -> img (n,3,512,512); for the host also -> hwc (n,512,512,3) float32 x 255. */
 static int decode_items(DittoRenderer *r, int64_t a, int64_t N, DittoArena *ws)
 {
     const int64_t *fe = r->feat_shape, side = DITTO_RENDER_SIDE, B = r->batch;
     DittoTensor feat = frames(dev_tensor(r->be, &r->feat_buf, r->act, DITTO_SHAPE(B, fe[1], fe[2], fe[3])), a, N);
     DittoTensor img = frames(dev_tensor(r->be, &r->img_buf, r->act, DITTO_SHAPE(B, 3, side, side)), a, N);
+    DITTO_TRY(ditto_decoder_forward(r->decoder, ws, &feat, &img, NULL));
+    if (r->post)   /* the paste-back reads img itself */
+        return 0;
     DittoTensor hwc = frames(dev_tensor(r->be, &r->hwc_buf, DITTO_F32, DITTO_SHAPE(B, side, side, 3)), a, N);   /* the copy converts */
     DittoTensor img_p;
-    DITTO_TRY(ditto_decoder_forward(r->decoder, ws, &feat, &img, NULL));
     DITTO_TRY(ditto_tensor_permute(&img, (const int[]){ 0, 2, 3, 1 }, &img_p));
     DITTO_TRY(ditto_op_copy(r->be, &img_p, &hwc));
     const DittoUnaryParams x255 = { DITTO_UNARY_AFFINE, 255.0f, 0.0f };
@@ -378,47 +412,83 @@ int ditto_renderer_prepare(DittoRenderer *r)
     return rc < 0 ? rc : 0;
 }
 
-/* Paste-back and yuv420p of the n renders in hwc on the device, into out_buf. */
-static int run_post(DittoRenderer *r, int64_t g0, int64_t N, double *t_putback)
+/* Stage boundary i of the batch being queued: a mark in stream order, or without marks the host clock after a wait. */
+static int stage_mark(DittoRenderer *r, int i)
+{
+    if (r->marks[0][0]) {
+        r->be->mark_record(r->be, r->marks[r->set][i]);
+        return 0;
+    }
+    int rc = r->be->sync(r->be);
+    r->host_t[i] = ditto_now();
+    return rc;
+}
+
+/* Seconds between boundaries a and b of the batch that recorded set k (reached). */
+static double stage_s(const DittoRenderer *r, int k, int a, int b)
+{
+    return r->marks[0][0] ? 1e-3 * r->be->mark_elapsed(r->be, r->marks[k][a], r->marks[k][b]) : r->host_t[b] - r->host_t[a];
+}
+
+/* Add the stage times of the batch that recorded set k (done) to t. */
+static void add_times(const DittoRenderer *r, int k, int64_t g0, int n, DittoRenderTimes *t)
+{
+    if (!t)
+        return;
+    t->stitch += stage_s(r, k, M_START, M_STITCH);
+    t->warp += stage_s(r, k, M_STITCH, M_WARP);
+    t->decode += stage_s(r, k, M_WARP, M_DECODE);
+    t->putback += stage_s(r, k, M_DECODE, M_POST);   /* the paste-back and the colour conversion are one pass */
+    t->g0 = g0;
+    t->n = n;
+}
+
+int ditto_renderer_flush(DittoRenderer *r, DittoRenderTimes *t)
+{
+    if (!r || !r->pending)
+        return 0;
+    DITTO_TRY(r->be->mark_wait(r->be, r->marks[r->set ^ 1][M_POST]));
+    r->pending = false;
+    add_times(r, r->set ^ 1, r->pending_g0, r->pending_n, t);
+    return 0;
+}
+
+/* Paste-back and yuv420p of the N renders in img_buf on the device, into out_buf (rgb | y | u | v a frame). */
+static int run_post(DittoRenderer *r, int64_t g0, int64_t N)
 {
     DittoBackend *be = r->be;
     const DittoAvatar *av = r->av;
-    const int64_t side = DITTO_RENDER_SIDE, W = r->W, H = r->H;
-    DittoTensor hwc = dev_tensor(be, &r->hwc_buf, DITTO_F32, DITTO_SHAPE(N, side, side, 3));
+    const int64_t side = DITTO_RENDER_SIDE, W = r->W, H = r->H, fb = (int64_t)r->frame_bytes;
+    uint8_t *base = (uint8_t *)r->out_buf.ptr + r->rgb_bytes;
+    DittoTensor img = dev_tensor(be, &r->img_buf, r->act, DITTO_SHAPE(N, 3, side, side));
     DittoTensor src = dev_tensor(be, &r->src_buf, DITTO_U8, DITTO_SHAPE(H, W, 3));
-    double t0 = ditto_now();
+    DittoTensor rgb = dev_tensor(be, &r->out_buf, DITTO_U8, DITTO_SHAPE(N, H, W, 3));
+    DittoTensor y = ditto_tensor(base, DITTO_U8, DITTO_SHAPE(N, H, W));
+    DittoTensor u = ditto_tensor(base + H * W, DITTO_U8, DITTO_SHAPE(N, r->ch, r->cw));
+    DittoTensor v = ditto_tensor(base + H * W + r->ch * r->cw, DITTO_U8, DITTO_SHAPE(N, r->ch, r->cw));
+    y.device = u.device = v.device = be->device;
+    rgb.stride[0] = y.stride[0] = u.stride[0] = v.stride[0] = fb;
     DITTO_TRY(be->download_fence(be));   /* the last batch's frames copied out of out_buf before it is overwritten */
+    DittoTensor *prgb = r->rgb_bytes ? &rgb : NULL;
+    if (av->n_frames == 1)   /* one frame under every render: all of them in one pass */
+        return ditto_putback_yuv(r->pb, &src, &img, r->m_rep, prgb, &y, &u, &v, NULL);
     for (int64_t b = 0; b < N; b++) {
         int64_t k = ditto_mirror_index(g0 + b, av->n_frames);
-        if (av->n_frames > 1)   /* stream-ordered: the previous frame's paste-back has read the buffer */
-            DITTO_TRY(be->upload(be, r->src_buf.ptr, av->img_rgb + k * H * W * 3, (size_t)(H * W * 3)));
-        DittoTensor render, out;
-        DITTO_TRY(ditto_tensor_select(&hwc, 0, b, &render));
-        out = dev_tensor(be, &r->out_buf, DITTO_U8, DITTO_SHAPE(H, W, 3));
-        out.data = (uint8_t *)out.data + (size_t)b * r->frame_bytes;
-        DITTO_TRY(ditto_putback_run(r->pb, &src, &render, av->m_c2o + k * 9, &out, NULL));
-    }
-    DITTO_TRY(be->sync(be));
-    *t_putback = ditto_now() - t0;
-    for (int64_t b = 0; b < N; b++) {
-        uint8_t *base = (uint8_t *)r->out_buf.ptr + (size_t)b * r->frame_bytes;
-        DittoTensor rgb = ditto_tensor(base, DITTO_U8, DITTO_SHAPE(H, W, 3));
-        DittoTensor y = ditto_tensor(base + H * W * 3, DITTO_U8, DITTO_SHAPE(H, W));
-        DittoTensor u = ditto_tensor(base + H * W * 4, DITTO_U8, DITTO_SHAPE(r->ch, r->cw));
-        DittoTensor v = ditto_tensor(base + H * W * 4 + r->ch * r->cw, DITTO_U8, DITTO_SHAPE(r->ch, r->cw));
-        rgb.device = y.device = u.device = v.device = be->device;
-        DITTO_TRY(ditto_op_rgb_to_yuv420(be, &rgb, &y, &u, &v));
+        /* stream-ordered: the previous frame's paste-back has read the buffer */
+        DITTO_TRY(be->upload(be, r->src_buf.ptr, av->img_rgb + k * H * W * 3, (size_t)(H * W * 3)));
+        DittoTensor ib = frames(img, b, 1), rb = frames(rgb, b, 1), yb = frames(y, b, 1), ub = frames(u, b, 1), vb = frames(v, b, 1);
+        DITTO_TRY(ditto_putback_yuv(r->pb, &src, &ib, av->m_c2o + k * 9, prgb ? &rb : NULL, &yb, &ub, &vb, NULL));
     }
     return 0;
 }
 
 int ditto_renderer_fetch(DittoRenderer *r, int k, void *rgb, void *yuv)
 {
-    if (!r || !r->post || k < 0 || k >= r->batch || !yuv)
+    if (!r || !r->post || k < 0 || k >= r->batch || !yuv || (rgb && !r->rgb_bytes))
         return DITTO_ERR_INVAL;
     /* the device frame is rgb | y u v, packed */
     const uint8_t *src = (const uint8_t *)r->out_buf.ptr + (size_t)k * r->frame_bytes;
-    const size_t rgb_bytes = (size_t)(r->W * r->H * 3);
+    const size_t rgb_bytes = r->rgb_bytes;
     DittoBackend *be = r->be;
     if (rgb && (uint8_t *)yuv == (uint8_t *)rgb + rgb_bytes)
         return be->download_async(be, rgb, src, r->frame_bytes);
@@ -448,7 +518,7 @@ int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_
     const DittoAvatar *av = r->av;
     const int64_t N = n, side = DITTO_RENDER_SIDE;
     int rc = 0;
-    double t0 = ditto_now(), t1, t2, t3, t4 = 0, t_pb = 0;
+    TRY(stage_mark(r, M_START));
 
     /* source frame of every generated frame: ping-pong over the loop */
     for (int b = 0; b < n; b++)
@@ -467,8 +537,7 @@ int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_
             TRY(put_fs(r, b, av->n_frames > 1 ? ditto_mirror_index(g0 + b, av->n_frames) : 0));
         r->fs_filled = av->n_frames == 1;
     }
-    TRY(be->sync(be));
-    t1 = ditto_now();
+    TRY(stage_mark(r, M_STITCH));
 
     /*
      * With graphs a short (tail) batch runs as a full one: the rows past n
@@ -478,30 +547,27 @@ int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_
      */
     const int64_t Nr = r->pad_tail ? r->batch : N;
     TRY(run_stage(r, Nr, &r->g_warp, r->lanes > 1 ? run_wd : run_warp));
-    TRY(be->sync(be));
-    t2 = ditto_now();
-
+    TRY(stage_mark(r, M_WARP));
     if (r->lanes < 2)   /* with lanes the decoder ran in the warp's stage */
         TRY(run_stage(r, Nr, &r->g_dec, run_decode));
-    if (!r->post) {
+    TRY(stage_mark(r, M_DECODE));
+    if (r->post)
+        TRY(run_post(r, g0, N));
+    TRY(stage_mark(r, M_POST));
+    r->last_n = (int)Nr;
+    if (!r->post) {   /* the frames to the host: the batch is done after this */
         TRY(be->download(be, out, r->hwc_buf.ptr, (size_t)(N * side * side * 3) * sizeof(float)));
-        t3 = ditto_now();
+        add_times(r, r->set, g0, n, t);
+    } else if (r->marks[0][0]) {
+        /* queued: wait for the batch before it instead, so the device has this one meanwhile */
+        TRY(ditto_renderer_flush(r, t));
+        r->pending = true;
+        r->pending_g0 = g0;
+        r->pending_n = n;
+        r->set ^= 1;
     } else {
         TRY(be->sync(be));
-        t3 = ditto_now();
-        TRY(run_post(r, g0, N, &t_pb));
-        TRY(be->sync(be));
-        t4 = ditto_now();
-    }
-    r->last_n = (int)Nr;
-    if (t) {
-        t->stitch += t1 - t0;
-        t->warp += t2 - t1;
-        t->decode += t3 - t2;
-        if (r->post) {
-            t->putback += t_pb;
-            t->color += t4 - t3 - t_pb;
-        }
+        add_times(r, r->set, g0, n, t);
     }
 done:
     if ((ditto_arena_reset(&r->ws) < 0 || ditto_arena_reset(&r->ws2) < 0) && rc >= 0)
