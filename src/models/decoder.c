@@ -668,20 +668,28 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
          * x = conv_img(leaky_relu(x, 0.2)); conv_img = conv 3x3 -> PixelShuffle(2).
          * Channels-last: the LeakyReLU in place, conv_img channels-last (on
          * CUDA f16 with its outputs padded to 16, img_pad), then its 12 real
-         * channels to NCHW for the shuffle (1.5 MB an item, not x's 8 MB).
+         * channels shuffled from there (1.5 MB an item, not x's 8 MB).
          */
         const int r = m->upscale;
-        TRY(ditto_nn_new(ws, m->act, &c_img, DITTO_SHAPE(nb, 3 * r * r, H, W)));
         if (nhwc) {
             const bool pad = m->img_wp.data != NULL;
             const DittoTensor *iw = pad ? &m->img_wp : &m->img_w, *ib = pad ? &m->img_bp : &m->img_b;
-            DittoTensor cp, cv;
+            DittoTensor cp, cv, cf;
             TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &x, &x));               /* (B,256,256,64) */
             TRY(ditto_nn_new(ws, m->act, &cp, DITTO_SHAPE(nb, H, W, iw->shape[0])));
             TRY(ditto_op_conv(be, &pad1_act, &x, iw, ib, &cp));                              /* (B,256,256,16) */
             TRY(ditto_tensor_slice(&cp, 3, 0, 3 * r * r, 1, &cv));
-            TRY(ditto_nn_relayout(be, &cv, false, &c_img));                                  /* (B,12,256,256) */
+            TRY(ditto_tensor_permute(&cv, (const int[]){ 0, 3, 1, 2 }, &cf));               /* (B,12,256,256) view */
+            if (!(tap && tap->fn)) {   /* shuffled straight from the channels-last output, the sigmoid as it is written */
+                const DittoShuffleParams sp = { r, { DITTO_UNARY_SIGMOID, 0.0f, 0.0f } };
+                TRY(ditto_op_pixel_shuffle_act(be, &sp, &cf, &imgc));                        /* (B,3,512,512) */
+                ditto_arena_release(ws, ck);
+                continue;
+            }
+            TRY(ditto_nn_new(ws, m->act, &c_img, DITTO_SHAPE(nb, 3 * r * r, H, W)));
+            TRY(ditto_nn_relayout(be, &cv, false, &c_img));                                 /* (B,12,256,256) for the logits tap */
         } else {
+            TRY(ditto_nn_new(ws, m->act, &c_img, DITTO_SHAPE(nb, 3 * r * r, H, W)));
             TRY(ditto_op_act(be, DITTO_UNARY_LEAKY_RELU, DEC_LRELU, &x, &x));
             TRY(ditto_op_conv(be, &pad1, &x, &m->img_w, &m->img_b, &c_img));                /* (B,12,256,256) */
         }

@@ -497,14 +497,33 @@ int ditto_op_pool(DittoBackend *be, const DittoPoolParams *p, const DittoTensor 
     CALL(DITTO_OP_POOL, x, y, be->ops.pool(be, p, x, y));
 }
 
+static int shuffle_shapes(DittoBackend *be, int r, const DittoTensor *x, const DittoTensor *y)
+{
+    if (r < 1 || x->ndim != 4 || y->ndim != 4 || x->shape[1] % ((int64_t)r * r) || y->shape[0] != x->shape[0] ||
+        y->shape[1] != x->shape[1] / ((int64_t)r * r) || y->shape[2] != x->shape[2] * r || y->shape[3] != x->shape[3] * r)
+        return bad_shape(be, DITTO_OP_PIXEL_SHUFFLE, "x (N, C r^2, H, W) -> y (N, C, H r, W r)", x, y);
+    return 0;
+}
+
 int ditto_op_pixel_shuffle(DittoBackend *be, int r, const DittoTensor *x, DittoTensor *y)
 {
     NEED(DITTO_OP_PIXEL_SHUFFLE, pixel_shuffle);
     DITTO_TRY(check_xy(be, DITTO_OP_PIXEL_SHUFFLE, x, y));
-    if (r < 1 || x->ndim != 4 || y->ndim != 4 || x->shape[1] % ((int64_t)r * r) || y->shape[0] != x->shape[0] ||
-        y->shape[1] != x->shape[1] / ((int64_t)r * r) || y->shape[2] != x->shape[2] * r || y->shape[3] != x->shape[3] * r)
-        return bad_shape(be, DITTO_OP_PIXEL_SHUFFLE, "x (N, C r^2, H, W) -> y (N, C, H r, W r)", x, y);
-    CALL(DITTO_OP_PIXEL_SHUFFLE, x, y, be->ops.pixel_shuffle(be, r, x, y));
+    DITTO_TRY(shuffle_shapes(be, r, x, y));
+    const DittoShuffleParams p = { r, { DITTO_UNARY_IDENTITY, 0.0f, 0.0f } };
+    CALL(DITTO_OP_PIXEL_SHUFFLE, x, y, be->ops.pixel_shuffle(be, &p, x, y));
+}
+
+int ditto_op_pixel_shuffle_act(DittoBackend *be, const DittoShuffleParams *p, const DittoTensor *x, DittoTensor *y)
+{
+    NEED(DITTO_OP_PIXEL_SHUFFLE, pixel_shuffle);
+    DITTO_TRY(check_float(be, DITTO_OP_PIXEL_SHUFFLE, "x", x));
+    DITTO_TRY(check_float(be, DITTO_OP_PIXEL_SHUFFLE, "y", y));
+    DITTO_TRY(check_contig(be, DITTO_OP_PIXEL_SHUFFLE, "y", y));
+    DITTO_TRY(shuffle_shapes(be, p->factor, x, y));
+    if ((unsigned)p->act.kind >= (unsigned)DITTO_UNARY_COUNT)
+        return bad_arg(be, DITTO_OP_PIXEL_SHUFFLE, "unknown activation");
+    CALL(DITTO_OP_PIXEL_SHUFFLE, x, y, be->ops.pixel_shuffle(be, p, x, y));
 }
 
 int ditto_op_grid_sample(DittoBackend *be, bool align_corners, const DittoTensor *x, const DittoTensor *grid, DittoTensor *y)

@@ -64,6 +64,12 @@ typedef struct DittoUnaryParams {
     float alpha, beta;
 } DittoUnaryParams;
 
+/* pixel_shuffle: the factor, and act applied to every value as ditto_op_unary would (IDENTITY: none). */
+typedef struct DittoShuffleParams {
+    int factor;
+    DittoUnaryParams act;
+} DittoShuffleParams;
+
 typedef enum DittoBinaryKind {
     DITTO_BINARY_ADD = 0,
     DITTO_BINARY_SUB,
@@ -306,7 +312,7 @@ typedef struct DittoOps {
     int (*group_norm)(struct DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
     int (*upsample_nearest)(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
     int (*pool)(struct DittoBackend *be, const DittoPoolParams *p, const DittoTensor *x, DittoTensor *y);
-    int (*pixel_shuffle)(struct DittoBackend *be, int factor, const DittoTensor *x, DittoTensor *y);
+    int (*pixel_shuffle)(struct DittoBackend *be, const DittoShuffleParams *p, const DittoTensor *x, DittoTensor *y);
     int (*grid_sample)(struct DittoBackend *be, const DittoGridSampleParams *p, const DittoTensor *x, const DittoTensor *grid, DittoTensor *y);
     int (*concat)(struct DittoBackend *be, int axis, int n, const DittoTensor *const *xs, DittoTensor *y);
     int (*attention)(struct DittoBackend *be, const DittoAttentionParams *p, const DittoTensor *q, const DittoTensor *k, const DittoTensor *v, const DittoTensor *mask, DittoTensor *y);
@@ -417,6 +423,12 @@ int ditto_op_pool(struct DittoBackend *be, const DittoPoolParams *p, const Ditto
 int ditto_pool_out_shape(const DittoPoolParams *p, const DittoTensor *x, int64_t *shape);
 /* x (N, C r^2, H, W) -> y (N, C, H r, W r), y[c, h r + i, w r + j] = x[c r^2 + i r + j, h, w]. */
 int ditto_op_pixel_shuffle(struct DittoBackend *be, int factor, const DittoTensor *x, DittoTensor *y);
+/*
+ * The same with an activation applied as it writes, and x any strided view
+ * (e.g. a channels-last (N,H,W,C') tensor's first C r^2 channels, permuted):
+ * the bytes of a copy of x, ditto_op_pixel_shuffle and ditto_op_unary in turn.
+ */
+int ditto_op_pixel_shuffle_act(struct DittoBackend *be, const DittoShuffleParams *p, const DittoTensor *x, DittoTensor *y);
 /* PyTorch grid_sample, zeros padding: 2-D x (N,C,H,W) grid (N,Ho,Wo,2) -> (N,C,Ho,Wo); 3-D x (N,C,D,H,W) grid (N,Do,Ho,Wo,3) -> (N,C,Do,Ho,Wo). grid last axis is (x, y[, z]). */
 int ditto_op_grid_sample(struct DittoBackend *be, bool align_corners, const DittoTensor *x, const DittoTensor *grid, DittoTensor *y);
 /*

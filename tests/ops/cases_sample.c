@@ -177,6 +177,42 @@ static void case_shuffle(TestCtx *c, const char *name, int r, const int64_t *xs)
     tt_free(y);
 }
 
+/*
+ * pixel_shuffle_act from a channels-last (N,H,W,cp) tensor's first C r^2
+ * channels, permuted to (N,C r^2,H,W), with an activation: the same bytes as
+ * a copy to NCHW, pixel_shuffle and the unary op in turn on this backend.
+ */
+static void case_shuffle_act(TestCtx *c, const char *name, int r, int64_t n, int64_t cout, int64_t h, int64_t w, int64_t cp, DittoUnaryKind act)
+{
+    if (!test_selected(c, name))
+        return;
+    const int64_t ci = cout * r * r;
+    TT *x = tt_new(c, DITTO_F32, 4, (const int64_t[]){ n, h, w, cp });
+    TT *tmp = new_out(c, DITTO_F32, 4, (const int64_t[]){ n, ci, h, w });
+    TT *y = new_out(c, DITTO_F32, 4, (const int64_t[]){ n, cout, h * r, w * r }), *y2 = new_out(c, DITTO_F32, 4, (const int64_t[]){ n, cout, h * r, w * r });
+    tt_fill_uniform(x, -6, 6);
+    tt_to_dev(x);
+    DittoTensor sl, cf;
+    const DittoShuffleParams p = { r, { act, 0.1f, 0.0f } };
+    int rc = ditto_tensor_slice(&x->dev, 3, 0, ci, 1, &sl);
+    if (!rc) rc = ditto_tensor_permute(&sl, (const int[]){ 0, 3, 1, 2 }, &cf);
+    if (!rc) rc = ditto_op_copy(c->be, &cf, &tmp->dev);
+    if (!rc) rc = ditto_op_pixel_shuffle(c->be, r, &tmp->dev, &y2->dev);
+    if (!rc) rc = ditto_op_unary(c->be, &p.act, &y2->dev, &y2->dev);
+    if (rc < 0) {
+        test_report(c, name, false, "the unfused ops failed: %d", rc);
+    } else if (op_ok(c, name, ditto_op_pixel_shuffle_act(c->be, &p, &cf, &y->dev)) && tt_to_host(y) >= 0 && tt_to_host(y2) >= 0) {
+        size_t nb = ditto_tensor_nbytes(&y->host), diff = 0;
+        for (size_t i = 0; i < nb; i++)
+            diff += ((const unsigned char *)y->host.data)[i] != ((const unsigned char *)y2->host.data)[i];
+        test_report(c, name, diff == 0 && tt_guards_ok(y), "%zu of %zu bytes differ from copy + shuffle + unary", diff, nb);
+    }
+    tt_free(x);
+    tt_free(tmp);
+    tt_free(y);
+    tt_free(y2);
+}
+
 /* ---- grid_sample ---- */
 
 typedef enum GridFill {
@@ -301,6 +337,12 @@ static void case_negative(TestCtx *c)
 
     TT *ps = tt_new(c, DITTO_F32, 4, (const int64_t[]){ 1, 1, 8, 10 });       /* 6 channels, r = 2: not divisible */
     expect_rc(c, "sample_reject_pixel_shuffle", ditto_op_pixel_shuffle(c->be, 2, &x4->dev, &ps->dev), DITTO_ERR_SHAPE);
+    const DittoShuffleParams bad_act = { 2, { DITTO_UNARY_COUNT, 0.0f, 0.0f } }, bad_r = { 2, { DITTO_UNARY_SIGMOID, 0.0f, 0.0f } };
+    expect_rc(c, "sample_reject_pixel_shuffle_act_r", ditto_op_pixel_shuffle_act(c->be, &bad_r, &x4->dev, &ps->dev), DITTO_ERR_SHAPE);
+    TT *ps4 = tt_new(c, DITTO_F32, 4, (const int64_t[]){ 1, 1, 4, 6 }), *x4c = tt_new(c, DITTO_F32, 4, (const int64_t[]){ 1, 4, 2, 3 });
+    expect_rc(c, "sample_reject_pixel_shuffle_act_kind", ditto_op_pixel_shuffle_act(c->be, &bad_act, &x4c->dev, &ps4->dev), DITTO_ERR_INVAL);
+    tt_free(ps4);
+    tt_free(x4c);
 
     TT *g3 = tt_new_f32dev(c, 4, (const int64_t[]){ 1, 3, 3, 3 });           /* 2-D grid with 3 coords */
     TT *gy = tt_new(c, DITTO_F32, 4, (const int64_t[]){ 1, 6, 3, 3 });
@@ -380,6 +422,10 @@ void test_ops_sample(TestCtx *c)
     case_shuffle(c, "pixel_shuffle_r2", 2, (const int64_t[]){ 1, 8, 3, 5 });
     case_shuffle(c, "pixel_shuffle_r3_b3", 3, (const int64_t[]){ 3, 18, 2, 3 });
     case_shuffle(c, "pixel_shuffle_r1", 1, (const int64_t[]){ 1, 3, 4, 5 });
+    case_shuffle_act(c, "pixel_shuffle_act_r2_sigmoid_nhwc", 2, 2, 3, 7, 10, 16, DITTO_UNARY_SIGMOID);   /* the decoder's conv_img: 12 of 16 */
+    case_shuffle_act(c, "pixel_shuffle_act_r2_sigmoid_odd_w", 2, 1, 3, 4, 5, 12, DITTO_UNARY_SIGMOID);
+    case_shuffle_act(c, "pixel_shuffle_act_r3_leaky", 3, 2, 2, 3, 4, 20, DITTO_UNARY_LEAKY_RELU);
+    case_shuffle_act(c, "pixel_shuffle_act_r2_identity", 2, 1, 2, 6, 6, 8, DITTO_UNARY_IDENTITY);
 
     /* grid_sample 2-D and 3-D, both corner conventions, odd sizes, batch 1 and 3 */
     for (int ac = 0; ac < 2; ac++) {

@@ -155,7 +155,9 @@ typedef struct ShuffleCtx {
     const float *x;
     float *y;
     int64_t h, w;            /* input spatial size */
+    int64_t sn, sc, sh, sw;  /* x's strides */
     int r;
+    int64_t cout;            /* output channels */
     int64_t rows;            /* N * C_out * H r */
     int ntasks;
 } ShuffleCtx;
@@ -167,23 +169,28 @@ static void shuffle_task(void *arg, int t)
     task_range(s->rows, s->ntasks, t, &lo, &hi);
     for (int64_t row = lo; row < hi; row++) {
         int64_t oh = row % ho, nc = row / ho;     /* nc = n * C_out + c */
-        int64_t h = oh / r, i = oh % r;
+        int64_t n = nc / s->cout, c = nc % s->cout, h = oh / r, i = oh % r;
         float *dst = s->y + row * wo;
         for (int64_t ow = 0; ow < wo; ow++) {
             int64_t w = ow / r, j = ow % r;
-            int64_t ci = nc * r * r + i * r + j;  /* = n C_in + c r^2 + i r + j */
-            dst[ow] = s->x[(ci * s->h + h) * s->w + w];
+            int64_t ci = c * r * r + i * r + j;
+            dst[ow] = s->x[n * s->sn + ci * s->sc + h * s->sh + w * s->sw];
         }
     }
 }
 
-static int cpu_pixel_shuffle(DittoBackend *be, int factor, const DittoTensor *x, DittoTensor *y)
+/* The shuffle, then the activation in place (the unary op's own arithmetic). */
+static int cpu_pixel_shuffle(DittoBackend *be, const DittoShuffleParams *p, const DittoTensor *x, DittoTensor *y)
 {
-    ShuffleCtx s = { .x = x->data, .y = y->data, .h = x->shape[2], .w = x->shape[3], .r = factor };
+    ShuffleCtx s = { .x = x->data, .y = y->data, .h = x->shape[2], .w = x->shape[3], .r = p->factor, .cout = y->shape[1] };
+    s.sn = x->stride[0];
+    s.sc = x->stride[1];
+    s.sh = x->stride[2];
+    s.sw = x->stride[3];
     s.rows = y->shape[0] * y->shape[1] * y->shape[2];
     s.ntasks = task_count(s.rows);
     ditto_pool_run(be->pool, s.ntasks, shuffle_task, &s);
-    return 0;
+    return p->act.kind == DITTO_UNARY_IDENTITY ? 0 : be->ops.unary(be, &p->act, y, y);
 }
 
 /* ---- grid_sample ---- */

@@ -114,6 +114,40 @@ __device__ __forceinline__ void ditto_st(void *p, int64_t i, float v, bool f16)
         ((float *)p)[i] = v;
 }
 
+/* An op's unary activation (DittoUnaryKind) of v, fp32: the unary op's arithmetic, shared by the kernels that fuse it. */
+__device__ __forceinline__ float ditto_softplus_f(float v)
+{
+    return v > 20.0f ? v : log1pf(expf(v));
+}
+
+__device__ __forceinline__ float ditto_unary_f(int kind, float a, float b, float v)
+{
+    switch (kind) {
+    case DITTO_UNARY_IDENTITY: return v;
+    case DITTO_UNARY_RELU: return v > 0.0f ? v : 0.0f;
+    case DITTO_UNARY_LEAKY_RELU: return v > 0.0f ? v : v * a;
+    case DITTO_UNARY_GELU: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    case DITTO_UNARY_SILU: return v / (1.0f + expf(-v));
+    case DITTO_UNARY_SIGMOID: return 1.0f / (1.0f + expf(-v));
+    case DITTO_UNARY_TANH: return tanhf(v);
+    case DITTO_UNARY_MISH: return v * tanhf(ditto_softplus_f(v));
+    case DITTO_UNARY_SOFTPLUS: return ditto_softplus_f(v);
+    case DITTO_UNARY_EXP: return expf(v);
+    case DITTO_UNARY_LOG: return logf(v);
+    case DITTO_UNARY_SQRT: return sqrtf(v);
+    case DITTO_UNARY_RSQRT: return 1.0f / sqrtf(v);
+    case DITTO_UNARY_RECIP: return 1.0f / v;
+    case DITTO_UNARY_NEG: return -v;
+    case DITTO_UNARY_ABS: return fabsf(v);
+    case DITTO_UNARY_ERF: return erff(v);
+    case DITTO_UNARY_SIN: return sinf(v);
+    case DITTO_UNARY_COS: return cosf(v);
+    case DITTO_UNARY_CLIP: return v < a ? a : v > b ? b : v;   /* NaN passes through */
+    case DITTO_UNARY_AFFINE: return __fadd_rn(__fmul_rn(a, v), b);
+    default: return v;
+    }
+}
+
 static inline int ditto_cuda_blocks(int64_t n, int threads)
 {
     int64_t b = (n + threads - 1) / threads;

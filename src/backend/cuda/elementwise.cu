@@ -452,38 +452,6 @@ static int cuda_concat(DittoBackend *be, int axis, int n, const DittoTensor *con
 
 /* ---- unary ---- */
 
-static __device__ __forceinline__ float softplus_f(float v)
-{
-    return v > 20.0f ? v : log1pf(expf(v));
-}
-
-static __device__ __forceinline__ float unary_f(int kind, float a, float b, float v)
-{
-    switch (kind) {
-    case DITTO_UNARY_IDENTITY: return v;
-    case DITTO_UNARY_RELU: return v > 0.0f ? v : 0.0f;
-    case DITTO_UNARY_LEAKY_RELU: return v > 0.0f ? v : v * a;
-    case DITTO_UNARY_GELU: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-    case DITTO_UNARY_SILU: return v / (1.0f + expf(-v));
-    case DITTO_UNARY_SIGMOID: return 1.0f / (1.0f + expf(-v));
-    case DITTO_UNARY_TANH: return tanhf(v);
-    case DITTO_UNARY_MISH: return v * tanhf(softplus_f(v));
-    case DITTO_UNARY_SOFTPLUS: return softplus_f(v);
-    case DITTO_UNARY_EXP: return expf(v);
-    case DITTO_UNARY_LOG: return logf(v);
-    case DITTO_UNARY_SQRT: return sqrtf(v);
-    case DITTO_UNARY_RSQRT: return 1.0f / sqrtf(v);
-    case DITTO_UNARY_RECIP: return 1.0f / v;
-    case DITTO_UNARY_NEG: return -v;
-    case DITTO_UNARY_ABS: return fabsf(v);
-    case DITTO_UNARY_ERF: return erff(v);
-    case DITTO_UNARY_SIN: return sinf(v);
-    case DITTO_UNARY_COS: return cosf(v);
-    case DITTO_UNARY_CLIP: return v < a ? a : v > b ? b : v;   /* NaN passes through */
-    case DITTO_UNARY_AFFINE: return __fadd_rn(__fmul_rn(a, v), b);
-    default: return v;
-    }
-}
 
 /* Operand 0 is y, 1 is x; y may be x (same view). */
 static __global__ void unary_kernel(const __grid_constant__ EwDims d, int kind, float a, float b, void *y, bool yh, const void *x, bool xh)
@@ -491,7 +459,7 @@ static __global__ void unary_kernel(const __grid_constant__ EwDims d, int kind, 
     EW_LOOP(i, d.numel) {
         int64_t off[2];
         ew_offsets(&d, 2, i, off);
-        ditto_st(y, off[0], unary_f(kind, a, b, ditto_ld(x, off[1], xh)), yh);
+        ditto_st(y, off[0], ditto_unary_f(kind, a, b, ditto_ld(x, off[1], xh)), yh);
     }
 }
 
@@ -510,7 +478,7 @@ static __global__ void unary_h8_kernel(int64_t n8, int kind, float a, float b, v
         float r[8];
 #pragma unroll
         for (int k = 0; k < 8; k++)
-            r[k] = unary_f(kind, a, b, __half2float(h[k]));
+            r[k] = ditto_unary_f(kind, a, b, __half2float(h[k]));
         if (yh) {
             uint4 o;
             __half *oh = (__half *)&o;
@@ -577,7 +545,7 @@ static __global__ void bias_unary_kernel(const __grid_constant__ BuDims d, int64
             if (k == d.axis)
                 c = idx;
         }
-        ditto_st(y, yo, unary_f(kind, a, b, ditto_ld(x, xo, xh) + ditto_ld(bias, c, bh)), yh);
+        ditto_st(y, yo, ditto_unary_f(kind, a, b, ditto_ld(x, xo, xh) + ditto_ld(bias, c, bh)), yh);
     }
 }
 
@@ -617,7 +585,7 @@ static __global__ void bias_unary_h8_kernel(const __grid_constant__ Bu8Dims d, u
         __half *oh = (__half *)&o;
 #pragma unroll
         for (int j = 0; j < 8; j++)
-            oh[j] = __float2half_rn(unary_f(kd, a, b, __half2float(h[j]) + __half2float(bv[j])));
+            oh[j] = __float2half_rn(ditto_unary_f(kd, a, b, __half2float(h[j]) + __half2float(bv[j])));
         y[v] = o;
     }
 }

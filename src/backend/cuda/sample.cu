@@ -284,27 +284,77 @@ static int cuda_pool(DittoBackend *be, const DittoPoolParams *prm, const DittoTe
 
 /* ---- pixel_shuffle: y[n, c, h r + i, w r + j] = x[n, c r^2 + i r + j, h, w] ---- */
 
-static __global__ void shuffle_kernel(const void *x, bool xh, void *y, bool yh, int64_t h, int64_t w, int64_t r, int64_t total)
+typedef struct ShuffleArgs {
+    const void *x;
+    void *y;
+    bool xh, yh;
+    int64_t h, w, r, cout, total;
+    int64_t sn, sc, sh, sw;          /* x's strides (any view) */
+    DittoUnaryParams act;
+} ShuffleArgs;
+
+static __global__ void shuffle_kernel(const __grid_constant__ ShuffleArgs g)
 {
-    int64_t ho = h * r, wo = w * r;
-    GRID_LOOP(t, total) {
+    const int64_t r = g.r, ho = g.h * r, wo = g.w * r;
+    GRID_LOOP(t, g.total) {
         int64_t ow = t % wo, q = t / wo;
         int64_t oh = q % ho, nc = q / ho;     /* nc = n * C_out + c */
-        int64_t ci = nc * r * r + (oh % r) * r + ow % r;
-        ditto_st(y, t, ditto_ld(x, (ci * h + oh / r) * w + ow / r, xh), yh);
+        int64_t n = nc / g.cout, ci = (nc % g.cout) * r * r + (oh % r) * r + ow % r;
+        float v = ditto_ld(g.x, n * g.sn + ci * g.sc + (oh / r) * g.sh + (ow / r) * g.sw, g.xh);
+        ditto_st(g.y, t, g.act.kind == DITTO_UNARY_IDENTITY ? v : ditto_unary_f(g.act.kind, g.act.alpha, g.act.beta, v), g.yh);
     }
 }
 
-static int cuda_pixel_shuffle(DittoBackend *be, int factor, const DittoTensor *x, DittoTensor *y)
+/*
+ * Factor 2, float16, x channels-last (unit channel stride): a thread per
+ * input pixel and output channel writes its 2x2 outputs, 32-bit index maths.
+ */
+static __global__ void shuffle2_nhwc_h(const __grid_constant__ ShuffleArgs g)
 {
-    bool xh = false, yh = false;
-    DITTO_TRY(float_dtype(be, "pixel_shuffle", "x", x, &xh));
-    DITTO_TRY(float_dtype(be, "pixel_shuffle", "y", y, &yh));
-    int64_t total = ditto_tensor_numel(y);
-    if (total == 0)
+    const unsigned h = (unsigned)g.h, w = (unsigned)g.w, cout = (unsigned)g.cout, total = (unsigned)(g.total / 4);
+    const __half *x = (const __half *)g.x;
+    __half *y = (__half *)g.y;
+    for (unsigned t = blockIdx.x * blockDim.x + threadIdx.x; t < total; t += gridDim.x * blockDim.x) {
+        const unsigned iw = t % w, q = t / w, ih = q % h, nc = q / h, n = nc / cout, c = nc % cout;
+        const __half *px = x + (size_t)n * (size_t)g.sn + (size_t)ih * (size_t)g.sh + (size_t)iw * (size_t)g.sw + 4 * c;
+        float v[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            v[k] = __half2float(px[k]);
+            if (g.act.kind != DITTO_UNARY_IDENTITY)
+                v[k] = ditto_unary_f(g.act.kind, g.act.alpha, g.act.beta, v[k]);
+        }
+        /* channel 4c + 2i + j -> row 2ih + i, column 2iw + j */
+        __half *py = y + ((size_t)nc * 2 * h + 2 * ih) * 2 * w + 2 * iw;
+        *(__half2 *)py = __floats2half2_rn(v[0], v[1]);
+        *(__half2 *)(py + 2 * w) = __floats2half2_rn(v[2], v[3]);
+    }
+}
+
+static int cuda_pixel_shuffle(DittoBackend *be, const DittoShuffleParams *p, const DittoTensor *x, DittoTensor *y)
+{
+    ShuffleArgs g;
+    memset(&g, 0, sizeof g);
+    DITTO_TRY(float_dtype(be, "pixel_shuffle", "x", x, &g.xh));
+    DITTO_TRY(float_dtype(be, "pixel_shuffle", "y", y, &g.yh));
+    g.x = x->data;
+    g.y = y->data;
+    g.h = x->shape[2];
+    g.w = x->shape[3];
+    g.r = p->factor;
+    g.cout = y->shape[1];
+    g.total = ditto_tensor_numel(y);
+    g.sn = x->stride[0];
+    g.sc = x->stride[1];
+    g.sh = x->stride[2];
+    g.sw = x->stride[3];
+    g.act = p->act;
+    if (g.total == 0)
         return 0;
-    shuffle_kernel<<<ditto_cuda_blocks(total, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(
-        x->data, xh, y->data, yh, x->shape[2], x->shape[3], factor, total);
+    if (g.r == 2 && g.xh && g.yh && g.sc == 1 && g.total < (int64_t)UINT32_MAX && ((uintptr_t)y->data % 4) == 0)
+        shuffle2_nhwc_h<<<ditto_cuda_blocks(g.total / 4, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(g);
+    else
+        shuffle_kernel<<<ditto_cuda_blocks(g.total, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(g);
     DITTO_CUDA_LAUNCHED(be);
     return 0;
 }
