@@ -173,6 +173,7 @@ typedef struct DittoPasteItem {
 typedef struct DittoPasteParams {
     const DittoPasteItem *items;   /* one per item (host memory, read at the call) */
     float scale;                   /* render values times scale first (255: [0, 1] to levels) */
+    bool box_only;                 /* write only the 2x2 blocks that meet each box: the rest already holds this frame's bytes */
 } DittoPasteParams;
 
 typedef enum DittoPoolKind { DITTO_POOL_AVG = 0, DITTO_POOL_MAX } DittoPoolKind;
@@ -492,6 +493,9 @@ int ditto_op_rgb_to_yuv420(struct DittoBackend *be, const DittoTensor *x, DittoT
  *   a = warp_affine(mask, M_i), p = warp_affine(img, M_i), border 0;
  *   rgb = src (src[i] when src is (N,H,W,3)), and inside box_i mask_blend(a, p, rgb);
  *   y, u, v = rgb_to_yuv420(rgb); rgb is stored too unless NULL.
+ * box_only: only the 2x2 blocks (chroma samples) that meet box_i are written,
+ * for outputs that hold the same frame's bytes elsewhere already (an image
+ * avatar's background under the same map).
  * Bytes are those of those ops in turn. mask (h,w,1) float32; src (H,W,3) or
  * (N,H,W,3) uint8; rgb (N,H,W,3), y (N,H,W), u, v (N,ceil(H/2),ceil(W/2))
  * uint8, each contiguous but for its batch stride (frames packed in one buffer).

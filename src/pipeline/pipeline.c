@@ -342,7 +342,7 @@ static int warm_post(DittoModels *m)
         img.device = ren.device = y.device = u.device = v.device = be->device;
         const float M_c2o[9] = { (float)S / side, 0, 0, 0, (float)S / side, 0, 0, 0, 1 };   /* the crop is the whole frame */
         if ((rc = ditto_op_fill(be, 0.0f, &ren)) >= 0 && (rc = ditto_op_fill(be, 0.0f, &img)) >= 0 &&
-            (rc = ditto_putback_yuv(pb, &img, &ren, M_c2o, NULL, &y, &u, &v, NULL)) >= 0)
+            (rc = ditto_putback_yuv(pb, &img, &ren, M_c2o, NULL, &y, &u, &v, false, NULL)) >= 0)
             rc = be->sync ? be->sync(be) : 0;
     }
     ditto_buffer_free(&b_img);

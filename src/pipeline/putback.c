@@ -261,7 +261,7 @@ int ditto_putback_run(DittoPutback *pb, const DittoTensor *frame, const DittoTen
 }
 
 int ditto_putback_yuv(DittoPutback *pb, const DittoTensor *frame, const DittoTensor *render, const float *M_c2o, DittoTensor *rgb, DittoTensor *y,
-                      DittoTensor *u, DittoTensor *v, DittoPutbackBox *box)
+                      DittoTensor *u, DittoTensor *v, bool box_only, DittoPutbackBox *box)
 {
     if (!pb || !frame || !render || !M_c2o || !y || !u || !v)
         return DITTO_ERR_INVAL;
@@ -291,7 +291,7 @@ int ditto_putback_yuv(DittoPutback *pb, const DittoTensor *frame, const DittoTen
     }
     DittoTensor mask = ditto_tensor(pb->mask_buf.ptr, DITTO_F32, 3, (int64_t[]){ CROP, CROP, 1 });
     mask.device = pb->be->device;
-    const DittoPasteParams p = { items, 255.0f };
+    const DittoPasteParams p = { items, 255.0f, box_only };
     int rc = ditto_op_paste_yuv(pb->be, &p, &mask, render, frame, rgb, y, u, v);
     ditto_free(items);
     return rc;

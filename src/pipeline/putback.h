@@ -28,6 +28,7 @@
 #ifndef DITTO_PIPELINE_PUTBACK_H
 #define DITTO_PIPELINE_PUTBACK_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
@@ -85,9 +86,12 @@ int ditto_putback_run(DittoPutback *pb, const DittoTensor *frame, const DittoTen
  *   M_c2o   B 3x3 float32 matrices (crop -> frame)
  *   rgb     (B,H,W,3) uint8 or NULL; y (B,H,W), u, v (B,ceil(H/2),ceil(W/2))
  *           uint8: each contiguous but for its batch stride
+ *   box_only  write only the 2x2 blocks that meet each frame's box: the
+ *           outputs hold the same frame's bytes elsewhere already (an image
+ *           avatar's frames after a first full pass with the same matrix)
  *   box     B boxes that were blended, or NULL
  */
 int ditto_putback_yuv(DittoPutback *pb, const DittoTensor *frame, const DittoTensor *render, const float *M_c2o, DittoTensor *rgb, DittoTensor *y,
-                      DittoTensor *u, DittoTensor *v, DittoPutbackBox *box);
+                      DittoTensor *u, DittoTensor *v, bool box_only, DittoPutbackBox *box);
 
 #endif

@@ -49,6 +49,7 @@ struct DittoRenderer {
     DittoPutback *pb;
     DittoBuffer src_buf;         /* (H, W, 3) u8: the image avatar's frame, or one video frame at a time */
     float *m_rep;                /* image avatar: its crop -> frame matrix B times, one per render */
+    int64_t bg_frames;           /* image avatar: out_buf's first bg_frames frames hold the background (a full pass wrote them) */
     DittoBuffer out_buf;         /* B finished frames, frame_bytes each: RGB24 (rgb_bytes, 0 with yuv_only), Y, U, V */
     int64_t W, H, cw, ch;
     size_t frame_bytes, rgb_bytes;
@@ -470,14 +471,24 @@ static int run_post(DittoRenderer *r, int64_t g0, int64_t N)
     rgb.stride[0] = y.stride[0] = u.stride[0] = v.stride[0] = fb;
     DITTO_TRY(be->download_fence(be));   /* the last batch's frames copied out of out_buf before it is overwritten */
     DittoTensor *prgb = r->rgb_bytes ? &rgb : NULL;
-    if (av->n_frames == 1)   /* one frame under every render: all of them in one pass */
-        return ditto_putback_yuv(r->pb, &src, &img, r->m_rep, prgb, &y, &u, &v, NULL);
+    if (av->n_frames == 1) {
+        /*
+         * One frame and one map under every render: all of them in one pass,
+         * and once out_buf's frames hold the background (outside the box it
+         * never changes) only the blocks that meet the box.
+         */
+        const bool box_only = N <= r->bg_frames;
+        DITTO_TRY(ditto_putback_yuv(r->pb, &src, &img, r->m_rep, prgb, &y, &u, &v, box_only, NULL));
+        if (!box_only)
+            r->bg_frames = N > r->bg_frames ? N : r->bg_frames;
+        return 0;
+    }
     for (int64_t b = 0; b < N; b++) {
         int64_t k = ditto_mirror_index(g0 + b, av->n_frames);
         /* stream-ordered: the previous frame's paste-back has read the buffer */
         DITTO_TRY(be->upload(be, r->src_buf.ptr, av->img_rgb + k * H * W * 3, (size_t)(H * W * 3)));
         DittoTensor ib = frames(img, b, 1), rb = frames(rgb, b, 1), yb = frames(y, b, 1), ub = frames(u, b, 1), vb = frames(v, b, 1);
-        DITTO_TRY(ditto_putback_yuv(r->pb, &src, &ib, av->m_c2o + k * 9, prgb ? &rb : NULL, &yb, &ub, &vb, NULL));
+        DITTO_TRY(ditto_putback_yuv(r->pb, &src, &ib, av->m_c2o + k * 9, prgb ? &rb : NULL, &yb, &ub, &vb, false, NULL));
     }
     return 0;
 }

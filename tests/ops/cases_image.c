@@ -477,12 +477,19 @@ static void case_yuv(TestCtx *c, const char *name, int64_t H, int64_t W, int kin
  * over the frame from its origin to the box's far corner, mask_blend over the
  * box into a copy of the frame, rgb_to_yuv420. The bytes must be equal. The
  * frames are packed (rgb | y | u | v | gap) as a session's output buffer;
- * gap bytes keep their poison.
+ * gap bytes keep their poison, and with box_only so does every byte outside
+ * the 2x2 blocks that meet the item's box.
  */
 typedef struct PasteCase {
     int64_t n, h, w, H, W, gap;
-    bool f16, shared_src, rgb;
+    bool f16, shared_src, rgb, box_only;
 } PasteCase;
+
+/* Chroma block (cy, cx) meets box b. */
+static bool block_in(const DittoPasteItem *b, int64_t cy, int64_t cx)
+{
+    return b->y1 > b->y0 && b->x1 > b->x0 && cy >= b->y0 / 2 && cy < (b->y1 + 1) / 2 && cx >= b->x0 / 2 && cx < (b->x1 + 1) / 2;
+}
 
 static void paste_ref_item(TestCtx *c, const PasteCase *k, const DittoPasteItem *it, const float *hwc, const float *mask, const uint8_t *src,
                            uint8_t *rgb, uint8_t *y, uint8_t *u, uint8_t *v)
@@ -549,12 +556,21 @@ static void case_paste(TestCtx *c, const char *name, const PasteCase *k, const D
                 hwc[p * 3 + ci] = 255.0f * rv[(n * 3 + ci) * h * w + p];
         const uint8_t *sn = (const uint8_t *)src->host.data + (k->shared_src ? 0 : n * H * W * 3);
         paste_ref_item(c, k, &items[n], hwc, mask->host.data, sn, fr, fr + H * W * 3, fr + H * W * 4, fr + H * W * 4 + ch * cw);
-        int64_t o = n * fb;
-        if (k->rgb)
-            for (int64_t i = 0; i < H * W * 3; i++)
-                ref[o + i] = fr[i];
-        for (int64_t i = 0; i < H * W + 2 * ch * cw; i++)
+        const int64_t o = n * fb;
+        const DittoPasteItem *b = &items[n];
+        for (int64_t i = 0; i < H * W; i++) {   /* rgb and y of pixel i */
+            if (k->box_only && !block_in(b, i / W / 2, i % W / 2))
+                continue;
+            for (int ci = 0; k->rgb && ci < 3; ci++)
+                ref[o + 3 * i + ci] = fr[3 * i + ci];
             ref[o + rgb_b + i] = fr[H * W * 3 + i];
+        }
+        for (int64_t i = 0; i < ch * cw; i++) {   /* u, v of block i */
+            if (k->box_only && !block_in(b, i / cw, i % cw))
+                continue;
+            ref[o + rgb_b + H * W + i] = fr[H * W * 4 + i];
+            ref[o + rgb_b + H * W + ch * cw + i] = fr[H * W * 4 + ch * cw + i];
+        }
     }
 
     /* views of the packed buffer */
@@ -565,7 +581,7 @@ static void case_paste(TestCtx *c, const char *name, const PasteCase *k, const D
     DittoTensor tv = ditto_tensor(base + rgb_b + H * W + ch * cw, DITTO_U8, 3, (const int64_t[]){ N, ch, cw });
     trgb.stride[0] = ty.stride[0] = tu.stride[0] = tv.stride[0] = fb;
     trgb.device = ty.device = tu.device = tv.device = c->be->device;
-    const DittoPasteParams pp = { items, 255.0f };
+    const DittoPasteParams pp = { items, 255.0f, k->box_only };
     if (op_ok(c, name, ditto_op_paste_yuv(c->be, &pp, &mask->dev, &render->dev, &src->dev, k->rgb ? &trgb : NULL, &ty, &tu, &tv)))
         check_u8(c, name, out, ref, 0);
     free(ref);
@@ -600,16 +616,20 @@ static void paste_items(DittoPasteItem *it, int64_t n, int64_t h, int64_t w, int
 static void cases_paste(TestCtx *c)
 {
     DittoPasteItem it[17];
-    const PasteCase a = { 3, 40, 40, 61, 57, 7, true, true, true };
+    const PasteCase a = { 3, 40, 40, 61, 57, 7, true, true, true, false };
     paste_items(it, 3, 40, 40, 61, 57, 1.1);
     case_paste(c, "paste_yuv_f16_b3_odd_frame", &a, it);
-    const PasteCase b = { 4, 36, 44, 50, 64, 0, false, false, false };
+    const PasteCase a2 = { 3, 40, 40, 61, 57, 7, true, true, true, true };
+    case_paste(c, "paste_yuv_f16_b3_odd_frame_box_only", &a2, it);
+    const PasteCase b = { 4, 36, 44, 50, 64, 0, false, false, false, false };
     paste_items(it, 4, 36, 44, 50, 64, 0.9);
     case_paste(c, "paste_yuv_f32_b4_own_frames_no_rgb", &b, it);
-    const PasteCase d = { 17, 12, 12, 20, 19, 3, true, false, true };   /* past one launch's 16 items */
+    const PasteCase b2 = { 4, 36, 44, 50, 64, 0, false, false, false, true };
+    case_paste(c, "paste_yuv_f32_b4_no_rgb_box_only", &b2, it);
+    const PasteCase d = { 17, 12, 12, 20, 19, 3, true, false, true, true };   /* past one launch's 16 items */
     paste_items(it, 17, 12, 12, 20, 19, 1.2);
-    case_paste(c, "paste_yuv_f16_b17", &d, it);
-    const PasteCase e = { 1, 512, 512, 643, 701, 0, true, true, true };   /* the renderer's crop into a portrait */
+    case_paste(c, "paste_yuv_f16_b17_box_only", &d, it);
+    const PasteCase e = { 1, 512, 512, 643, 701, 0, true, true, true, false };   /* the renderer's crop into a portrait */
     paste_items(it, 1, 512, 512, 643, 701, 1.05);
     it[0].y0 = 40, it[0].y1 = 600, it[0].x0 = 50, it[0].x1 = 660;
     case_paste(c, "paste_yuv_f16_512_portrait", &e, it);
@@ -633,7 +653,7 @@ static void output_negative(TestCtx *c)
     TT *r = tt_new_f32dev(c, 4, (const int64_t[]){ 1, 3, 8, 9 }), *r4 = tt_new_f32dev(c, 4, (const int64_t[]){ 1, 4, 8, 9 });
     TT *y3 = tt_new(c, DITTO_U8, 3, (const int64_t[]){ 1, 10, 12 }), *uv3 = tt_new(c, DITTO_U8, 3, (const int64_t[]){ 1, 5, 6 });
     DittoPasteItem good = { { 1, 0, 1, 0, 1, 1 }, 0, 10, 0, 12 }, sing = { { 1, 2, 0, 2, 4, 0 }, 0, 10, 0, 12 }, off = { { 1, 0, 1, 0, 1, 1 }, 0, 11, 0, 12 };
-    DittoPasteParams pg = { &good, 255.0f }, ps = { &sing, 255.0f }, po = { &off, 255.0f };
+    DittoPasteParams pg = { &good, 255.0f, false }, ps = { &sing, 255.0f, false }, po = { &off, 255.0f, true };
     expect_rc(c, "output negative: paste singular matrix", ditto_op_paste_yuv(c->be, &ps, &mask->dev, &r->dev, &src->dev, NULL, &y3->dev, &uv3->dev, &uv3->dev), DITTO_ERR_INVAL);
     expect_rc(c, "output negative: paste box past the frame", ditto_op_paste_yuv(c->be, &po, &mask->dev, &r->dev, &src->dev, NULL, &y3->dev, &uv3->dev, &uv3->dev), DITTO_ERR_INVAL);
     expect_rc(c, "output negative: paste 4-channel render", ditto_op_paste_yuv(c->be, &pg, &mask->dev, &r4->dev, &src->dev, NULL, &y3->dev, &uv3->dev, &uv3->dev), DITTO_ERR_SHAPE);

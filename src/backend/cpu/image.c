@@ -575,6 +575,7 @@ typedef struct PasteTask {
     int64_t src_item;                   /* bytes from one item's frame to the next: 0 when shared */
     uint8_t *rgb, *y, *u, *v, *scratch;
     int64_t rgb_s, y_s, u_s, v_s;       /* batch strides in bytes */
+    size_t scratch_task;                /* scratch bytes a task: two rgb rows; box_only: and their y, u, v */
 } PasteTask;
 
 static float render_at(const PasteTask *k, int64_t n, int c, int64_t i)
@@ -620,21 +621,61 @@ static void paste_row(const PasteTask *k, int64_t n, const double inv[6], int64_
     }
 }
 
+/* Chroma blocks [*c0, *c1) x [*x0, *x1) of item n that meet its box (box_only), or all of them. */
+static void paste_blocks(const PasteTask *k, int64_t n, int64_t *c0, int64_t *c1, int64_t *x0, int64_t *x1)
+{
+    const DittoPasteItem *it = &k->p->items[n];
+    if (!k->p->box_only) {
+        *c0 = *x0 = 0;
+        *c1 = k->ch;
+        *x1 = k->cw;
+    } else if (it->y0 == it->y1 || it->x0 == it->x1) {
+        *c0 = *c1 = *x0 = *x1 = 0;
+    } else {
+        *c0 = it->y0 / 2;
+        *c1 = (it->y1 + 1) / 2;
+        *x0 = it->x0 / 2;
+        *x1 = (it->x1 + 1) / 2;
+    }
+}
+
 static void paste_task(void *arg, int t)
 {
     const PasteTask *k = arg;
+    uint8_t *scr = k->scratch ? k->scratch + (size_t)t * k->scratch_task : NULL;
     for (int64_t j = t; j < k->nwork; j += k->ntasks) {
-        const int64_t n = j / k->row_groups, c0 = (j % k->row_groups) * YUV_ROWS, c1 = c0 + YUV_ROWS < k->ch ? c0 + YUV_ROWS : k->ch;
+        const int64_t n = j / k->row_groups;
+        int64_t b0, b1, bx0, bx1;
+        paste_blocks(k, n, &b0, &b1, &bx0, &bx1);
+        int64_t c0 = (j % k->row_groups) * YUV_ROWS, c1 = c0 + YUV_ROWS < k->ch ? c0 + YUV_ROWS : k->ch;
+        c0 = c0 > b0 ? c0 : b0;
+        c1 = c1 < b1 ? c1 : b1;
         double inv[6];
         affine_inverse(k->p->items[n].m, inv);
+        const int64_t W = k->W, px0 = 2 * bx0, px1 = 2 * bx1 < W ? 2 * bx1 : W;   /* the blocks' frame columns */
         for (int64_t cy = c0; cy < c1; cy++) {
             const int64_t r0 = 2 * cy, rows = r0 + 1 < k->H ? 2 : 1;
-            uint8_t *px = k->rgb ? k->rgb + n * k->rgb_s + r0 * k->W * 3 : k->scratch + (size_t)t * (size_t)k->W * 6;
+            uint8_t *yr = k->y + n * k->y_s + r0 * W, *ur = k->u + n * k->u_s + cy * k->cw, *vr = k->v + n * k->v_s + cy * k->cw;
+            if (!k->p->box_only) {   /* whole rows, into the outputs */
+                uint8_t *px = k->rgb ? k->rgb + n * k->rgb_s + r0 * W * 3 : scr;
+                for (int64_t i = 0; i < rows; i++)
+                    paste_row(k, n, inv, r0 + i, px + i * W * 3);
+                /* the one or two rows as a frame of their own: its chroma row 0 is chroma row cy */
+                ditto_bt601_yuv420_rows(px, (ptrdiff_t)W * 3, (int)W, (int)rows, 0, 1, yr, (ptrdiff_t)W, ur, vr, (ptrdiff_t)k->cw);
+                continue;
+            }
+            /* the rows in scratch, then the blocks' columns out */
+            uint8_t *px = scr, *sy = scr + W * 6, *su = sy + W * 2, *sv = su + k->cw;
             for (int64_t i = 0; i < rows; i++)
-                paste_row(k, n, inv, r0 + i, px + i * k->W * 3);
-            /* the one or two rows as a frame of their own: its chroma row 0 is chroma row cy */
-            ditto_bt601_yuv420_rows(px, (ptrdiff_t)k->W * 3, (int)k->W, (int)rows, 0, 1, k->y + n * k->y_s + r0 * k->W, (ptrdiff_t)k->W,
-                                    k->u + n * k->u_s + cy * k->cw, k->v + n * k->v_s + cy * k->cw, (ptrdiff_t)k->cw);
+                paste_row(k, n, inv, r0 + i, px + i * W * 3);
+            ditto_bt601_yuv420_rows(px, (ptrdiff_t)W * 3, (int)W, (int)rows, 0, 1, sy, (ptrdiff_t)W, su, sv, (ptrdiff_t)k->cw);
+            for (int64_t i = 0; i < rows; i++) {
+                memcpy(yr + i * W + px0, sy + i * W + px0, (size_t)(px1 - px0));
+                if (k->rgb)
+                    memcpy(k->rgb + n * k->rgb_s + (r0 + i) * W * 3 + px0 * 3, px + i * W * 3 + px0 * 3, (size_t)(px1 - px0) * 3);
+            }
+            memcpy(ur + bx0, su + bx0, (size_t)(bx1 - bx0));
+            memcpy(vr + bx0, sv + bx0, (size_t)(bx1 - bx0));
         }
     }
 }
@@ -658,7 +699,8 @@ static int cpu_paste_yuv(DittoBackend *be, const DittoPasteParams *p, const Ditt
     k.y_s = y->stride[0];
     k.u_s = u->stride[0];
     k.v_s = v->stride[0];
-    if (!rgb && !(k.scratch = ditto_malloc((size_t)k.ntasks * (size_t)k.W * 6)))
+    k.scratch_task = (size_t)k.W * (p->box_only ? 8 : 6) + (p->box_only ? 2 * (size_t)k.cw : 0);
+    if ((!rgb || p->box_only) && !(k.scratch = ditto_malloc((size_t)k.ntasks * k.scratch_task)))
         return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op paste_yuv: out of memory for row buffers");
     ditto_pool_run(be->pool, k.ntasks, paste_task, &k);
     ditto_free(k.scratch);

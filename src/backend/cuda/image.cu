@@ -620,6 +620,7 @@ typedef struct PasteArgs {
     int64_t rgb_s, y_s, u_s, v_s;        /* batch strides in bytes */
     Inv inv[PASTE_MAX];
     int box[PASTE_MAX][4];               /* y0, y1, x0, x1 */
+    int blk[PASTE_MAX][4];               /* the chroma blocks written: rows [0], [1), columns [2], [3) */
 } PasteArgs;
 
 /* Frame pixel (r, x) of item n: the frame, and inside the box the blend of the warped render and mask, as the ops in turn. */
@@ -662,15 +663,16 @@ static __device__ __forceinline__ void paste_px(const PasteArgs &g, int n, int r
         out[c] = ditto_blend_px(m, img[c], s[c]);
 }
 
-/* One thread per 2x2 block of one item (grid: x tiles, chroma rows, items): its pixels, their luma, one chroma pair. */
+/* One thread per 2x2 block of one item (grid: x tiles, chroma rows, items) in its block range: its pixels, their luma, one chroma pair. */
 static __global__ void k_paste_yuv(const __grid_constant__ PasteArgs g)
 {
     const int n = blockIdx.z;
+    const int *blk = g.blk[n];
     const uint8_t *src = g.src + n * g.src_item;
     uint8_t *rgb = g.rgb ? g.rgb + n * g.rgb_s : NULL, *py = g.y + n * g.y_s;
-    for (int cy = blockIdx.y; cy < g.ch; cy += gridDim.y) {
+    for (int cy = blk[0] + blockIdx.y; cy < blk[1]; cy += gridDim.y) {
         const int y0 = 2 * cy, y1 = y0 + 1 < g.H ? y0 + 1 : y0;
-        for (int cx = blockIdx.x * blockDim.x + threadIdx.x; cx < g.cw; cx += gridDim.x * blockDim.x) {
+        for (int cx = blk[2] + blockIdx.x * blockDim.x + threadIdx.x; cx < blk[3]; cx += gridDim.x * blockDim.x) {
             const int x0 = 2 * cx, x1 = x0 + 1 < g.W ? x0 + 1 : x0;
             uint8_t p[4][3];   /* (y0,x0), (y0,x1), (y1,x0), (y1,x1); an odd edge repeats its pixel */
             const int rr[4] = { y0, y0, y1, y1 }, xx[4] = { x0, x1, x0, x1 };
@@ -732,15 +734,33 @@ static int cuda_paste_yuv(DittoBackend *be, const DittoPasteParams *p, const Dit
         g.y = (uint8_t *)y->data + n0 * g.y_s;
         g.u = (uint8_t *)u->data + n0 * g.u_s;
         g.v = (uint8_t *)v->data + n0 * g.v_s;
+        int rows = 0, cols = 0;   /* the largest block range */
         for (int64_t i = 0; i < k; i++) {
             const DittoPasteItem *it = &p->items[n0 + i];
+            int *b = g.blk[i];
             g.inv[i] = affine_inverse(it->m);
             g.box[i][0] = (int)it->y0;
             g.box[i][1] = (int)it->y1;
             g.box[i][2] = (int)it->x0;
             g.box[i][3] = (int)it->x1;
+            if (!p->box_only) {
+                b[0] = b[2] = 0;
+                b[1] = g.ch;
+                b[3] = g.cw;
+            } else if (it->y0 == it->y1 || it->x0 == it->x1) {
+                b[0] = b[1] = b[2] = b[3] = 0;
+            } else {
+                b[0] = (int)(it->y0 / 2);
+                b[1] = (int)((it->y1 + 1) / 2);
+                b[2] = (int)(it->x0 / 2);
+                b[3] = (int)((it->x1 + 1) / 2);
+            }
+            rows = b[1] - b[0] > rows ? b[1] - b[0] : rows;
+            cols = b[3] - b[2] > cols ? b[3] - b[2] : cols;
         }
-        const dim3 grid((unsigned)((g.cw + 127) / 128), (unsigned)(g.ch < 65535 ? g.ch : 65535), (unsigned)k);
+        if (rows == 0 || cols == 0)
+            continue;
+        const dim3 grid((unsigned)((cols + 127) / 128), (unsigned)(rows < 65535 ? rows : 65535), (unsigned)k);
         k_paste_yuv<<<grid, 128, 0, ditto_cuda(be)->stream>>>(g);
         DITTO_CUDA_LAUNCHED(be);
     }
