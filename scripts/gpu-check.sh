@@ -220,12 +220,15 @@ $BUILD/ditto bench --backend cuda --batch $B --iters $IT --json "$OUT/bench_cuda
 log "ditto bench --fp16 (cuda, official sizes, synthetic weights, float16 storage)"
 $BUILD/ditto bench --backend cuda --fp16 --batch 1,8 --iters $IT --json "$OUT/bench_cuda_f16.json" 2>&1 | tee -a "$OUT/summary.txt"
 
+# the graph benches run 30 batches even with --quick: 5 (a tenth of a second of work) read up to
+# 4% faster than the sustained rate (PERF.md, session 24)
+GIT=30
 log "ditto bench --fp16 --graph (each stage replayed as a CUDA graph; two render lanes, as a session runs)"
-$BUILD/ditto bench --backend cuda --fp16 --graph --loop --fidelity --verbose --batch 1,4,8,16 --iters $IT --json "$OUT/bench_cuda_f16_graph.json" \
+$BUILD/ditto bench --backend cuda --fp16 --graph --loop --fidelity --verbose --batch 1,4,8,16 --iters $GIT --json "$OUT/bench_cuda_f16_graph.json" \
     >"$OUT/bench_f16_graph.txt" 2>&1
 grep -vE "^ditto: (debug|info)|^\[" "$OUT/bench_f16_graph.txt" | tee -a "$OUT/summary.txt"
 log "ditto bench --fp16 --graph --lanes 1 (one stream: warp and decoder timed apart)"
-$BUILD/ditto bench --backend cuda --fp16 --graph --lanes 1 --batch 8 --iters $IT --json "$OUT/bench_cuda_f16_graph_lane1.json" 2>&1 \
+$BUILD/ditto bench --backend cuda --fp16 --graph --lanes 1 --batch 8 --iters $GIT --json "$OUT/bench_cuda_f16_graph_lane1.json" 2>&1 \
     | grep -vE "^ditto: (debug|info)|^\[" | tee -a "$OUT/summary.txt"
 grep -cE "batched \(algo" "$OUT/bench_f16_graph.txt" | sed 's/^/conv plans checked bit-identical per item (batched): /' | tee -a "$OUT/summary.txt"
 grep -cE "item by item \(algo" "$OUT/bench_f16_graph.txt" | sed 's/^/conv plans that differ per item (run item by item): /' | tee -a "$OUT/summary.txt"
