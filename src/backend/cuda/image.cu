@@ -606,7 +606,7 @@ static int cuda_rgb_to_yuv420(DittoBackend *be, const DittoTensor *x, DittoTenso
 
 /* ---- paste_yuv: paste-back and yuv420p in one pass ---- */
 
-#define PASTE_MAX 16   /* items a launch: their maps and boxes travel as kernel parameters (1 KB) */
+#define PASTE_MAX 16   /* items a launch: their maps, boxes and block ranges travel as kernel parameters (1.3 KB of the 4 KB) */
 
 typedef struct PasteArgs {
     const float *mask;
