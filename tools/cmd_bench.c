@@ -93,38 +93,15 @@ static int alloc_t(DittoBackend *be, DittoBuffer *buf, DittoTensor *t, DittoDTyp
 
 typedef struct Stage { double stitch, warp, decode, post, total; } Stage;
 
-/* Stage boundaries of a timed run: marks in stream order (without marks: the host clock after a wait). */
-typedef struct Marks {
-    void *m[5];
-    double host[5];
-} Marks;
-
-static int stage_mark(DittoBackend *be, Marks *k, int i)
-{
-    if (k->m[i]) {
-        be->mark_record(be, k->m[i]);
-        return 0;
-    }
-    int rc = be->sync(be);
-    k->host[i] = now_s();
-    return rc;
-}
-
-static double stage_s(DittoBackend *be, const Marks *k, int a, int b)
-{
-    return k->m[a] ? 1e-3 * be->mark_elapsed(be, k->m[a], k->m[b]) : k->host[b] - k->host[a];
-}
-
 /* Wait for the run that recorded k, and add its stage times to sum when it was a timed one. */
-static int bench_collect(DittoBackend *be, const Marks *k, bool timed, Stage *sum)
+static int bench_collect(DittoBackend *be, const DittoMarks *k, bool timed, Stage *sum)
 {
-    if (k->m[4])
-        DITTO_TRY(be->mark_wait(be, k->m[4]));
+    DITTO_TRY(ditto_marks_wait(be, k, 4));
     if (timed) {
-        sum->stitch += stage_s(be, k, 0, 1);
-        sum->warp += stage_s(be, k, 1, 2);
-        sum->decode += stage_s(be, k, 2, 3);
-        sum->post += stage_s(be, k, 3, 4);
+        sum->stitch += ditto_marks_seconds(be, k, 0, 1);
+        sum->warp += ditto_marks_seconds(be, k, 1, 2);
+        sum->decode += ditto_marks_seconds(be, k, 2, 3);
+        sum->post += ditto_marks_seconds(be, k, 3, 4);
     }
     return 0;
 }
@@ -509,19 +486,16 @@ int ditto_cmd_bench(int argc, char **argv)
         lanes = ditto_backend_lanes(be);
 
     int rc = 0;
-    Marks mks[2];   /* two runs in flight */
+    DittoMarks mks[2];   /* two runs in flight: stage boundaries 0-4 of each */
     memset(mks, 0, sizeof mks);
-    for (int i = 0; i < 10 && be->mark_new; i++)
-        if (be->mark_new(be, &mks[i / 5].m[i % 5]) < 0) {
-            for (int j = 0; j < i; j++)
-                be->mark_free(be, mks[j / 5].m[j % 5]);
-            memset(mks, 0, sizeof mks);   /* the host clock then */
-            break;
-        }
     DittoCatalog *cw = NULL, *cg = NULL, *cs = NULL;
     DittoWarp *warp = NULL;
     DittoDecoder *dec = NULL;
     DittoStitch *st = NULL;
+    if ((rc = ditto_marks_init(be, &mks[0], 5)) < 0 || (rc = ditto_marks_init(be, &mks[1], 5)) < 0) {
+        fprintf(stderr, "ditto bench: cannot make timing marks: %s\n", ditto_strerror(rc));
+        goto done;
+    }
     bool full = !small;
     double t0 = now_s();
     if ((rc = ditto_synthetic_catalog(&cw, DITTO_NET_WARP, full, 1, &bp.log)) < 0 ||
@@ -595,8 +569,8 @@ int ditto_cmd_bench(int argc, char **argv)
         double t_start = 0;
         for (int it = 0; !rc && it < warmup + iters; it++) {
             if (it == warmup) {   /* the warm-up done (and untimed) */
-                if (pend && mks[cur ^ 1].m[4])
-                    rc = be->mark_wait(be, mks[cur ^ 1].m[4]);
+                if (pend)
+                    rc = ditto_marks_wait(be, &mks[cur ^ 1], 4);
                 pend = false;
                 if (!rc) rc = be->sync(be);
             }
@@ -621,22 +595,22 @@ int ditto_cmd_bench(int argc, char **argv)
             if (it == warmup)
                 t_start = now_s();
             bool replay = graph && it >= warmup;
-            Marks *k = &mks[cur];
-            rc = stage_mark(be, k, 0);
+            DittoMarks *k = &mks[cur];
+            rc = ditto_marks_record(be, k, 0);
             if (!rc) rc = replay ? be->graph_launch(be, gr[0]) : ditto_stitch_forward(st, &ws, kp_s, kp_d, kp_n, NULL);
-            if (!rc) rc = stage_mark(be, k, 1);
+            if (!rc) rc = ditto_marks_record(be, k, 1);
             if (!rc) rc = replay ? be->graph_launch(be, gr[1])
                           : lanes > 1 ? ditto_backend_halves(be, B, wss, wd_half, &wdh)
                                       : ditto_warp_forward(warp, &ws, f_s, kp_s, kp_n, wout, NULL);
-            if (!rc) rc = stage_mark(be, k, 2);
+            if (!rc) rc = ditto_marks_record(be, k, 2);
             if (!rc && lanes == 1) rc = replay ? be->graph_launch(be, gr[2]) : ditto_decoder_forward(dec, &ws, wout, img, NULL);
-            if (!rc) rc = stage_mark(be, k, 3);
+            if (!rc) rc = ditto_marks_record(be, k, 3);
             if (!rc && loop) {
                 /* the last batch's planes copied out before post overwrites them, this batch's copied during the next */
                 rc = be->download_fence(be);
                 if (!rc) rc = replay ? be->graph_launch(be, gr[3]) : post_run(&post, be, img);
             }
-            if (!rc) rc = stage_mark(be, k, 4);
+            if (!rc) rc = ditto_marks_record(be, k, 4);
             if (!rc && loop) rc = post_download(&post, be, B);
             if (!rc && !replay) rc = ditto_arena_reset(&ws);   /* the next run's scratch follows this one in stream order */
             if (!rc && !replay) rc = ditto_arena_reset(&ws2);
@@ -776,9 +750,8 @@ int ditto_cmd_bench(int argc, char **argv)
     free(ref0);
     free(img0);
 done:
-    for (int i = 0; i < 10; i++)
-        if (mks[i / 5].m[i % 5])
-            be->mark_free(be, mks[i / 5].m[i % 5]);
+    ditto_marks_free(be, &mks[0]);
+    ditto_marks_free(be, &mks[1]);
     ditto_warp_free(&warp);
     ditto_decoder_free(&dec);
     ditto_stitch_free(&st);

@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/profile.h"
 #include "core/log.h"
@@ -65,3 +66,51 @@ int ditto_backend_lanes(const DittoBackend *be)
     const char *e = getenv("DITTO_LANES");
     return e && !strcmp(e, "1") ? 1 : e && !strcmp(e, "2") ? 2 : be->lane_select ? 2 : 1;
 }
+
+int ditto_marks_init(DittoBackend *be, DittoMarks *k, int n)
+{
+    memset(k, 0, sizeof *k);
+    if (n < 1 || n > DITTO_MARKS_MAX)
+        return DITTO_ERR_INVAL;
+    k->n = n;
+    for (int i = 0; i < n && be->mark_new; i++) {
+        int rc = be->mark_new(be, &k->m[i]);
+        if (rc < 0) {
+            ditto_marks_free(be, k);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+void ditto_marks_free(DittoBackend *be, DittoMarks *k)
+{
+    for (int i = 0; i < k->n; i++)
+        if (k->m[i])
+            be->mark_free(be, k->m[i]);
+    memset(k, 0, sizeof *k);
+}
+
+int ditto_marks_record(DittoBackend *be, DittoMarks *k, int i)
+{
+    if (k->m[i]) {
+        be->mark_record(be, k->m[i]);
+        return 0;
+    }
+    int rc = be->sync(be);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    k->host[i] = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return rc;
+}
+
+int ditto_marks_wait(DittoBackend *be, const DittoMarks *k, int i)
+{
+    return k->m[i] ? be->mark_wait(be, k->m[i]) : 0;   /* without marks the boundary waited already */
+}
+
+double ditto_marks_seconds(DittoBackend *be, const DittoMarks *k, int a, int b)
+{
+    return k->m[a] ? 1e-3 * be->mark_elapsed(be, k->m[a], k->m[b]) : k->host[b] - k->host[a];
+}
+

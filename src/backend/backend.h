@@ -140,6 +140,24 @@ typedef int (*DittoHalfFn)(void *ctx, int64_t first, int64_t count, DittoArena *
 int ditto_backend_lanes(const DittoBackend *be);
 int ditto_backend_halves(DittoBackend *be, int64_t n, DittoArena *const ws[2], DittoHalfFn fn, void *ctx);
 
+/*
+ * Stage times of a batch queued on be: boundary i recorded as a mark in
+ * stream order (ditto_marks_record), read once the last one is reached
+ * (ditto_marks_wait, then ditto_marks_seconds). On a backend without marks
+ * each boundary waits for the device and reads the host clock.
+ */
+#define DITTO_MARKS_MAX 8
+typedef struct DittoMarks {
+    void *m[DITTO_MARKS_MAX];   /* NULL without marks */
+    double host[DITTO_MARKS_MAX];
+    int n;
+} DittoMarks;
+int ditto_marks_init(DittoBackend *be, DittoMarks *k, int n);
+void ditto_marks_free(DittoBackend *be, DittoMarks *k);
+int ditto_marks_record(DittoBackend *be, DittoMarks *k, int i);
+int ditto_marks_wait(DittoBackend *be, const DittoMarks *k, int i);
+double ditto_marks_seconds(DittoBackend *be, const DittoMarks *k, int a, int b);
+
 /* name: "cpu" or "cuda". DITTO_ERR_UNSUPPORTED when not built in. */
 int ditto_backend_open(DittoBackend **out, const char *name, const DittoBackendParams *p);
 void ditto_backend_close(DittoBackend **be);

@@ -64,13 +64,11 @@ struct DittoRenderer {
     bool presized;               /* the arena was made at a full batch's size: capture at once */
 
     /*
-     * Stage times: marks in stream order, two sets. With device_post a batch
-     * is queued and run returns once the batch before it is done (its set is
-     * read then): the device always has the next batch. Without marks: the
-     * host clock after a wait at each boundary.
+     * Stage times, two sets of marks. With device_post a batch is queued and
+     * run returns once the batch before it is done (its set is read then):
+     * the device always has the next batch.
      */
-    void *marks[2][STAGES];
-    double host_t[STAGES];
+    DittoMarks marks[2];
     int set;                     /* the set the next batch records */
     bool pending;                /* the other set's batch is queued, its times unread */
     int64_t pending_g0;
@@ -162,9 +160,8 @@ int ditto_renderer_open(DittoRenderer **out, const DittoRendererConfig *c)
         (rc = alloc_dt(r->be, &r->img_buf, act, B * 3 * side * side)) < 0 ||
         (!c->device_post && (rc = alloc_dt(r->be, &r->hwc_buf, DITTO_F32, B * 3 * side * side)) < 0))
         goto fail;
-    for (int i = 0; i < 2 * STAGES && r->be->mark_new; i++)
-        if ((rc = r->be->mark_new(r->be, &r->marks[i / STAGES][i % STAGES])) < 0)
-            goto fail;
+    if ((rc = ditto_marks_init(r->be, &r->marks[0], STAGES)) < 0 || (rc = ditto_marks_init(r->be, &r->marks[1], STAGES)) < 0)
+        goto fail;
     r->graphs = c->graphs && r->be->capture_begin;
     if (r->lanes > 1)
         ditto_log(&r->log, DITTO_LOG_INFO, "render: warp and decoder of each batch in two halves of %d and %d frames%s", (c->batch + 1) / 2,
@@ -234,9 +231,8 @@ void ditto_renderer_close(DittoRenderer **pr)
         r->be->graph_free(r->be, r->g_warp);
     if (r->g_dec)
         r->be->graph_free(r->be, r->g_dec);
-    for (int i = 0; i < 2 * STAGES; i++)
-        if (r->marks[i / STAGES][i % STAGES])
-            r->be->mark_free(r->be, r->marks[i / STAGES][i % STAGES]);
+    ditto_marks_free(r->be, &r->marks[0]);
+    ditto_marks_free(r->be, &r->marks[1]);
     ditto_putback_close(&r->pb);
     ditto_free(r->m_rep);
     ditto_buffer_free(&r->src_buf);
@@ -413,33 +409,16 @@ int ditto_renderer_prepare(DittoRenderer *r)
     return rc < 0 ? rc : 0;
 }
 
-/* Stage boundary i of the batch being queued: a mark in stream order, or without marks the host clock after a wait. */
-static int stage_mark(DittoRenderer *r, int i)
-{
-    if (r->marks[0][0]) {
-        r->be->mark_record(r->be, r->marks[r->set][i]);
-        return 0;
-    }
-    int rc = r->be->sync(r->be);
-    r->host_t[i] = ditto_now();
-    return rc;
-}
-
-/* Seconds between boundaries a and b of the batch that recorded set k (reached). */
-static double stage_s(const DittoRenderer *r, int k, int a, int b)
-{
-    return r->marks[0][0] ? 1e-3 * r->be->mark_elapsed(r->be, r->marks[k][a], r->marks[k][b]) : r->host_t[b] - r->host_t[a];
-}
-
 /* Add the stage times of the batch that recorded set k (done) to t. */
 static void add_times(const DittoRenderer *r, int k, int64_t g0, int n, DittoRenderTimes *t)
 {
     if (!t)
         return;
-    t->stitch += stage_s(r, k, M_START, M_STITCH);
-    t->warp += stage_s(r, k, M_STITCH, M_WARP);
-    t->decode += stage_s(r, k, M_WARP, M_DECODE);
-    t->putback += stage_s(r, k, M_DECODE, M_POST);   /* the paste-back and the colour conversion are one pass */
+    const DittoMarks *m = &r->marks[k];
+    t->stitch += ditto_marks_seconds(r->be, m, M_START, M_STITCH);
+    t->warp += ditto_marks_seconds(r->be, m, M_STITCH, M_WARP);
+    t->decode += ditto_marks_seconds(r->be, m, M_WARP, M_DECODE);
+    t->putback += ditto_marks_seconds(r->be, m, M_DECODE, M_POST);   /* the paste-back and the colour conversion are one pass */
     t->g0 = g0;
     t->n = n;
 }
@@ -448,7 +427,7 @@ int ditto_renderer_flush(DittoRenderer *r, DittoRenderTimes *t)
 {
     if (!r || !r->pending)
         return 0;
-    DITTO_TRY(r->be->mark_wait(r->be, r->marks[r->set ^ 1][M_POST]));
+    DITTO_TRY(ditto_marks_wait(r->be, &r->marks[r->set ^ 1], M_POST));
     r->pending = false;
     add_times(r, r->set ^ 1, r->pending_g0, r->pending_n, t);
     return 0;
@@ -529,7 +508,7 @@ int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_
     const DittoAvatar *av = r->av;
     const int64_t N = n, side = DITTO_RENDER_SIDE;
     int rc = 0;
-    TRY(stage_mark(r, M_START));
+    TRY(ditto_marks_record(be, &r->marks[r->set], M_START));
 
     /* source frame of every generated frame: ping-pong over the loop */
     for (int b = 0; b < n; b++)
@@ -548,7 +527,7 @@ int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_
             TRY(put_fs(r, b, av->n_frames > 1 ? ditto_mirror_index(g0 + b, av->n_frames) : 0));
         r->fs_filled = av->n_frames == 1;
     }
-    TRY(stage_mark(r, M_STITCH));
+    TRY(ditto_marks_record(be, &r->marks[r->set], M_STITCH));
 
     /*
      * With graphs a short (tail) batch runs as a full one: the rows past n
@@ -558,18 +537,18 @@ int ditto_renderer_run(DittoRenderer *r, int64_t g0, int n, const DittoXInfo *x_
      */
     const int64_t Nr = r->pad_tail ? r->batch : N;
     TRY(run_stage(r, Nr, &r->g_warp, r->lanes > 1 ? run_wd : run_warp));
-    TRY(stage_mark(r, M_WARP));
+    TRY(ditto_marks_record(be, &r->marks[r->set], M_WARP));
     if (r->lanes < 2)   /* with lanes the decoder ran in the warp's stage */
         TRY(run_stage(r, Nr, &r->g_dec, run_decode));
-    TRY(stage_mark(r, M_DECODE));
+    TRY(ditto_marks_record(be, &r->marks[r->set], M_DECODE));
     if (r->post)
         TRY(run_post(r, g0, N));
-    TRY(stage_mark(r, M_POST));
+    TRY(ditto_marks_record(be, &r->marks[r->set], M_POST));
     r->last_n = (int)Nr;
     if (!r->post) {   /* the frames to the host: the batch is done after this */
         TRY(be->download(be, out, r->hwc_buf.ptr, (size_t)(N * side * side * 3) * sizeof(float)));
         add_times(r, r->set, g0, n, t);
-    } else if (r->marks[0][0]) {
+    } else if (r->marks[0].m[0]) {
         /* queued: wait for the batch before it instead, so the device has this one meanwhile */
         TRY(ditto_renderer_flush(r, t));
         r->pending = true;
