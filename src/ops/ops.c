@@ -804,6 +804,22 @@ static int check_frames(DittoBackend *be, const char *name, const DittoTensor *t
     return 0;
 }
 
+void ditto_paste_blocks(const DittoPasteItem *it, bool box_only, int64_t ch, int64_t cw, int64_t b[4])
+{
+    if (!box_only) {
+        b[0] = b[2] = 0;
+        b[1] = ch;
+        b[3] = cw;
+    } else if (it->y0 == it->y1 || it->x0 == it->x1) {
+        b[0] = b[1] = b[2] = b[3] = 0;
+    } else {   /* every block with a pixel in the box */
+        b[0] = it->y0 / 2;
+        b[1] = (it->y1 + 1) / 2;
+        b[2] = it->x0 / 2;
+        b[3] = (it->x1 + 1) / 2;
+    }
+}
+
 int ditto_op_paste_yuv(DittoBackend *be, const DittoPasteParams *p, const DittoTensor *mask, const DittoTensor *render, const DittoTensor *src,
                        DittoTensor *rgb, DittoTensor *y, DittoTensor *u, DittoTensor *v)
 {

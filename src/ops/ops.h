@@ -502,6 +502,8 @@ int ditto_op_rgb_to_yuv420(struct DittoBackend *be, const DittoTensor *x, DittoT
  */
 int ditto_op_paste_yuv(struct DittoBackend *be, const DittoPasteParams *p, const DittoTensor *mask, const DittoTensor *render, const DittoTensor *src,
                        DittoTensor *rgb, DittoTensor *y, DittoTensor *u, DittoTensor *v);
+/* The 2x2 blocks paste_yuv writes for item it: chroma rows [b[0], b[1]) and columns [b[2], b[3]) of a (ch, cw) grid (the backends' rule). */
+void ditto_paste_blocks(const DittoPasteItem *it, bool box_only, int64_t ch, int64_t cw, int64_t b[4]);
 /* cv2.resize INTER_AREA / INTER_LINEAR to y's spatial size; (H,W,C) or (N,H,W,C), u8 or f32. */
 int ditto_op_resize_area(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
 int ditto_op_resize_bilinear(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);

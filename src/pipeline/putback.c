@@ -29,6 +29,8 @@ struct DittoPutback {
     bool mask_valid;
     float mask_M[9];
     int64_t mask_y1, mask_x1;
+    DittoPasteItem *items;     /* ditto_putback_yuv's per-frame maps and boxes, grown to the largest batch */
+    int64_t items_cap;
 };
 
 /* ---- the mask (get_mask(512, 512, 0.9, 0.9)) ---- */
@@ -177,6 +179,7 @@ void ditto_putback_close(DittoPutback **pb)
     ditto_buffer_free(&(*pb)->mask_buf);
     ditto_buffer_free(&(*pb)->mask_w_buf);
     ditto_buffer_free(&(*pb)->img_w_buf);
+    ditto_free((*pb)->items);
     ditto_free(*pb);
     *pb = NULL;
 }
@@ -273,9 +276,14 @@ int ditto_putback_yuv(DittoPutback *pb, const DittoTensor *frame, const DittoTen
     if (W > pb->max_w || H > pb->max_h)
         return ditto_fail(&pb->log, DITTO_ERR_SHAPE, "putback: frame %lldx%lld exceeds the %lldx%lld it was opened for", (long long)W,
                           (long long)H, (long long)pb->max_w, (long long)pb->max_h);
-    DittoPasteItem *items = ditto_malloc((size_t)B * sizeof *items);
-    if (!items)
-        return ditto_fail(&pb->log, DITTO_ERR_NOMEM, "putback: out of memory");
+    if (B > pb->items_cap) {
+        DittoPasteItem *it = ditto_realloc(pb->items, (size_t)B * sizeof *it);
+        if (!it)
+            return ditto_fail(&pb->log, DITTO_ERR_NOMEM, "putback: out of memory");
+        pb->items = it;
+        pb->items_cap = B;
+    }
+    DittoPasteItem *items = pb->items;
     for (int64_t b = 0; b < B; b++) {
         const float *M = M_c2o + 9 * b;
         DittoPutbackBox bx;
@@ -292,7 +300,5 @@ int ditto_putback_yuv(DittoPutback *pb, const DittoTensor *frame, const DittoTen
     DittoTensor mask = ditto_tensor(pb->mask_buf.ptr, DITTO_F32, 3, (int64_t[]){ CROP, CROP, 1 });
     mask.device = pb->be->device;
     const DittoPasteParams p = { items, 255.0f, box_only };
-    int rc = ditto_op_paste_yuv(pb->be, &p, &mask, render, frame, rgb, y, u, v);
-    ditto_free(items);
-    return rc;
+    return ditto_op_paste_yuv(pb->be, &p, &mask, render, frame, rgb, y, u, v);
 }

@@ -621,35 +621,18 @@ static void paste_row(const PasteTask *k, int64_t n, const double inv[6], int64_
     }
 }
 
-/* Chroma blocks [*c0, *c1) x [*x0, *x1) of item n that meet its box (box_only), or all of them. */
-static void paste_blocks(const PasteTask *k, int64_t n, int64_t *c0, int64_t *c1, int64_t *x0, int64_t *x1)
-{
-    const DittoPasteItem *it = &k->p->items[n];
-    if (!k->p->box_only) {
-        *c0 = *x0 = 0;
-        *c1 = k->ch;
-        *x1 = k->cw;
-    } else if (it->y0 == it->y1 || it->x0 == it->x1) {
-        *c0 = *c1 = *x0 = *x1 = 0;
-    } else {
-        *c0 = it->y0 / 2;
-        *c1 = (it->y1 + 1) / 2;
-        *x0 = it->x0 / 2;
-        *x1 = (it->x1 + 1) / 2;
-    }
-}
-
 static void paste_task(void *arg, int t)
 {
     const PasteTask *k = arg;
     uint8_t *scr = k->scratch ? k->scratch + (size_t)t * k->scratch_task : NULL;
     for (int64_t j = t; j < k->nwork; j += k->ntasks) {
         const int64_t n = j / k->row_groups;
-        int64_t b0, b1, bx0, bx1;
-        paste_blocks(k, n, &b0, &b1, &bx0, &bx1);
+        int64_t blk[4];
+        ditto_paste_blocks(&k->p->items[n], k->p->box_only, k->ch, k->cw, blk);
+        const int64_t bx0 = blk[2], bx1 = blk[3];
         int64_t c0 = (j % k->row_groups) * YUV_ROWS, c1 = c0 + YUV_ROWS < k->ch ? c0 + YUV_ROWS : k->ch;
-        c0 = c0 > b0 ? c0 : b0;
-        c1 = c1 < b1 ? c1 : b1;
+        c0 = c0 > blk[0] ? c0 : blk[0];
+        c1 = c1 < blk[1] ? c1 : blk[1];
         double inv[6];
         affine_inverse(k->p->items[n].m, inv);
         const int64_t W = k->W, px0 = 2 * bx0, px1 = 2 * bx1 < W ? 2 * bx1 : W;   /* the blocks' frame columns */

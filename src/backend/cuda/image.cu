@@ -738,23 +738,15 @@ static int cuda_paste_yuv(DittoBackend *be, const DittoPasteParams *p, const Dit
         for (int64_t i = 0; i < k; i++) {
             const DittoPasteItem *it = &p->items[n0 + i];
             int *b = g.blk[i];
+            int64_t blk[4];
             g.inv[i] = affine_inverse(it->m);
             g.box[i][0] = (int)it->y0;
             g.box[i][1] = (int)it->y1;
             g.box[i][2] = (int)it->x0;
             g.box[i][3] = (int)it->x1;
-            if (!p->box_only) {
-                b[0] = b[2] = 0;
-                b[1] = g.ch;
-                b[3] = g.cw;
-            } else if (it->y0 == it->y1 || it->x0 == it->x1) {
-                b[0] = b[1] = b[2] = b[3] = 0;
-            } else {
-                b[0] = (int)(it->y0 / 2);
-                b[1] = (int)((it->y1 + 1) / 2);
-                b[2] = (int)(it->x0 / 2);
-                b[3] = (int)((it->x1 + 1) / 2);
-            }
+            ditto_paste_blocks(it, p->box_only, g.ch, g.cw, blk);
+            for (int q = 0; q < 4; q++)
+                b[q] = (int)blk[q];
             rows = b[1] - b[0] > rows ? b[1] - b[0] : rows;
             cols = b[3] - b[2] > cols ? b[3] - b[2] : cols;
         }
