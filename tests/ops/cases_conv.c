@@ -291,6 +291,9 @@ static const ConvCase nhwc_cases[] = {
     { "3x3x3 p1 c8 O40", 3, 2, 16, 40, { 3, 5, 6 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
     { "3x3x3 p1 C14 O22", 3, 2, 14, 22, { 3, 5, 6 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
     { "3x3x3 s(1,2,2) p1 c8", 3, 2, 8, 16, { 3, 7, 6 }, { 3, 3, 3 }, { 1, 2, 2 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
+    /* CUDA f16 on sm_90: the wgmma kernel (rows of 64, C a multiple of 48, 129-160 outputs), tiles of 144 and 160 columns */
+    { "3x3x3 p1 C48 O136 W64 (wgmma)", 3, 1, 48, 136, { 2, 4, 64 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
+    { "3x3x3 p1 C96 O160 D1 W64 (wgmma)", 3, 1, 96, 160, { 1, 4, 64 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
 };
 
 /* NCHW cases run again with relu, one per CUDA strategy (cuDNN NCHW, channels-last transposes, small O, depth split). */
@@ -303,6 +306,8 @@ static const ConvCase relu_cases[] = {
     { "3x3x3 p1 C20 O32 (hourglass dec 4)", 3, 2, 20, 32, { 5, 6, 9 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
     /* CUDA f16: the depth split's tiled combine (O even, planes of 64-position tiles) */
     { "7x7x7 p3 C6 O22 HW128", 3, 2, 6, 22, { 4, 8, 16 }, { 7, 7, 7 }, { 0 }, { 3, 3, 3 }, { 3, 3, 3 }, { 0 }, 0 },
+    /* CUDA f16 on sm_90: the depth split's 2-D convolution on the wgmma kernel (154 columns in a tile of 160) */
+    { "7x7x7 p3 C48 O22 W64 (mask, wgmma)", 3, 1, 48, 22, { 3, 4, 64 }, { 7, 7, 7 }, { 0 }, { 3, 3, 3 }, { 3, 3, 3 }, { 0 }, 0 },
     { "3x3x3 p1 C20 O32 HW64", 3, 2, 20, 32, { 3, 8, 8 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
     { "k3 s2", 1, 3, 8, 12, { 99 }, { 3 }, { 2 }, { 0 }, { 0 }, { 0 }, 0 },
     { "2x2 p1 c8", 2, 2, 16, 32, { 9, 8 }, { 2, 2 }, { 0 }, { 1, 1 }, { 1, 1 }, { 0 }, 0 },
@@ -397,6 +402,12 @@ static bool beyond_f32_tol(const TestCtx *c, const ConvCase *cc)
     return cc->C * cc->k[0] * cc->k[1] > 4096 && c->be->device != DITTO_DEVICE_CPU && !test_fp16(c);
 }
 
+/* The same for the 3-D mask cases: K = C * 343 beyond 8192 products (the wgmma case's 16464). */
+static bool beyond_f32_tol_3d(const TestCtx *c, const ConvCase *cc)
+{
+    return cc->ns == 3 && cc->C * cc->k[0] * cc->k[1] * cc->k[2] > 8192 && c->be->device != DITTO_DEVICE_CPU && !test_fp16(c);
+}
+
 /*
  * Batch consistency (item k of a batch bit-identical to the same item
  * alone), with bias and accumulate: the few-output kernel's channel ranges,
@@ -408,6 +419,7 @@ static const ConvCase batch_cases[] = {
     { "5x3 p(2,1) O3", 2, 3, 9, 3, { 13, 11 }, { 5, 3 }, { 0 }, { 2, 1 }, { 2, 1 }, { 0 }, 0 },
     { "1x1x1 O4 (compress)", 3, 3, 32, 4, { 3, 9, 16 }, { 1, 1, 1 }, { 0 }, { 0 }, { 0 }, { 0 }, 0 },
     { "3x3 p1 O2 C272 (tap GEMM)", 2, 3, 272, 2, { 13, 17 }, { 3, 3 }, { 0 }, { 1, 1 }, { 1, 1 }, { 0 }, 0 },
+    { "7x7x7 p3 C48 O22 W64 (mask, wgmma)", 3, 2, 48, 22, { 2, 4, 64 }, { 7, 7, 7 }, { 0 }, { 3, 3, 3 }, { 3, 3, 3 }, { 0 }, 0 },
 };
 
 /* Small cases run again with a tiny scratch limit: column chunks that end mid-row and split reductions. */
@@ -570,6 +582,8 @@ void test_ops_conv(TestCtx *c)
         conv_case_w(c, &small_o_cases[i], true, false, false, true, true, "");
     /* every NCHW strategy with relu, and with accumulate (with and without bias and relu) */
     for (size_t i = 0; i < sizeof relu_cases / sizeof *relu_cases; i++) {
+        if (beyond_f32_tol_3d(c, &relu_cases[i]))
+            continue;
         for (int bias = 1; bias >= 0; bias--) {
             conv_case_opt(c, &relu_cases[i], bias, true, false, "");
             conv_case_acc(c, &relu_cases[i], bias, false, false, true, "");

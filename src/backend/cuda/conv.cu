@@ -61,6 +61,10 @@
  * (conv_fused, below the small-O kernel); DITTO_CUDA_CONV_EPILOGUE=pass
  * keeps the separate pass.
  *
+ * On sm_90 the hourglass's last convolution and the mask head's depth
+ * split run on conv_wg.cu's wgmma kernel (DITTO_CUDA_WGCONV=0: cuDNN as
+ * before); see wg_direct.
+ *
  * DITTO_CUDA_CONV (nchw, nhwc, nhwc-batch, no-split) overrides the f16
  * strategy for measurements (nchw also sends channels-last tensors through
  * the transposes); DITTO_CUDA_DEPTH_PIECES, _DEPTH_UNFOLD and
@@ -73,6 +77,7 @@
 #include <string.h>
 
 #include "backend/cuda/conv_graph.h"
+#include "backend/cuda/conv_wg.h"
 
 extern "C" {
 #include "backend/conv_choices.h"
@@ -2337,7 +2342,13 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
     DittoCuda *cu = ditto_cuda(be);
     const int64_t D = g->in[0], HW = g->in[1] * g->in[2], kd = g->k[0], o2 = kd * g->O;
     const int64_t cp = round8(g->C), o2p = round8(o2);
-    const bool unfold = !nhwc && depth_unfold(g);
+    /* the 2-D convolution over slices on the wgmma kernel where it fits (its own reads of the rows: no unfolding) */
+    DittoWgConv wc;
+    memset(&wc, 0, sizeof wc);
+    wc.N = D, wc.D = 1, wc.H = g->in[1], wc.W = g->in[2], wc.C = cp, wc.O = o2p, wc.ldy = o2p;
+    wc.kd = 1, wc.kh = (int)g->k[1], wc.kw = (int)g->k[2];
+    const bool wg = (!nhwc || cp == g->C) && ditto_cuda_wg_fits(be, &wc);
+    const bool unfold = !nhwc && !wg && depth_unfold(g);
     if (nhwc && cp != g->C)
         return ditto_fail(&be->log, DITTO_ERR_UNSUPPORTED, "op conv: the channels-last depth split needs C a multiple of 8");
     const int64_t kwu = unfold ? g->k[2] : 1, ds = unfold ? unfold_slices(D) : 0;
@@ -2351,7 +2362,7 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
      * + 0.91 ms). Each column's sum is the same computation in either piece.
      */
     const int forced = depth_pieces_env();
-    const int np = forced ? (o2p > 64 ? forced : 1) : !unfold && o2p > 128 ? 2 : 1;
+    const int np = wg ? 1 : forced ? (o2p > 64 ? forced : 1) : !unfold && o2p > 128 ? 2 : 1;
     const int64_t width[2] = { np == 2 ? o2p - 64 : o2p, np == 2 ? 64 : 0 };
     ConvGeom g2[2];
     for (int k = 0; k < np; k++) {
@@ -2374,7 +2385,7 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
     /* plans: unfolded, one of ds slices; else one item (D slices), a chunk of nbi items and the tail */
     ConvPlan *pitem[2] = { NULL, NULL }, *pchunk[2] = { NULL, NULL }, *ptail[2] = { NULL, NULL };
     const int64_t tail_items = unfold ? 0 : g->N % nbi;
-    for (int pass = 0; pass < 2; pass++) {   /* plan_get may move the plan array: make all, then look all up */
+    for (int pass = 0; pass < 2 && !wg; pass++) {   /* plan_get may move the plan array: make all, then look all up */
         for (int k = 0; k < np; k++) {
             DITTO_TRY(plan_get(be, &g2[k], DITTO_F16, unfold ? ds : D, true, &pitem[k]));
             if (!unfold)
@@ -2384,7 +2395,7 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
         }
     }
     size_t cws = 0;
-    for (int k = 0; k < np; k++) {
+    for (int k = 0; k < np && !wg; k++) {
         const ConvPlan *all[] = { pitem[k], pchunk[k], ptail[k] };
         for (int i = 0; i < 3; i++)
             if (all[i] && all[i]->ws > cws)
@@ -2403,8 +2414,9 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
     __half *wk[2] = { w2, w2 + width[0] * kvol2 * cp }, *zk[2] = { zt, zt + nbi * D * HW * width[0] };
     void *cw = cws ? ws + w2_bytes + xt_bytes + zt_bytes + xu_bytes : NULL;
     /* one item (its D slices in one call) is the reference: B = 1 runs it; bigger chunks must match it item by item */
+    /* (the wgmma kernel computes every item alike at any count: no check) */
     bool chunk_ok = !unfold, tail_ok = tail_items > 0;
-    for (int k = 0; k < np && !unfold; k++) {
+    for (int k = 0; k < np && !unfold && !wg; k++) {
         pitem[k]->batch_ok = 1;
         if (pchunk[k]->batch_ok < 0)
             DITTO_TRY(batch_check(be, &g2[k], pchunk[k], pitem[k], D, w2, xt, zt, cw, cws, nbi * D));
@@ -2455,7 +2467,11 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
                 DITTO_CUDA_LAUNCHED(be);
                 xs = xt;
             }
-            for (int k = 0; k < np; k++)
+            if (wg) {
+                wc.x = xs, wc.w = w2, wc.y = zk[0], wc.N = cnt * D;
+                DITTO_TRY(ditto_cuda_wg_conv(be, &wc));
+            }
+            for (int k = 0; k < np && !wg; k++)
                 DITTO_TRY(plan_run(be, p[k], xs, wk[k], zk[k], cw));
         }
         if (np == 1 && g->O % 2 == 0 && HW % COMB_P == 0 && comb_smem(g->O, kd) <= 48 * 1024) {
@@ -3165,10 +3181,45 @@ static int fused_chunks(DittoBackend *be, const ConvGeom *g, int epi, bool bh, c
     return 0;
 }
 
+/*
+ * c: g as conv_wg.cu's convolution (stride 1, "same" size), true where it
+ * runs it: on the H200 the hourglass's last convolution (144 -> 144 at
+ * 3x3x3, 8 items) took 1.00 ms there against cuDNN's 1.28-1.41 (PERF.md,
+ * session 25). The bias, relu and residual go in its epilogue.
+ */
+static bool wg_direct(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, bool relu,
+                      bool acc, DittoTensor *y, DittoWgConv *c)
+{
+    if (g->G != 1)
+        return false;
+    for (int i = 0; i < 3; i++)
+        if (g->s[i] != 1 || g->d[i] != 1 || g->pb[i] != g->pe[i] || 2 * g->pb[i] != g->k[i] - 1 || g->in[i] != g->out[i])
+            return false;
+    memset(c, 0, sizeof *c);
+    c->x = x->data, c->w = w->data, c->y = y->data;
+    c->bias = bias ? bias->data : NULL;
+    c->bias_f16 = bias && bias->dtype == DITTO_F16;
+    c->relu = relu, c->acc = acc;
+    c->N = g->N, c->D = g->in[0], c->H = g->in[1], c->W = g->in[2], c->C = g->C, c->O = g->O, c->ldy = g->O;
+    c->kd = (int)g->k[0], c->kh = (int)g->k[1], c->kw = (int)g->k[2];
+    return ditto_cuda_wg_fits(be, c);
+}
+
 static int conv_nhwc_direct(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias,
                             bool relu, bool acc, DittoTensor *y, bool batch)
 {
     DittoCuda *cu = ditto_cuda(be);
+    DittoWgConv wc;
+    if (wg_direct(be, g, x, w, bias, relu, acc, y, &wc)) {
+        if (!w_krsc(w) && g->k_vol > 1) {   /* the kernel reads w as (O, kd, kh, kw, C) */
+            __half *wt;
+            DITTO_TRY(ditto_cuda_workspace(be, align256((size_t)(g->O * g->C * g->k_vol) * 2), (void **)&wt));
+            launch_w_nhwc(cu->stream, (const __half *)w->data, false, wt, g->O, g->C, g->O, g->C, g->k_vol);
+            DITTO_CUDA_LAUNCHED(be);
+            wc.w = wt;
+        }
+        return ditto_cuda_wg_conv(be, &wc);
+    }
     const size_t item_x = (size_t)(g->C * g->in_vol) * 2, item_y = (size_t)(g->O * g->out_vol) * 2;
     ChunkPlans c;
     DITTO_TRY(chunk_plans(be, g, item_x + item_y, batch, &c));
