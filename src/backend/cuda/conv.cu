@@ -61,9 +61,10 @@
  * (conv_fused, below the small-O kernel); DITTO_CUDA_CONV_EPILOGUE=pass
  * keeps the separate pass.
  *
- * On sm_90 the hourglass's last convolution and the mask head's depth
- * split run on conv_wg.cu's wgmma kernel (DITTO_CUDA_WGCONV=0: cuDNN as
- * before); see wg_direct.
+ * On sm_90 the warp's wide 3-D convolutions over rows of 64 (the
+ * hourglass's last one, the mask head's depth split) run on conv_wg.cu's
+ * wgmma kernel (DITTO_CUDA_WGCONV=0: cuDNN as before); see wg_direct and
+ * conv_depth_split.
  *
  * DITTO_CUDA_CONV (nchw, nhwc, nhwc-batch, no-split) overrides the f16
  * strategy for measurements (nchw also sends channels-last tensors through
@@ -3190,7 +3191,8 @@ static int fused_chunks(DittoBackend *be, const ConvGeom *g, int epi, bool bh, c
 static bool wg_direct(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, bool relu,
                       bool acc, DittoTensor *y, DittoWgConv *c)
 {
-    if (g->G != 1)
+    /* 3-D only: the decoder's 2-D convolutions of these widths run faster in cuDNN (mlp_shared's 128 outputs: 611 against ~550 TFLOP/s) */
+    if (g->G != 1 || g->ns != 3)
         return false;
     for (int i = 0; i < 3; i++)
         if (g->s[i] != 1 || g->d[i] != 1 || g->pb[i] != g->pe[i] || 2 * g->pb[i] != g->k[i] - 1 || g->in[i] != g->out[i])

@@ -4,11 +4,12 @@
  * depth-split convolutions over 64-pixel rows, where cuDNN's kernels run at
  * 320-460 TFLOP/s (PERF.md, session 25): the hourglass's last convolution
  * (144 -> 144 at 3x3x3 over 16x64x64) and the mask head's depth split
- * (144 -> 154 at 7x7 over 64x64 slices).
+ * (144 -> 154 at 7x7 over 64x64 slices). Narrower tiles lose to cuDNN
+ * (96 columns, decoder block 4's depth split: 379 against 516 TFLOP/s).
  *
  * An implicit GEMM: rows are output pixels, columns the O outputs (one tile
  * of BN = 144 or 160 columns), the reduction runs over (dz, dy, channel
- * chunk of 48, dx). A block of 256 threads (two warpgroups) computes four
+ * chunk of BK = 48, dx). A block of 256 threads (two warpgroups) computes four
  * output rows of 64 pixels, two per warpgroup (two m64 accumulators each).
  *
  * Loads: per (dz, dy, chunk) one TMA box brings the 4 input rows it needs,
@@ -34,7 +35,6 @@
 #include "backend/cuda/wgmma_ops.h"
 #endif
 
-#define WG_BK 48          /* channels per reduction step: 3 wgmma k-steps */
 #define WG_ROWS 4         /* output rows a block */
 #define WG_THREADS 256
 
@@ -44,10 +44,14 @@ typedef struct WgArgs {
     int bias_f16, relu, acc;
 } WgArgs;
 
-/* tile geometry: a block's 4 input rows are WS pixels wide (64 + kw - 1 rounded up to 8) */
-template <int BN, int KW> struct WgCfg {
-    static constexpr int WS = (64 + KW - 1 + 7) / 8 * 8, AROWS = WG_ROWS * WS, KC = WG_BK / 16;
-    static constexpr int A_BYTES = AROWS * WG_BK * 2, B_BYTES = BN * WG_BK * 2;
+/*
+ * Tile geometry: BN output columns, BK channels a reduction step (BK / 16
+ * wgmma k-steps), a block's 4 input rows WS pixels wide (64 + kw - 1
+ * rounded up to 8).
+ */
+template <int BN, int BK, int KW> struct WgCfg {
+    static constexpr int WS = (64 + KW - 1 + 7) / 8 * 8, AROWS = WG_ROWS * WS, KC = BK / 16;
+    static constexpr int A_BYTES = AROWS * BK * 2, B_BYTES = BN * BK * 2;
     static constexpr int A_SLOT = (A_BYTES + 1023) / 1024 * 1024, B_SLOT = (B_BYTES + 1023) / 1024 * 1024;
     /* slots: input rows SA, weights SB, loads P steps ahead (P <= SB - 1 and <= (SA - 1) * KW, see the loop) */
     static constexpr int SA = KW >= 7 ? 2 : 3, SB = KW >= 7 ? 6 : 5, P = KW >= 7 ? 5 : 4;
@@ -118,12 +122,12 @@ template <> struct WgMma<160> {
  * rows), w (O, kd, kh, kw, C) through tmw (2-D (O, K), boxes of 16 x BN),
  * y (N, D, H, 64, ldy): columns [0, O). Grid: N * D * H / 4 blocks.
  */
-template <int BN, int KW>
+template <int BN, int BK, int KW>
 static __global__ void __launch_bounds__(WG_THREADS, 1) k_wg_conv(const __grid_constant__ CUtensorMap tmx, const __grid_constant__ CUtensorMap tmw,
                                                                   __half *__restrict__ y, WgArgs a)
 {
 #ifdef WG_DEVICE
-    typedef WgCfg<BN, KW> G;
+    typedef WgCfg<BN, BK, KW> G;
     constexpr int WS = G::WS, AROWS = G::AROWS, KC = G::KC, SA = G::SA, SB = G::SB, P = G::P;
     extern __shared__ __align__(1024) uint8_t wg_raw[];
     const int t = threadIdx.x;
@@ -133,7 +137,7 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) k_wg_conv(const __grid_c
     const int hq = a.H / WG_ROWS, y0 = (bx % hq) * WG_ROWS;
     bx /= hq;
     const int z = bx % a.D, n = bx / a.D;
-    const int cc_n = a.C / WG_BK, steps = a.kd * a.kh * cc_n * KW;
+    const int cc_n = a.C / BK, steps = a.kd * a.kh * cc_n * KW;
 
     if (t == 0) {
         for (int i = 0; i < SA + SB; ++i)
@@ -141,7 +145,7 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) k_wg_conv(const __grid_c
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    /* step s = ((dz * kh + dy) * chunks + cc) * KW + dx; the rows of (dz, dy, cc) arrive with its dx = 0 */
+    /* step s = ((dz * kh + dy) * chunks + cc) * KW + dx (chunks of BK channels); the rows of (dz, dy, cc) arrive with its dx = 0 */
     auto produce = [&](int s) {
         const int dx = s % KW, r = s / KW, cc = r % cc_n, tz = r / cc_n, dy = tz % a.kh, dz = tz / a.kh;
         if (dx == 0) {
@@ -149,11 +153,11 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) k_wg_conv(const __grid_c
             mb_expect(mb, G::A_BYTES);
 #pragma unroll
             for (int kc = 0; kc < KC; ++kc)
-                tma_5d(sa0 + slot * G::A_SLOT + kc * AROWS * 32, &tmx, cc * WG_BK + kc * 16, -a.pw, y0 - a.ph + dy, z - a.pd + dz, n, mb);
+                tma_5d(sa0 + slot * G::A_SLOT + kc * AROWS * 32, &tmx, cc * BK + kc * 16, -a.pw, y0 - a.ph + dy, z - a.pd + dz, n, mb);
         }
         const uint32_t slot = s % SB, mb = bar + 8 * (SA + slot);
         mb_expect(mb, G::B_BYTES);
-        const int k0 = ((dz * a.kh + dy) * KW + dx) * a.C + cc * WG_BK;
+        const int k0 = ((dz * a.kh + dy) * KW + dx) * a.C + cc * BK;
 #pragma unroll
         for (int kc = 0; kc < KC; ++kc)
             tma_2d(sb0 + slot * G::B_SLOT + kc * BN * 32, &tmw, k0 + kc * 16, 0, mb);
@@ -278,10 +282,27 @@ static int wg_device(DittoBackend *be)
     if (ok < 0) {
         cudaDeviceProp prop;
         ok = cudaGetDeviceProperties(&prop, ditto_cuda(be)->device) == cudaSuccess && prop.major == 9 && prop.minor == 0 &&
-             prop.sharedMemPerBlockOptin >= WgCfg<160, 3>::SMEM && prop.sharedMemPerBlockOptin >= WgCfg<160, 7>::SMEM;
+             prop.sharedMemPerBlockOptin >= WgCfg<160, 48, 3>::SMEM &&
+             prop.sharedMemPerBlockOptin >= WgCfg<160, 48, 7>::SMEM;
         cudaGetLastError();
     }
     return ok;
+}
+
+/*
+ * The instantiated tiles, all with 48-channel steps: kw 3 with 129-144 and
+ * 145-160 outputs (the hourglass's last convolution, 144 -> 144), kw 7 with
+ * 129-160 (the mask head's depth split, 144 -> 7 x 22). 0: none.
+ */
+enum { WG_NONE, WG_144_48_3, WG_160_48_3, WG_160_48_7 };
+
+static int wg_tile(const DittoWgConv *c)
+{
+    if (c->O <= 128 || c->O > 160 || c->C % 48)
+        return WG_NONE;
+    if (c->kw == 3)
+        return c->O <= 144 ? WG_144_48_3 : WG_160_48_3;
+    return c->kw == 7 ? WG_160_48_7 : WG_NONE;
 }
 
 bool ditto_cuda_wg_fits(DittoBackend *be, const DittoWgConv *c)
@@ -289,16 +310,16 @@ bool ditto_cuda_wg_fits(DittoBackend *be, const DittoWgConv *c)
     if (!wg_env() || !wg_device(be) || !encode_tiled())
         return false;
     const bool odd = c->kd % 2 && c->kh % 2 && c->kw % 2;
-    return c->W == 64 && c->H > 0 && c->H % WG_ROWS == 0 && c->D > 0 && c->N > 0 && c->C > 0 && c->C % WG_BK == 0 && c->O > 128 &&
-           c->O <= 160 && c->ldy >= c->O && odd && (c->kw == 3 || c->kw == 7) && c->kh <= 7 && c->kd <= 7 &&
-           c->N * c->D * (c->H / WG_ROWS) <= INT32_MAX && c->O * c->kd * c->kh * c->kw * c->C <= INT32_MAX &&
-           ((uintptr_t)c->x | (uintptr_t)c->w) % 16 == 0 && (uintptr_t)c->y % 4 == 0 && c->ldy % 2 == 0;
+    return wg_tile(c) != WG_NONE && c->W == 64 && c->H > 0 && c->H % WG_ROWS == 0 && c->D > 0 && c->N > 0 && c->C > 0 &&
+           c->ldy >= c->O && odd && c->kh <= 7 && c->kd <= 7 && c->N * c->D * (c->H / WG_ROWS) <= INT32_MAX &&
+           c->O * c->kd * c->kh * c->kw * c->C <= INT32_MAX && ((uintptr_t)c->x | (uintptr_t)c->w) % 16 == 0 && (uintptr_t)c->y % 4 == 0 &&
+           c->ldy % 2 == 0;
 }
 
-template <int BN, int KW>
+template <int BN, int BK, int KW>
 static int wg_launch(DittoBackend *be, const DittoWgConv *c)
 {
-    typedef WgCfg<BN, KW> G;
+    typedef WgCfg<BN, BK, KW> G;
     DittoCuda *cu = ditto_cuda(be);
     EncodeTiledFn enc = encode_tiled();
     CUtensorMap mx, mw;
@@ -320,15 +341,21 @@ static int wg_launch(DittoBackend *be, const DittoWgConv *c)
         return ditto_fail(&be->log, DITTO_ERR_BACKEND, "op conv: cuTensorMapEncodeTiled failed (%d) for the wgmma convolution", (int)r);
     static bool attr_set;   /* per instantiation */
     if (!attr_set) {
-        DITTO_CUDA_CHECK(be, cudaFuncSetAttribute(k_wg_conv<BN, KW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G::SMEM));
+        DITTO_CUDA_CHECK(be, cudaFuncSetAttribute(k_wg_conv<BN, BK, KW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G::SMEM));
         attr_set = true;
+    }
+    static bool logged;   /* per instantiation: which convolutions take this tile */
+    if (!logged) {
+        ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: sm_90a wgmma kernel, %dx%d tile, kw %d, for C %lld -> O %lld at %lldx%lldx64", BN, BK, KW,
+                  (long long)c->C, (long long)c->O, (long long)c->D, (long long)c->H);
+        logged = true;
     }
     WgArgs a;
     a.D = (int)c->D, a.H = (int)c->H, a.C = (int)c->C, a.O = (int)c->O, a.kd = c->kd, a.kh = c->kh;
     a.pd = c->kd / 2, a.ph = c->kh / 2, a.pw = KW / 2, a.ldy = (int)c->ldy;
     a.bias = c->bias, a.bias_f16 = c->bias_f16, a.relu = c->relu, a.acc = c->acc;
     const unsigned blocks = (unsigned)(c->N * c->D * (c->H / WG_ROWS));
-    k_wg_conv<BN, KW><<<blocks, WG_THREADS, G::SMEM, cu->stream>>>(mx, mw, (__half *)c->y, a);
+    k_wg_conv<BN, BK, KW><<<blocks, WG_THREADS, G::SMEM, cu->stream>>>(mx, mw, (__half *)c->y, a);
     DITTO_CUDA_LAUNCHED(be);
     return 0;
 }
@@ -337,7 +364,9 @@ int ditto_cuda_wg_conv(DittoBackend *be, const DittoWgConv *c)
 {
     if (!ditto_cuda_wg_fits(be, c))
         return ditto_fail(&be->log, DITTO_ERR_UNSUPPORTED, "op conv: the wgmma convolution does not take this geometry");
-    if (c->kw == 3)
-        return c->O <= 144 ? wg_launch<144, 3>(be, c) : wg_launch<160, 3>(be, c);
-    return wg_launch<160, 7>(be, c);   /* the mask head's tile; narrower 7-wide ones are not instantiated */
+    switch (wg_tile(c)) {
+    case WG_144_48_3: return wg_launch<144, 48, 3>(be, c);
+    case WG_160_48_3: return wg_launch<160, 48, 3>(be, c);
+    default: return wg_launch<160, 48, 7>(be, c);
+    }
 }
