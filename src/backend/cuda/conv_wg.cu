@@ -275,18 +275,26 @@ static int wg_env(void)
     return v;
 }
 
-/* 1: the device is sm_90 (the sm_90a code runs there), 0: not */
-static int wg_device(DittoBackend *be)
+/*
+ * Whether this backend's device runs the kernels: sm_90 (where sm_90a code
+ * runs) with room for the largest tile's shared memory, which each kernel
+ * is then allowed; probed once per backend.
+ */
+static bool wg_device(DittoBackend *be)
 {
-    static int ok = -1;
-    if (ok < 0) {
+    DittoCuda *cu = ditto_cuda(be);
+    if (cu->wg_state == 0) {
         cudaDeviceProp prop;
-        ok = cudaGetDeviceProperties(&prop, ditto_cuda(be)->device) == cudaSuccess && prop.major == 9 && prop.minor == 0 &&
-             prop.sharedMemPerBlockOptin >= WgCfg<160, 48, 3>::SMEM &&
-             prop.sharedMemPerBlockOptin >= WgCfg<160, 48, 7>::SMEM;
+        const size_t smem = WgCfg<160, 48, 3>::SMEM > WgCfg<160, 48, 7>::SMEM ? WgCfg<160, 48, 3>::SMEM : WgCfg<160, 48, 7>::SMEM;
+        bool ok = cudaGetDeviceProperties(&prop, cu->device) == cudaSuccess && prop.major == 9 && prop.minor == 0 &&
+                  prop.sharedMemPerBlockOptin >= smem;
+        ok = ok && cudaFuncSetAttribute(k_wg_conv<144, 48, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgCfg<144, 48, 3>::SMEM) == cudaSuccess;
+        ok = ok && cudaFuncSetAttribute(k_wg_conv<160, 48, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgCfg<160, 48, 3>::SMEM) == cudaSuccess;
+        ok = ok && cudaFuncSetAttribute(k_wg_conv<160, 48, 7>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgCfg<160, 48, 7>::SMEM) == cudaSuccess;
         cudaGetLastError();
+        cu->wg_state = ok ? 1 : 2;
     }
-    return ok;
+    return cu->wg_state == 1;
 }
 
 /*
@@ -339,11 +347,6 @@ static int wg_launch(DittoBackend *be, const DittoWgConv *c)
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         return ditto_fail(&be->log, DITTO_ERR_BACKEND, "op conv: cuTensorMapEncodeTiled failed (%d) for the wgmma convolution", (int)r);
-    static bool attr_set;   /* per instantiation */
-    if (!attr_set) {
-        DITTO_CUDA_CHECK(be, cudaFuncSetAttribute(k_wg_conv<BN, BK, KW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G::SMEM));
-        attr_set = true;
-    }
     static bool logged;   /* per instantiation: which convolutions take this tile */
     if (!logged) {
         ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: sm_90a wgmma kernel, %dx%d tile, kw %d, for C %lld -> O %lld at %lldx%lldx64", BN, BK, KW,

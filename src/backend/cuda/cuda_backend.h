@@ -67,6 +67,7 @@ typedef struct DittoCuda {
     pthread_mutex_t alloc_lock;  /* guards the accounting (allocations may come from any thread) */
     bool alloc_lock_ok;
     struct DittoCudaConvCache *conv_cache;  /* cuDNN plans per conv shape (conv.cu), created on first use */
+    int wg_state;             /* conv_wg.cu on this device: 0 not probed yet, 1 usable (sm_90, shared memory limits set), 2 not */
 } DittoCuda;
 
 static inline DittoCuda *ditto_cuda(DittoBackend *be)
