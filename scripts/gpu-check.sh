@@ -230,6 +230,9 @@ grep -vE "^ditto: (debug|info)|^\[" "$OUT/bench_f16_graph.txt" | tee -a "$OUT/su
 log "ditto bench --fp16 --graph --lanes 1 (one stream: warp and decoder timed apart)"
 $BUILD/ditto bench --backend cuda --fp16 --graph --lanes 1 --batch 8 --iters $GIT --json "$OUT/bench_cuda_f16_graph_lane1.json" 2>&1 \
     | grep -vE "^ditto: (debug|info)|^\[" | tee -a "$OUT/summary.txt"
+log "the same with DITTO_CUDA_WGCONV=0 (every convolution on cuDNN: what the sm_90a wgmma kernel saves)"
+DITTO_CUDA_WGCONV=0 $BUILD/ditto bench --backend cuda --fp16 --graph --lanes 1 --batch 8 --iters $GIT \
+    --json "$OUT/bench_cuda_f16_graph_lane1_cudnn.json" 2>&1 | grep -vE "^ditto: (debug|info)|^\[" | tee -a "$OUT/summary.txt"
 grep -cE "batched \(algo" "$OUT/bench_f16_graph.txt" | sed 's/^/conv plans checked bit-identical per item (batched): /' | tee -a "$OUT/summary.txt"
 grep -cE "item by item \(algo" "$OUT/bench_f16_graph.txt" | sed 's/^/conv plans that differ per item (run item by item): /' | tee -a "$OUT/summary.txt"
 
