@@ -800,6 +800,15 @@ static int env_int(const char *name, int lo, int hi, int dflt)
     return v >= lo && v <= hi ? v : dflt;
 }
 
+/* conv_wg.cu's kernel takes c, unless DITTO_CUDA_WGCONV=0 keeps cuDNN (A/B) */
+static bool wg_fits(DittoBackend *be, const DittoWgConv *c)
+{
+    static int on = -1;
+    if (on < 0)
+        on = env_int("DITTO_CUDA_WGCONV", 0, 1, 1);
+    return on && ditto_cuda_wg_fits(be, c);
+}
+
 static void cg_conv(const ConvGeom *g, int64_t cp, int64_t op, int64_t n, CgConv *cv)
 {
     cv->nsd = g->ns == 1 ? 2 : g->ns;
@@ -2348,7 +2357,7 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
     memset(&wc, 0, sizeof wc);
     wc.N = D, wc.D = 1, wc.H = g->in[1], wc.W = g->in[2], wc.C = cp, wc.O = o2p, wc.ldy = o2p;
     wc.kd = 1, wc.kh = (int)g->k[1], wc.kw = (int)g->k[2];
-    const bool wg = (!nhwc || cp == g->C) && ditto_cuda_wg_fits(be, &wc);
+    const bool wg = (!nhwc || cp == g->C) && wg_fits(be, &wc);
     const bool unfold = !nhwc && !wg && depth_unfold(g);
     if (nhwc && cp != g->C)
         return ditto_fail(&be->log, DITTO_ERR_UNSUPPORTED, "op conv: the channels-last depth split needs C a multiple of 8");
@@ -3204,7 +3213,7 @@ static bool wg_direct(DittoBackend *be, const ConvGeom *g, const DittoTensor *x,
     c->relu = relu, c->acc = acc;
     c->N = g->N, c->D = g->in[0], c->H = g->in[1], c->W = g->in[2], c->C = g->C, c->O = g->O, c->ldy = g->O;
     c->kd = (int)g->k[0], c->kh = (int)g->k[1], c->kw = (int)g->k[2];
-    return ditto_cuda_wg_fits(be, c);
+    return wg_fits(be, c);
 }
 
 static int conv_nhwc_direct(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias,

@@ -265,16 +265,6 @@ static EncodeTiledFn encode_tiled(void)
     return fn;
 }
 
-static int wg_env(void)
-{
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("DITTO_CUDA_WGCONV");
-        v = e && !strcmp(e, "0") ? 0 : 1;
-    }
-    return v;
-}
-
 /*
  * Whether this backend's device runs the kernels: sm_90 (where sm_90a code
  * runs) with room for the largest tile's shared memory, which each kernel
@@ -315,7 +305,7 @@ static int wg_tile(const DittoWgConv *c)
 
 bool ditto_cuda_wg_fits(DittoBackend *be, const DittoWgConv *c)
 {
-    if (!wg_env() || !wg_device(be) || !encode_tiled())
+    if (!wg_device(be) || !encode_tiled())
         return false;
     const bool odd = c->kd % 2 && c->kh % 2 && c->kw % 2;
     return wg_tile(c) != WG_NONE && c->W == 64 && c->H > 0 && c->H % WG_ROWS == 0 && c->D > 0 && c->N > 0 && c->C > 0 &&

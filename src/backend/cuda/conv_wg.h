@@ -23,7 +23,7 @@ typedef struct DittoWgConv {
 } DittoWgConv;
 
 #ifdef DITTO_HAVE_WG
-/* Whether the device, the build and the geometry allow it (DITTO_CUDA_WGCONV=0: never). */
+/* Whether the device, the build and the geometry allow it (conv.cu reads DITTO_CUDA_WGCONV). */
 bool ditto_cuda_wg_fits(DittoBackend *be, const DittoWgConv *c);
 /* On the backend's stream; c must fit. */
 int ditto_cuda_wg_conv(DittoBackend *be, const DittoWgConv *c);
