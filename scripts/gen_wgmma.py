@@ -5,7 +5,7 @@ operands K-major in shared memory, given by matrix descriptors). The
 instruction names each accumulator register, 64 * N / 128 per thread, so the
 functions are generated rather than written out by hand.
 
-    python3 scripts/gen_wgmma.py 16 32 96 144 160 > src/backend/cuda/wgmma_ops.h
+    python3 scripts/gen_wgmma.py 144 160 > src/backend/cuda/wgmma_ops.h
 """
 import sys
 

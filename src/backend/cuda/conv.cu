@@ -800,18 +800,12 @@ static int env_int(const char *name, int lo, int hi, int dflt)
     return v >= lo && v <= hi ? v : dflt;
 }
 
-/*
- * conv_wg.cu's kernel takes c, unless DITTO_CUDA_WGCONV=0 keeps cuDNN (A/B);
- * DITTO_CUDA_WGALT picks its tile variants (measurements, conv_wg.cu's wg_tile)
- */
-static bool wg_fits(DittoBackend *be, DittoWgConv *c)
+/* conv_wg.cu's kernel takes c, unless DITTO_CUDA_WGCONV=0 keeps cuDNN (A/B) */
+static bool wg_fits(DittoBackend *be, const DittoWgConv *c)
 {
-    static int on = -1, alt = -1;
-    if (on < 0) {
+    static int on = -1;
+    if (on < 0)
         on = env_int("DITTO_CUDA_WGCONV", 0, 1, 1);
-        alt = env_int("DITTO_CUDA_WGALT", 0, 3, 0);
-    }
-    c->alt = alt;
     return on && ditto_cuda_wg_fits(be, c);
 }
 
@@ -3206,12 +3200,8 @@ static int fused_chunks(DittoBackend *be, const ConvGeom *g, int epi, bool bh, c
 static bool wg_direct(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias, bool relu,
                       bool acc, DittoTensor *y, DittoWgConv *c)
 {
-    /*
-     * 2-D only with the narrow tiles (<= 32 outputs; conv_img): the decoder's
-     * 2-D convolutions of the wide tiles' widths run faster in cuDNN
-     * (mlp_shared's 128 outputs: 611 against ~550 TFLOP/s)
-     */
-    if (g->G != 1 || (g->ns != 3 && !(g->ns == 2 && g->O <= 32)))
+    /* 3-D only: the decoder's 2-D convolutions of these widths run faster in cuDNN (mlp_shared's 128 outputs: 611 against ~550 TFLOP/s) */
+    if (g->G != 1 || g->ns != 3)
         return false;
     for (int i = 0; i < 3; i++)
         if (g->s[i] != 1 || g->d[i] != 1 || g->pb[i] != g->pe[i] || 2 * g->pb[i] != g->k[i] - 1 || g->in[i] != g->out[i])
@@ -3363,9 +3353,6 @@ static int cuda_conv(DittoBackend *be, const DittoConvParams *p, const DittoTens
     if (g.N * g.O * g.out_vol == 0)
         return 0;
     const int mode = conv_mode();
-    DittoWgConv wc;   /* the wgmma kernel first: it also takes narrow 3-D convolutions that the depth split below would */
-    if (mode == 2 && nhwc_direct_fits(&g, x, y) && wg_direct(be, &g, x, w, bias, p->relu, p->accumulate, y, &wc))
-        return conv_nhwc_direct(be, &g, x, w, bias, p->relu, p->accumulate, y, true);
     /* 3-D, few outputs: the depth split reads the channels-last slices as they are (as conv_nchw's, not unfolded) */
     if (mode == 2 && x->dtype == DITTO_F16 && g.ns == 3 && g.C > 0 && g.C % 8 == 0 && g.in_vol > 0 && depth_split_fits(&g) &&
         !depth_unfold(&g) && ((uintptr_t)x->data | (uintptr_t)y->data) % 16 == 0)

@@ -1,9 +1,8 @@
 /*
  * The sm_90a convolution (conv_wg.cu): channels-last f16, stride 1, "same"
- * padding, rows a multiple of 64 pixels, C a multiple of 8, 129-160 outputs
- * (tiles of 144 and 160) or few at 3x3(x3): up to 64 in rows of 64, up to
- * 32 in wider rows (see wg_tile). Built only where the CUDA architectures include 90
- * (DITTO_HAVE_WG); elsewhere nothing fits.
+ * padding, rows of 64 pixels, 129-160 outputs (tiles of 144 and 160; see
+ * wg_tile for the channel and kernel sizes). Built only where the CUDA
+ * architectures include 90 (DITTO_HAVE_WG); elsewhere nothing fits.
  */
 #ifndef DITTO_CONV_WG_H
 #define DITTO_CONV_WG_H
@@ -21,7 +20,6 @@ typedef struct DittoWgConv {
     void *y;              /* (N, D, H, W, ldy) f16, columns [0, O) */
     int64_t N, D, H, W, C, O, ldy;
     int kd, kh, kw;       /* odd; padding k / 2 */
-    int alt;              /* tile variants for measurements (DITTO_CUDA_WGALT bits, see wg_tile); 0 */
 } DittoWgConv;
 
 #ifdef DITTO_HAVE_WG

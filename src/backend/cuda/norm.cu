@@ -350,7 +350,7 @@ static __global__ void k_spade_h8(const __half *x, const __half *gb, const void 
  * deviations from the plane's first value x[n, 0, c] and of their squares,
  * in double) in three kernels:
  *  - k_spade_nhwc_stats: a block per (SPN_ROWS positions, SPN_TILE
- *    channels, item); 16 lanes of 4 channels by 16 rows, coalesced rows;
+ *    channels, item); 8 lanes of 8 channels by 32 rows, coalesced rows;
  *    writes the block's two sums per channel;
  *  - k_spade_nhwc_final: 8 threads per (n, c) add the position ranges in
  *    a fixed order, then mean and rstd as k_spade_h8 rounds them (the
@@ -359,11 +359,8 @@ static __global__ void k_spade_h8(const __half *x, const __half *gb, const void 
  * Partial sums and statistics live in the workspace. A smaller (upsampled)
  * x: the statistics over its own positions, the apply through the index map.
  */
-#define SPN_ROWS 256
+#define SPN_ROWS 512
 #define SPN_TILE 64
-#define SPN_LANES 16                 /* 4 channels a lane: 8 held 94 registers, two blocks an SM (23% warps active, ncu) */
-#define SPN_RPT (256 / SPN_LANES)    /* rows a pass */
-#define SPN_AHEAD 4
 
 /*
  * part (2, splits, N*C): sum of d and of d^2, d = x - x[n, 0, c], over the
@@ -372,53 +369,43 @@ static __global__ void k_spade_h8(const __half *x, const __half *gb, const void 
  */
 static __global__ void k_spade_nhwc_stats(const __half *x, double *part, int64_t R, int64_t C, int splits)
 {
-    __shared__ double sh[2][SPN_RPT][SPN_TILE + 1];
-    const int tx = threadIdx.x % SPN_LANES, ty = threadIdx.x / SPN_LANES;
-    const int64_t n = blockIdx.z, cv = (int64_t)blockIdx.y * SPN_LANES + tx;   /* this lane's 4-channel vector */
-    double s1[4], s2[4];
+    __shared__ double sh[2][32][SPN_TILE + 1];
+    const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
+    const int64_t n = blockIdx.z, cv = (int64_t)blockIdx.y * 8 + tx;   /* this lane's 8-channel vector */
+    double s1[8], s2[8];
 #pragma unroll
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 8; k++)
         s1[k] = s2[k] = 0.0;
-    if (cv < C / 4) {
-        const __half *xn = x + n * R * C + cv * 4;
-        uint2 pu = *(const uint2 *)xn;
+    if (cv < C / 8) {
+        const __half *xn = x + n * R * C + cv * 8;
+        uint4 pu = *(const uint4 *)xn;
         const __half2 *ph = (const __half2 *)&pu;
-        float piv[4];
+        float piv[8];
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < 4; j++) {
             float2 f = __half22float2(ph[j]);
             piv[2 * j] = f.x;
             piv[2 * j + 1] = f.y;
         }
         const int64_t r_end = (int64_t)(blockIdx.x + 1) * SPN_ROWS < R ? (int64_t)(blockIdx.x + 1) * SPN_ROWS : R;
-        /* SPN_AHEAD rows' loads in flight a thread (one was latency-bound), added in row order as one at a time */
-        for (int64_t r0 = (int64_t)blockIdx.x * SPN_ROWS + ty; r0 < r_end; r0 += SPN_RPT * SPN_AHEAD) {
-            uint2 u[SPN_AHEAD];
+        for (int64_t r = (int64_t)blockIdx.x * SPN_ROWS + ty; r < r_end; r += 32) {
+            uint4 u = *(const uint4 *)(xn + r * C);
+            const __half2 *h = (const __half2 *)&u;
 #pragma unroll
-            for (int q = 0; q < SPN_AHEAD; q++)
-                if (r0 + SPN_RPT * q < r_end)
-                    u[q] = *(const uint2 *)(xn + (r0 + SPN_RPT * q) * C);
-#pragma unroll
-            for (int q = 0; q < SPN_AHEAD; q++) {
-                if (r0 + SPN_RPT * q >= r_end)
-                    break;
-                const __half2 *h = (const __half2 *)&u[q];
-#pragma unroll
-                for (int j = 0; j < 2; j++) {
-                    float2 f = __half22float2(h[j]);
-                    double d0 = (double)f.x - piv[2 * j], d1 = (double)f.y - piv[2 * j + 1];
-                    s1[2 * j] += d0;
-                    s1[2 * j + 1] += d1;
-                    s2[2 * j] = fma(d0, d0, s2[2 * j]);
-                    s2[2 * j + 1] = fma(d1, d1, s2[2 * j + 1]);
-                }
+            for (int j = 0; j < 4; j++) {
+                float2 f = __half22float2(h[j]);
+                double d0 = (double)f.x - piv[2 * j], d1 = (double)f.y - piv[2 * j + 1];
+                s1[2 * j] += d0;
+                s1[2 * j + 1] += d1;
+                s2[2 * j] = fma(d0, d0, s2[2 * j]);
+                s2[2 * j + 1] = fma(d1, d1, s2[2 * j + 1]);
             }
         }
     }
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        sh[0][ty][tx * 4 + k] = s1[k];
-        sh[1][ty][tx * 4 + k] = s2[k];
+    for (int k = 0; k < 8; k++) {
+        sh[0][ty][tx * 8 + k] = s1[k];
+        sh[1][ty][tx * 8 + k] = s2[k];
     }
     __syncthreads();
     if (threadIdx.x < 2 * SPN_TILE) {
@@ -426,7 +413,7 @@ static __global__ void k_spade_nhwc_stats(const __half *x, double *part, int64_t
         const int64_t c = (int64_t)blockIdx.y * SPN_TILE + cl;
         if (c < C) {
             double acc = 0.0;
-            for (int r = 0; r < SPN_RPT; r++)
+            for (int r = 0; r < 32; r++)
                 acc += sh[which][r][cl];
             part[((int64_t)which * splits + blockIdx.x) * gridDim.z * C + n * C + c] = acc;
         }
@@ -542,7 +529,6 @@ static __global__ void k_spade_nhwc_apply(const __half *x, const __half *gb, con
  * grid's blocks. The same expression, so the same bits.
  */
 #define SPN_APPLY_BLOCKS 1024   /* about 8 resident blocks of 256 threads per SM on the H200's 132 */
-#define SPN_PAIR 2
 
 template <typename I>
 static __global__ void k_spade_nhwc_rows(const __half *x, const __half *gb, const void *bias, bool bh, __half *y, const float *stat, int64_t R,
@@ -558,47 +544,25 @@ static __global__ void k_spade_nhwc_rows(const __half *x, const __half *gb, cons
         rs[j] = stat[NC + n * Ci + cv * 8 + j];
         spade_bias(bias, bh, C, (int64_t)(cv * 8 + j), gk, &bg[j], &bb[j]);
     }
-    /*
-     * SPN_PAIR positions a step, all loads before the first store (one
-     * position's three loads a step left DRAM idle); y may be x, but each
-     * element is read and written by this thread alone, in that order
-     */
-    const I stride = per * (I)gridDim.x;
-    for (I k0 = (I)blockIdx.x * per + (I)threadIdx.x / CV; k0 < Ri; k0 += SPN_PAIR * stride) {
-        uint4 u[SPN_PAIR], g[SPN_PAIR], b[SPN_PAIR];
-        I t[SPN_PAIR];
+    for (I k = (I)blockIdx.x * per + (I)threadIdx.x / CV; k < Ri; k += per * (I)gridDim.x) {
+        const I t = n * Ri + k, tx = up.up ? n * Rxi + k / W / fh * wx + k % W / fw : t;
+        uint4 u = *(const uint4 *)(x + tx * Ci + cv * 8);
+        const __half *gp = gb + t * (I)gk * Ci + cv * 8;
+        uint4 g = *(const uint4 *)gp, b = gk == 2 ? *(const uint4 *)(gp + Ci) : make_uint4(0u, 0u, 0u, 0u), o;
+        const __half2 *hx = (const __half2 *)&u, *hg = (const __half2 *)&g, *hb = (const __half2 *)&b;
+        __half2 *ho = (__half2 *)&o;
 #pragma unroll
-        for (int q = 0; q < SPN_PAIR; q++) {
-            const I k = k0 + q * stride;
-            t[q] = n * Ri + k;
-            if (k >= Ri)
-                continue;
-            const I tx = up.up ? n * Rxi + k / W / fh * wx + k % W / fw : t[q];
-            u[q] = *(const uint4 *)(x + tx * Ci + cv * 8);
-            const __half *gp = gb + t[q] * (I)gk * Ci + cv * 8;
-            g[q] = *(const uint4 *)gp;
-            b[q] = gk == 2 ? *(const uint4 *)(gp + Ci) : make_uint4(0u, 0u, 0u, 0u);
-        }
-#pragma unroll
-        for (int q = 0; q < SPN_PAIR; q++) {
-            if (k0 + q * stride >= Ri)
-                break;
-            uint4 o;
-            const __half2 *hx = (const __half2 *)&u[q], *hg = (const __half2 *)&g[q], *hb = (const __half2 *)&b[q];
-            __half2 *ho = (__half2 *)&o;
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                float2 fx = __half22float2(hx[j]), fg = __half22float2(hg[j]), fb = __half22float2(hb[j]);
-                float v0 = fmaf((fx.x - ms[2 * j]) * rs[2 * j], 1.0f + (fg.x + bg[2 * j]), fb.x + bb[2 * j]);
-                float v1 = fmaf((fx.y - ms[2 * j + 1]) * rs[2 * j + 1], 1.0f + (fg.y + bg[2 * j + 1]), fb.y + bb[2 * j + 1]);
-                if (act) {
-                    v0 = v0 < 0.0f ? v0 * slope : v0;
-                    v1 = v1 < 0.0f ? v1 * slope : v1;
-                }
-                ho[j] = __floats2half2_rn(v0, v1);
+        for (int j = 0; j < 4; j++) {
+            float2 fx = __half22float2(hx[j]), fg = __half22float2(hg[j]), fb = __half22float2(hb[j]);
+            float v0 = fmaf((fx.x - ms[2 * j]) * rs[2 * j], 1.0f + (fg.x + bg[2 * j]), fb.x + bb[2 * j]);
+            float v1 = fmaf((fx.y - ms[2 * j + 1]) * rs[2 * j + 1], 1.0f + (fg.y + bg[2 * j + 1]), fb.y + bb[2 * j + 1]);
+            if (act) {
+                v0 = v0 < 0.0f ? v0 * slope : v0;
+                v1 = v1 < 0.0f ? v1 * slope : v1;
             }
-            *(uint4 *)(y + t[q] * Ci + cv * 8) = o;
+            ho[j] = __floats2half2_rn(v0, v1);
         }
+        *(uint4 *)(y + t * Ci + cv * 8) = o;
     }
 }
 
@@ -711,7 +675,7 @@ static int spade_nhwc(DittoBackend *be, const DittoSpadeParams *p, const DittoTe
             /* fixed channels a thread: blocks of an item cover its positions, SPN_APPLY_BLOCKS in all */
             const int64_t per = NORM_THREADS / CV, need = (R + per - 1) / per, share = SPN_APPLY_BLOCKS / N > 0 ? SPN_APPLY_BLOCKS / N : 1;
             const dim3 grid_r((unsigned)(need < share ? need : share), (unsigned)N);
-            if (2 * NC * R + (int64_t)NORM_THREADS * SPN_APPLY_BLOCKS * 2 * SPN_PAIR < (int64_t)UINT32_MAX)
+            if (2 * NC * R + (int64_t)NORM_THREADS * SPN_APPLY_BLOCKS * 2 < (int64_t)UINT32_MAX)
                 k_spade_nhwc_rows<uint32_t><<<grid_r, NORM_THREADS, 0, st>>>(xh, gh, bp, is_h(bias), yh, stat, R, Rx, up, C, NC, gk, p->act,
                                                                               p->slope);
             else
