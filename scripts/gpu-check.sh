@@ -6,7 +6,7 @@
 # benchmark in the same run, and writes every log and JSON under $OUT
 # (default /tmp/gpu-out).
 #
-#   scripts/gpu-check.sh [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study] [--e2e-only] [--e2e] [--motion-only] [--render]
+#   scripts/gpu-check.sh [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study] [--e2e-only] [--e2e] [--motion-only] [--render] [--ab=DIR]
 #     --quick          fewer batch sizes and iterations in ditto bench
 #     --no-torch       skip the PyTorch reference
 #     --torch-compile  also time torch.compile (long: several minutes of compiling)
@@ -24,6 +24,12 @@
 #     --motion-only    build, then only the motion checks: `ditto verify --backend cuda`
 #                      on the LMDM / audio2motion fixtures and `ditto bench --lmdm`
 #                      (windows op by op and as CUDA graphs, parity with the cpu)
+#     --ab=DIR         build, build the sources in DIR alike (another commit, e.g.
+#                      `git archive BASE | tar -x -C .carry/base`, carried along), then
+#                      only time the render step of both at B = 8, runs alternating:
+#                      AB_ROUNDS pairs (default 3) with two lanes, then one pair with one.
+#                      Per-op profiles serialise the ops and over-state what a kernel saves
+#                      with two lanes (PERF.md, session 26): judge changes this way.
 #
 # Inputs it expects next to the checkout (copied there by the developer and
 # carried to the machine, both git-ignored):
@@ -46,6 +52,7 @@ E2E_ONLY=0
 MOTION_ONLY=0
 RENDER=0
 E2E=0
+AB=
 for a in "$@"; do
     case "$a" in
     --tree-hash) tree_hash; exit 0 ;;
@@ -59,10 +66,15 @@ for a in "$@"; do
     --motion-only) MOTION_ONLY=1; TORCH=0 ;;
     --render) RENDER=1 ;;
     --e2e) E2E=1 ;;
-    *) echo "usage: $0 [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study] [--e2e-only] [--e2e] [--motion-only] [--render]" >&2; exit 2 ;;
+    --ab=?*) AB="${a#--ab=}"; TORCH=0 ;;
+    *) echo "usage: $0 [--quick] [--no-torch] [--torch-compile] [--bench-only] [--profile] [--conv-study] [--e2e-only] [--e2e] [--motion-only] [--render] [--ab=DIR]" >&2; exit 2 ;;
     esac
 done
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+if [ -n "$AB" ] && [ ! -f "$AB/CMakeLists.txt" ]; then
+    echo "gpu-check: --ab=$AB: no CMakeLists.txt there (unpack the other commit's sources into it)" >&2
+    exit 2
+fi
 
 # carried Debian packages (the machine has no package registry)
 DEPS=/tmp/ditto-deps
@@ -88,6 +100,29 @@ rm -f $BUILD/CMakeCache.txt   # paths of carried packages may change between run
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DDITTO_CUDA=ON -DDITTO_FFMPEG=OFF \
     -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
 ninja -C $BUILD >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
+
+if [ -n "$AB" ]; then
+    log "A/B: the render step of this tree and of $AB (source tree $(cd "$AB" && tree_hash)), built alike, runs alternating"
+    rm -f "$AB/$BUILD/CMakeCache.txt"
+    cmake -S "$AB" -B "$AB/$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDITTO_CUDA=ON -DDITTO_FFMPEG=OFF \
+        -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/cmake_ab.log" 2>&1 || { tail -30 "$OUT/cmake_ab.log"; exit 1; }
+    ninja -C "$AB/$BUILD" >"$OUT/build_ab.log" 2>&1 || { grep -E "error" -A3 "$OUT/build_ab.log" | head -60; exit 1; }
+    ab_run() {   # tree name, binary, extra bench arguments: one line of the B = 8 row
+        local row what="${*:3}"
+        row=$("$2" bench --backend cuda --fp16 --graph --batch 8 --iters 30 "${@:3}" 2>&1 | grep -E '^ *8 ')
+        echo "$1 ${what:---lanes 2} | ${row:-no result, see the bench output}" | tee -a "$OUT/summary.txt"
+    }
+    echo "tree lanes | batch stitch warp decode post total frames/s arena gpu-peak (ms/frame; with two lanes warp is warp + decode)" \
+        | tee -a "$OUT/summary.txt"
+    for r in $(seq "${AB_ROUNDS:-3}"); do
+        ab_run this "$BUILD/ditto"
+        ab_run base "$AB/$BUILD/ditto"
+    done
+    ab_run this "$BUILD/ditto" --lanes 1
+    ab_run base "$AB/$BUILD/ditto" --lanes 1
+    log "done"
+    exit 0
+fi
 
 render_check() {
     if [ ! -f .carry/ffmpeg.tar.xz ]; then
