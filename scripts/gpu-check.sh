@@ -96,17 +96,18 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv |
 
 log "build (CUDA on, FFmpeg off, sm_90)"
 BUILD=build-gpu
-rm -f $BUILD/CMakeCache.txt   # paths of carried packages may change between runs
-cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DDITTO_CUDA=ON -DDITTO_FFMPEG=OFF \
-    -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
-ninja -C $BUILD >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
+# the sources in $1 built into $1/$BUILD, logs cmake$2.log and build$2.log; exits on failure
+build_tree() {
+    rm -f "$1/$BUILD/CMakeCache.txt"   # paths of carried packages may change between runs
+    cmake -S "$1" -B "$1/$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDITTO_CUDA=ON -DDITTO_FFMPEG=OFF \
+        -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/cmake$2.log" 2>&1 || { tail -30 "$OUT/cmake$2.log"; exit 1; }
+    ninja -C "$1/$BUILD" >"$OUT/build$2.log" 2>&1 || { grep -E "error" -A3 "$OUT/build$2.log" | head -60; exit 1; }
+}
+build_tree . ""
 
 if [ -n "$AB" ]; then
     log "A/B: the render step of this tree and of $AB (source tree $(cd "$AB" && tree_hash)), built alike, runs alternating"
-    rm -f "$AB/$BUILD/CMakeCache.txt"
-    cmake -S "$AB" -B "$AB/$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDITTO_CUDA=ON -DDITTO_FFMPEG=OFF \
-        -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/cmake_ab.log" 2>&1 || { tail -30 "$OUT/cmake_ab.log"; exit 1; }
-    ninja -C "$AB/$BUILD" >"$OUT/build_ab.log" 2>&1 || { grep -E "error" -A3 "$OUT/build_ab.log" | head -60; exit 1; }
+    build_tree "$AB" _ab
     ab_run() {   # tree name, binary, extra bench arguments: one line of the B = 8 row
         local row what="${*:3}"
         row=$("$2" bench --backend cuda --fp16 --graph --batch 8 --iters 30 "${@:3}" 2>&1 | grep -E '^ *8 ')
