@@ -108,44 +108,7 @@ static __device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap *m
                  : "memory");
 }
 
-/* n bytes (a multiple of 16) from global src to shared dst, contiguous */
-static __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t n, uint32_t mb)
-{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst), "l"(src), "r"(n), "r"(mb)
-                 : "memory");
-}
-#endif
-
-/*
- * k_wg_spade's weights, step by step: wt[tile][step][kc][row][32 bytes] with
- * step = cc * 9 + dy * 3 + dx (chunks of 64 channels), row < 64 the tile's
- * first half (weight row r0 + row), else its second (r1 + row - 64), and the
- * two 16-byte halves of a row swapped on every other group of four rows: the
- * 32-byte swizzle TMA would apply, so one contiguous bulk copy of 16 KB fills
- * a weight slot (a box of 16 channels reads 32 bytes from each of 64 weight
- * rows). w KRSC (KC, 3, 3, Ca); one thread per 16 bytes.
- */
-static __global__ void k_sp_wprep(const __half *w, __half *wt, int Ca, int C, int tiles, int go, int64_t n)
-{
-    const int steps = Ca / 64 * 9;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        /* i = ((tile * steps + step) * 4 + kc) * 256 + row * 2 + physical half */
-        const int ph = (int)(i & 1), row = (int)((i >> 1) & 127), kc = (int)((i >> 8) & 3);
-        const int64_t ts = i >> 10;
-        const int step = (int)(ts % steps), tile = (int)(ts / steps);
-        const int half = ph ^ ((row >> 2) & 1), cc = step / 9, tap = step % 9;
-        const int c0 = go ? tile * 128 : tile * 64, r0 = c0, r1 = go ? c0 + 64 : C + c0;
-        const int64_t o = row < 64 ? r0 + row : r1 + row - 64;
-        const __half *src = w + (o * 9 + tap) * Ca + cc * 64 + kc * 16 + half * 8;
-        *(uint4 *)(wt + i * 8) = *(const uint4 *)src;
-    }
-}
-
-#ifdef WG_DEVICE
 template <int BN> struct WgMma;
-template <> struct WgMma<128> {
-    static __device__ __forceinline__ void run(float (&d)[64], uint64_t a, uint64_t b) { wgmma_n128(d, a, b); }
-};
 template <> struct WgMma<144> {
     static __device__ __forceinline__ void run(float (&d)[72], uint64_t a, uint64_t b) { wgmma_n144(d, a, b); }
 };
@@ -275,191 +238,6 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) k_wg_conv(const __grid_c
 #endif
 }
 
-/*
- * SPADE with its gamma / beta convolution (DittoWgSpade): the 3x3
- * convolution of a as an implicit GEMM like k_wg_conv's, over tiles of 4
- * rows of 64 pixels by 128 columns: 64 channels' gamma (columns 0-63,
- * weight rows c0..) and beta (64-127, rows C + c0..), or 128 channels'
- * gamma alone. The epilogue modulates x with them, so gamma and beta never
- * reach memory (the two-op form writes and reads them in f16: 4 C bytes a
- * position each way).
- *
- * With K = 9 Ca short (1152 in the decoder), a block's fixed costs matter:
- *  - one box of 6 input rows per 64-channel chunk serves all 9 taps
- *    (descriptors shifted by dy rows and dx pixels), half the input loads
- *    of a box per dy; the weights of a step come in one contiguous bulk
- *    copy (k_sp_wprep);
- *  - the grid is persistent (a block an SM, tiles blockIdx.x + k gridDim.x,
- *    the column tile fastest so the blocks that share an input box run
- *    together) and the load pipeline runs across tiles, so the next tile's
- *    first loads are in flight during this tile's epilogue.
- */
-#define SP_BN 128
-#define SP_BK 64
-#define SP_BOXR (WG_ROWS + 2)
-struct SpCfg {
-    static constexpr int WS = 72, AROWS = SP_BOXR * WS, KC = SP_BK / 16, TAPS = 9;
-    static constexpr int A_BYTES = AROWS * SP_BK * 2, B_BYTES = SP_BN * SP_BK * 2;
-    static constexpr int A_SLOT = (A_BYTES + 1023) / 1024 * 1024, B_SLOT = (B_BYTES + 1023) / 1024 * 1024;
-    static constexpr int SA = 2, SB = 5, P = 4;
-    static constexpr size_t SMEM = 1024 + (size_t)SA * A_SLOT + (size_t)SB * B_SLOT + 8 * (SA + SB);
-    static_assert(P <= SB - 1 && P <= (SA - 1) * TAPS, "load distance");
-    static_assert(SMEM <= 227 * 1024, "shared memory");
-};
-
-typedef struct SpArgs {
-    int N, H, W, Ca, C, Hx, Wx, fh, fw, tiles, total;
-    const void *bias;
-    int bias_f16, act;
-    float slope;
-    const __half *x;
-    const float *stat;
-    int NC;
-} SpArgs;
-
-template <bool GO>
-static __global__ void __launch_bounds__(WG_THREADS, 1) k_wg_spade(const __grid_constant__ CUtensorMap tma, const __half *__restrict__ wt,
-                                                                   __half *__restrict__ y, SpArgs a)
-{
-#ifdef WG_DEVICE
-    typedef SpCfg G;
-    constexpr int BN = SP_BN, BK = SP_BK, WS = G::WS, AROWS = G::AROWS, KC = G::KC, TAPS = G::TAPS, SA = G::SA, SB = G::SB, P = G::P;
-    extern __shared__ __align__(1024) uint8_t wg_raw[];
-    const int t = threadIdx.x;
-    const uint32_t base = (wg_smem(wg_raw) + 1023) & ~1023u;
-    const uint32_t sa0 = base, sb0 = base + SA * G::A_SLOT, bar = sb0 + SB * G::B_SLOT;
-    const int segs = a.W / 64, hq = a.H / WG_ROWS, cc_n = a.Ca / BK, steps = cc_n * TAPS;
-    const int mine = (a.total - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;   /* this block's tiles */
-
-    /* tile k of this block: item, first row and pixel, first channel, column tile */
-    struct Tile {
-        int n, y0, x0, c0, col;
-    };
-    auto tile_of = [&](int k) {
-        int bx = (int)blockIdx.x + k * (int)gridDim.x;
-        Tile q;
-        q.col = bx % a.tiles;
-        bx /= a.tiles;
-        q.x0 = (bx % segs) * 64;
-        bx /= segs;
-        q.y0 = (bx % hq) * WG_ROWS;
-        q.n = bx / hq;
-        q.c0 = GO ? q.col * 128 : q.col * 64;
-        return q;
-    };
-
-    if (t == 0) {
-        for (int i = 0; i < SA + SB; ++i)
-            mb_init(bar + 8 * i);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
-    /* global step g = k * steps + cc * 9 + dy * 3 + dx (tile k of this block); box g / 9 arrives with its tap 0 */
-    auto produce = [&](int g) {
-        const int k = g / steps, s = g % steps, tap = s % TAPS, cc = s / TAPS, r = g / TAPS;
-        const Tile q = tile_of(k);
-        if (tap == 0) {
-            const uint32_t slot = r % SA, mb = bar + 8 * slot;
-            mb_expect(mb, G::A_BYTES);
-#pragma unroll
-            for (int kc = 0; kc < KC; ++kc)
-                tma_5d(sa0 + slot * G::A_SLOT + kc * AROWS * 32, &tma, cc * BK + kc * 16, q.x0 - 1, q.y0 - 1, 0, q.n, mb);
-        }
-        const uint32_t slot = g % SB, mb = bar + 8 * (SA + slot);
-        mb_expect(mb, G::B_BYTES);
-        bulk_copy(sb0 + slot * G::B_SLOT, wt + ((int64_t)q.col * steps + s) * (G::B_BYTES / 2), G::B_BYTES, mb);
-    };
-    const int gend = mine * steps;
-    if (t == 0)
-        for (int g = 0; g < P && g < gend; ++g)
-            produce(g);
-
-    const int wg = t >> 7, warp = (t & 127) >> 5, lane = t & 31;
-    float acc0[BN / 2], acc1[BN / 2];
-    for (int k = 0; k < mine; ++k) {
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i)
-            acc0[i] = 0.0f, acc1[i] = 0.0f;
-        for (int s = 0; s < steps; ++s) {
-            const int g = k * steps + s, tap = s % TAPS, r = g / TAPS;
-            const int sh = (tap / 3) * WS + tap % 3;   /* the tap's first row in the box */
-            if (tap == 0)
-                mb_wait(bar + 8 * (r % SA), (r / SA) & 1);
-            mb_wait(bar + 8 * (SA + g % SB), (g / SB) & 1);
-            const uint32_t sa = sa0 + (r % SA) * G::A_SLOT, sb = sb0 + (g % SB) * G::B_SLOT;
-            wg_fence(acc0);
-            wg_fence(acc1);
-            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-            for (int j = 0; j < KC; ++j) {
-                const uint64_t db = wg_desc(sb + j * BN * 32);
-                WgMma<BN>::run(acc0, wg_desc(sa + (j * AROWS + (2 * wg) * WS + sh) * 32), db);
-                WgMma<BN>::run(acc1, wg_desc(sa + (j * AROWS + (2 * wg + 1) * WS + sh) * 32), db);
-            }
-            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-            wg_fence(acc0);
-            wg_fence(acc1);
-            /* both warpgroups are done with step g - 1: its slots may be refilled, also with the next tile's loads */
-            __syncthreads();
-            if (t == 0 && g + P < gend)
-                produce(g + P);
-        }
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        wg_fence(acc0);
-        wg_fence(acc1);
-
-        /*
-         * Thread (warp w, lane l) holds pixels 16w + l/4 (+8) of its two rows
-         * and columns 8j + 2(l%4) (+1): gamma of channels c0 + 8j + 2(l%4)
-         * (+1) in j < 8 and their beta in j + 8, or (gamma only) gamma of c0
-         * + that in every j. spade_norm's expression (norm.cu), gamma and
-         * beta unrounded; a channel pair's statistics and biases are loaded
-         * once for its 4 positions, their x loads issued together.
-         */
-        const Tile q = tile_of(k);
-        constexpr int J = GO ? 16 : 8;
-        const __half *xp[4];
-        __half *yp[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {   /* i = 2 m + h: row 2 wg + m, pixel 16 warp + l/4 + 8 h */
-            const int py = q.y0 + 2 * wg + i / 2, px = q.x0 + warp * 16 + (lane >> 2) + 8 * (i % 2);
-            xp[i] = a.x + (((int64_t)q.n * a.Hx + py / a.fh) * a.Wx + px / a.fw) * a.C;
-            yp[i] = y + (((int64_t)q.n * a.H + py) * a.W + px) * a.C;
-        }
-#pragma unroll
-        for (int j = 0; j < J; ++j) {
-            const int c = q.c0 + 8 * j + 2 * (lane & 3);
-            const float2 ms = *(const float2 *)(a.stat + q.n * a.C + c), rs = *(const float2 *)(a.stat + a.NC + q.n * a.C + c);
-            float bg0 = 0.0f, bg1 = 0.0f, bb0 = 0.0f, bb1 = 0.0f;
-            if (a.bias) {
-                bg0 = ditto_ld(a.bias, c, a.bias_f16), bg1 = ditto_ld(a.bias, c + 1, a.bias_f16);
-                if (!GO)
-                    bb0 = ditto_ld(a.bias, a.C + c, a.bias_f16), bb1 = ditto_ld(a.bias, a.C + c + 1, a.bias_f16);
-            }
-            __half2 xv[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-                xv[i] = *(const __half2 *)(xp[i] + c);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int h = i % 2;
-                const float *ac = i / 2 ? acc1 : acc0;
-                const float2 fx = __half22float2(xv[i]);
-                const float g0 = ac[4 * j + 2 * h] + bg0, g1 = ac[4 * j + 2 * h + 1] + bg1;
-                const float b0 = (GO ? 0.0f : ac[4 * (j + 8) % 64 + 2 * h]) + bb0, b1 = (GO ? 0.0f : ac[4 * (j + 8) % 64 + 2 * h + 1]) + bb1;
-                float v0 = fmaf((fx.x - ms.x) * rs.x, 1.0f + g0, b0), v1 = fmaf((fx.y - ms.y) * rs.y, 1.0f + g1, b1);
-                if (a.act) {
-                    v0 = v0 < 0.0f ? v0 * a.slope : v0;
-                    v1 = v1 < 0.0f ? v1 * a.slope : v1;
-                }
-                *(__half2 *)(yp[i] + c) = __floats2half2_rn(v0, v1);
-            }
-        }
-    }
-#endif
-}
-
 /* ---- host side ---- */
 
 typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
@@ -497,16 +275,12 @@ static bool wg_device(DittoBackend *be)
     DittoCuda *cu = ditto_cuda(be);
     if (cu->wg_state == 0) {
         cudaDeviceProp prop;
-        size_t smem = WgCfg<160, 48, 3>::SMEM > WgCfg<160, 48, 7>::SMEM ? WgCfg<160, 48, 3>::SMEM : WgCfg<160, 48, 7>::SMEM;
-        smem = smem > SpCfg::SMEM ? smem : SpCfg::SMEM;
+        const size_t smem = WgCfg<160, 48, 3>::SMEM > WgCfg<160, 48, 7>::SMEM ? WgCfg<160, 48, 3>::SMEM : WgCfg<160, 48, 7>::SMEM;
         bool ok = cudaGetDeviceProperties(&prop, cu->device) == cudaSuccess && prop.major == 9 && prop.minor == 0 &&
-                  prop.sharedMemPerBlockOptin >= smem && prop.multiProcessorCount > 0;
-        cu->wg_sms = ok ? prop.multiProcessorCount : 0;
+                  prop.sharedMemPerBlockOptin >= smem;
         ok = ok && cudaFuncSetAttribute(k_wg_conv<144, 48, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgCfg<144, 48, 3>::SMEM) == cudaSuccess;
         ok = ok && cudaFuncSetAttribute(k_wg_conv<160, 48, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgCfg<160, 48, 3>::SMEM) == cudaSuccess;
         ok = ok && cudaFuncSetAttribute(k_wg_conv<160, 48, 7>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgCfg<160, 48, 7>::SMEM) == cudaSuccess;
-        ok = ok && cudaFuncSetAttribute(k_wg_spade<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SpCfg::SMEM) == cudaSuccess;
-        ok = ok && cudaFuncSetAttribute(k_wg_spade<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SpCfg::SMEM) == cudaSuccess;
         cudaGetLastError();
         cu->wg_state = ok ? 1 : 2;
     }
@@ -588,58 +362,4 @@ int ditto_cuda_wg_conv(DittoBackend *be, const DittoWgConv *c)
     case WG_160_48_3: return wg_launch<160, 48, 3>(be, c);
     default: return wg_launch<160, 48, 7>(be, c);
     }
-}
-
-bool ditto_cuda_wg_spade_fits(DittoBackend *be, const DittoWgSpade *s)
-{
-    if (!wg_device(be) || !encode_tiled())
-        return false;
-    const int64_t tiles = s->gamma_only ? s->C / 128 : s->C / 64;
-    return s->N > 0 && s->H > 0 && s->H % WG_ROWS == 0 && s->W > 0 && s->W % 64 == 0 && s->Ca > 0 && s->Ca % SP_BK == 0 && s->C > 0 &&
-           s->C % (s->gamma_only ? 128 : 64) == 0 && s->fh > 0 && s->fw > 0 && s->H % s->fh == 0 && s->W % s->fw == 0 &&
-           s->N * (s->H / WG_ROWS) * (s->W / 64) * tiles <= INT32_MAX && s->N * s->C <= INT32_MAX / 2 && s->H <= INT32_MAX &&
-           s->W <= INT32_MAX && s->Ca * 9 * s->C * 2 <= INT32_MAX && s->N * (s->H / WG_ROWS) * (s->W / 64) * tiles * (s->Ca / SP_BK) * 9 <= INT32_MAX &&
-           ((uintptr_t)s->a | (uintptr_t)s->w) % 16 == 0 &&
-           ((uintptr_t)s->x | (uintptr_t)s->y | (uintptr_t)s->stat) % 8 == 0 && (uintptr_t)s->wt % 16 == 0;
-}
-
-size_t ditto_cuda_wg_spade_wbytes(const DittoWgSpade *s)
-{
-    return (size_t)((s->gamma_only ? 1 : 2) * s->C * 9 * s->Ca) * 2;
-}
-
-int ditto_cuda_wg_spade(DittoBackend *be, const DittoWgSpade *s)
-{
-    if (!ditto_cuda_wg_spade_fits(be, s))
-        return ditto_fail(&be->log, DITTO_ERR_UNSUPPORTED, "op spade_conv: the wgmma kernel does not take this geometry");
-    DittoCuda *cu = ditto_cuda(be);
-    EncodeTiledFn enc = encode_tiled();
-    CUtensorMap ma;
-    /* a: (Ca, W, H, 1, N) innermost first; boxes of 16 channels x WS pixels x 4 rows, zeros outside (the padding) */
-    const cuuint64_t da[5] = { (cuuint64_t)s->Ca, (cuuint64_t)s->W, (cuuint64_t)s->H, 1, (cuuint64_t)s->N };
-    const cuuint64_t sx[4] = { (cuuint64_t)(s->Ca * 2), (cuuint64_t)(s->Ca * 2 * s->W), (cuuint64_t)(s->Ca * 2 * s->W * s->H),
-                               (cuuint64_t)(s->Ca * 2 * s->W * s->H) };
-    const cuuint32_t ba[5] = { 16, SpCfg::WS, SP_BOXR, 1, 1 }, one[5] = { 1, 1, 1, 1, 1 };
-    CUresult r = enc(&ma, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 5, (void *)s->a, da, sx, ba, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                     CU_TENSOR_MAP_SWIZZLE_32B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        return ditto_fail(&be->log, DITTO_ERR_BACKEND, "op spade_conv: cuTensorMapEncodeTiled failed (%d)", (int)r);
-    SpArgs a;
-    a.H = (int)s->H, a.W = (int)s->W, a.Ca = (int)s->Ca, a.C = (int)s->C;
-    a.Hx = (int)(s->H / s->fh), a.Wx = (int)(s->W / s->fw), a.fh = (int)s->fh, a.fw = (int)s->fw;
-    a.tiles = (int)(s->gamma_only ? s->C / 128 : s->C / 64);
-    a.N = (int)s->N;
-    a.total = (int)(s->N * (s->H / WG_ROWS) * (s->W / 64) * a.tiles);
-    a.bias = s->bias, a.bias_f16 = s->bias_f16, a.act = s->act, a.slope = s->slope;
-    a.x = (const __half *)s->x, a.stat = s->stat, a.NC = (int)(s->N * s->C);
-    const unsigned blocks = (unsigned)(a.total < cu->wg_sms ? a.total : cu->wg_sms);   /* persistent: a block an SM */
-    const int64_t nw = (int64_t)(ditto_cuda_wg_spade_wbytes(s) / 16);
-    k_sp_wprep<<<ditto_cuda_blocks(nw, 256), 256, 0, cu->stream>>>((const __half *)s->w, (__half *)s->wt, a.Ca, a.C, a.tiles, s->gamma_only, nw);
-    DITTO_CUDA_LAUNCHED(be);
-    if (s->gamma_only)
-        k_wg_spade<true><<<blocks, WG_THREADS, SpCfg::SMEM, cu->stream>>>(ma, (const __half *)s->wt, (__half *)s->y, a);
-    else
-        k_wg_spade<false><<<blocks, WG_THREADS, SpCfg::SMEM, cu->stream>>>(ma, (const __half *)s->wt, (__half *)s->y, a);
-    DITTO_CUDA_LAUNCHED(be);
-    return 0;
 }
