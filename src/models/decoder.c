@@ -437,7 +437,10 @@ static int tap_act(DittoBackend *be, DittoArena *ws, bool nhwc, const DittoTap *
  * (gb, the largest tensor of the block, is written once and read once).
  * s->gamma_only (norm_s): no beta here; fold_w makes it, through conv_s,
  * from the same hidden activation: fold_y = fold_w * actv (its bias is
- * added by conv_s, which adds onto fold_y: resblock).
+ * added by conv_s, which adds onto fold_y: resblock). Where the backend
+ * runs the convolution and the modulation as one kernel (spade_conv, where
+ * ditto_op_spade_conv_fused says so: on Hopper with f16, rows of up to 128
+ * pixels), gb is never stored.
  */
 static int spade(DittoBackend *be, DittoArena *ws, DittoDType act, bool nhwc, const DecSpade *s, const DittoTensor *x, const DittoTensor *seg,
                  bool lrelu, DittoTensor *y, const DittoTensor *fold_w, DittoTensor *fold_y)
@@ -466,6 +469,10 @@ static int spade(DittoBackend *be, DittoArena *ws, DittoDType act, bool nhwc, co
     }
     if (s->gamma_only)
         TRY(ditto_op_conv(be, &pad1, &actv, fold_w, NULL, fold_y));                        /* W_s mlp_beta, no bias (B,fout,H,W) */
+    if (nhwc && ditto_op_spade_conv_fused(be, &sp, &actv, &s->gb_w, &s->gb_b, x, y)) {
+        TRY(ditto_op_spade_conv(be, &sp, &actv, &s->gb_w, &s->gb_b, x, y));                 /* the same, gamma / beta kept in registers */
+        goto done;
+    }
     TRY(new_act(ws, act, nhwc, B, gk * C, H, W, &gb));
     TRY(ditto_op_conv(be, &pad1, &actv, &s->gb_w, NULL, &gb));                             /* mlp_gamma ; mlp_beta (B,2C,H,W) or gamma alone, no bias */
     TRY(ditto_op_spade_norm(be, &sp, x, &gb, &s->gb_b, y));                                /* norm(x) * (1 + gamma) + beta [, lrelu] */

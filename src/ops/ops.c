@@ -425,6 +425,81 @@ int ditto_op_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const Ditto
     CALL(DITTO_OP_SPADE_NORM, x, y, be->ops.spade_norm(be, p, x, gb, bias, y));
 }
 
+/* Whether contiguous (or channels-last) tensors a and b share bytes. */
+static bool overlaps(const DittoTensor *a, const DittoTensor *b)
+{
+    const char *pa = a->data, *pb = b->data;
+    const size_t na = ditto_tensor_nbytes(a), nb = ditto_tensor_nbytes(b);
+    return na && nb && pa < pb + nb && pb < pa + na;
+}
+
+/*
+ * spade_conv's argument rule (ops.h) with dtypes and devices: NULL when the
+ * arguments fit, else what is wrong (*code the error, *t1, *t2 the tensors
+ * to name, or NULL).
+ */
+static const char *spade_conv_problem(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *a, const DittoTensor *w,
+                                      const DittoTensor *bias, const DittoTensor *x, const DittoTensor *y, int *code, const DittoTensor **t1,
+                                      const DittoTensor **t2)
+{
+    const DittoTensor *all[] = { a, w, bias, x, y };
+    *code = DITTO_ERR_INVAL;
+    *t1 = *t2 = NULL;
+    if (!p->nhwc)
+        return "channels-last only (p->nhwc)";
+    for (int i = 0; i < 5; i++)
+        if (all[i] && (all[i]->device != be->device || !is_float(be, all[i])))
+            return "a tensor is on the wrong device or not a float tensor of this backend";
+    if (!ditto_tensor_is_contiguous(a) || !ditto_tensor_is_contiguous(x) || !ditto_tensor_is_contiguous(y) ||
+        (bias && !ditto_tensor_is_contiguous(bias)) || (!ditto_tensor_is_contiguous(w) && !ditto_tensor_is_channels_last(w)))
+        return "a, x, y and bias must be contiguous, w contiguous or channels-last";
+    *code = DITTO_ERR_SHAPE;
+    *t1 = a, *t2 = y;
+    if (a->ndim != 4 || y->ndim != 4 || x->ndim != 4 || w->ndim != 4)
+        return "a, w, x and y need 4 dims";
+    const int64_t N = y->shape[0], H = y->shape[1], W = y->shape[2], C = y->shape[3], K = p->gamma_only ? 1 : 2;
+    if (a->shape[0] != N || a->shape[1] != H || a->shape[2] != W)
+        return "a needs (N, H, W, Ca) of y's (N, H, W, C)";
+    *t1 = w;
+    if (w->shape[0] != K * C || w->shape[1] != a->shape[3] || w->shape[2] != 3 || w->shape[3] != 3)
+        return p->gamma_only ? "w needs (C, Ca, 3, 3) (gamma only)" : "w needs (2C, Ca, 3, 3)";
+    *t1 = x;
+    if (x->shape[0] != N || x->shape[3] != C || x->shape[1] <= 0 || x->shape[2] <= 0 || H % x->shape[1] || W % x->shape[2])
+        return "x needs (N, H / fh, W / fw, C) for integer fh, fw";
+    if (bias && ditto_tensor_numel(bias) != K * C) {
+        *t1 = bias, *t2 = NULL;
+        return p->gamma_only ? "bias needs C elements (gamma only)" : "bias needs 2C elements";
+    }
+    *code = DITTO_ERR_INVAL;
+    *t1 = *t2 = NULL;
+    if (overlaps(y, a) || overlaps(y, x))
+        return "y must not alias a or x";
+    return NULL;
+}
+
+int ditto_op_spade_conv(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *a, const DittoTensor *w, const DittoTensor *bias,
+                        const DittoTensor *x, DittoTensor *y)
+{
+    NEED(DITTO_OP_SPADE_CONV, spade_conv);
+    int code;
+    const DittoTensor *t1, *t2;
+    const char *what = spade_conv_problem(be, p, a, w, bias, x, y, &code, &t1, &t2);
+    if (what && code == DITTO_ERR_SHAPE && t1)
+        return bad_shape(be, DITTO_OP_SPADE_CONV, what, t1, t2);
+    if (what)
+        return bad_arg(be, DITTO_OP_SPADE_CONV, what);
+    CALL_W(DITTO_OP_SPADE_CONV, a, w, y, be->ops.spade_conv(be, p, a, w, bias, x, y));
+}
+
+bool ditto_op_spade_conv_fused(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *a, const DittoTensor *w, const DittoTensor *bias,
+                               const DittoTensor *x, const DittoTensor *y)
+{
+    int code;
+    const DittoTensor *t1, *t2;
+    return be->ops.spade_conv && be->ops.spade_conv_fused && !spade_conv_problem(be, p, a, w, bias, x, y, &code, &t1, &t2) &&
+           be->ops.spade_conv_fused(be, p, a, w, bias, x, y);
+}
+
 int ditto_op_layer_norm(DittoBackend *be, float eps, bool channels_first, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y)
 {
     NEED(DITTO_OP_LAYER_NORM, layer_norm);

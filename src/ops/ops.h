@@ -309,6 +309,8 @@ typedef struct DittoOps {
     int (*batch_norm)(struct DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *mean, const DittoTensor *var, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
     int (*instance_norm)(struct DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
     int (*spade_norm)(struct DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, const DittoTensor *bias, DittoTensor *y);
+    int (*spade_conv)(struct DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *a, const DittoTensor *w, const DittoTensor *bias,
+                      const DittoTensor *x, DittoTensor *y);
     int (*layer_norm)(struct DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
     int (*group_norm)(struct DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
     int (*upsample_nearest)(struct DittoBackend *be, const DittoTensor *x, DittoTensor *y);
@@ -340,6 +342,9 @@ typedef struct DittoOps {
                         const DittoTensor *feat, DittoTensor *y, DittoTensor *motion);
     int (*motion_deform)(struct DittoBackend *be, const DittoMotionParams *p, const DittoTensor *grid, const DittoTensor *kp_d, const DittoTensor *kp_s,
                          const DittoTensor *logits, DittoTensor *deformation, DittoTensor *mask);
+    /* Not an op: whether spade_conv runs this call without storing gb (its arguments checked by the front end). */
+    bool (*spade_conv_fused)(struct DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *a, const DittoTensor *w, const DittoTensor *bias,
+                             const DittoTensor *x, const DittoTensor *y);
 } DittoOps;
 
 bool ditto_ops_has(const DittoOps *ops, DittoOp op);
@@ -413,6 +418,23 @@ int ditto_op_instance_norm(struct DittoBackend *be, float eps, const DittoTensor
  */
 int ditto_op_spade_norm(struct DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, const DittoTensor *bias,
                         DittoTensor *y);
+/*
+ * SPADE with its gamma / beta convolution: y = spade_norm(p, x, gb, bias)
+ * with gb = conv(a, w), a 3x3 convolution with padding 1 and no bias (the
+ * decoder's mlp_gamma ; mlp_beta). Channels-last only (p->nhwc): a (N, H,
+ * W, Ca), w (K C, Ca, 3, 3) contiguous or channels-last (K = 2: gamma rows
+ * then beta rows; 1 with p->gamma_only), bias (K C) or NULL, x (N, H / fh,
+ * W / fw, C) for integer fh, fw (read nearest-upsampled), y (N, H, W, C),
+ * not aliasing a or x. A backend may run it without storing gb
+ * (ditto_op_spade_conv_fused says where); gamma and beta are then not
+ * rounded to the storage dtype, so results differ from the two-op form by
+ * that rounding.
+ */
+int ditto_op_spade_conv(struct DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *a, const DittoTensor *w, const DittoTensor *bias,
+                        const DittoTensor *x, DittoTensor *y);
+/* Whether ditto_op_spade_conv takes these arguments and runs without storing gb on this backend (false on bad arguments, silently). */
+bool ditto_op_spade_conv_fused(struct DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *a, const DittoTensor *w, const DittoTensor *bias,
+                               const DittoTensor *x, const DittoTensor *y);
 /* Over the last dim, or over dim 1 when channels_first; w, b of that size, optional. */
 int ditto_op_layer_norm(struct DittoBackend *be, float eps, bool channels_first, const DittoTensor *x, const DittoTensor *w, const DittoTensor *b, DittoTensor *y);
 /* x (N, C, ...): C split into groups; w, b (C) optional. */

@@ -254,6 +254,151 @@ static void spade_case(TestCtx *c, int nd, const int64_t *sh, bool act, float of
     spade_case_opt(c, nd, sh, act, offset, in_place, false, SPADE_NO_BIAS);
 }
 
+/*
+ * spade_conv (channels-last): gb = conv3x3(a, w) (padding 1, no bias), then
+ * spade_norm of x read upsampled by (fh, fw) to y's (N, H, W, C). The
+ * reference forms gamma and beta in double from the (stored, possibly
+ * fp16-rounded) a and w, the statistics over the upsampled x in double.
+ * wlast: w bound channels-last (the KRSC layout the decoder uses on CUDA,
+ * which the fused CUDA kernel needs); sizes with W a multiple of 64, H of 4,
+ * Ca of 64 and C of 64 (128 gamma only) take that kernel in fp16 mode. The
+ * conv tolerances: gamma and beta are sums of 9 Ca products.
+ */
+#define TOL_CONV_L2 2e-6
+#define TOL_CONV_MAX 2e-5
+static void spade_conv_case(TestCtx *c, int64_t N, int64_t H, int64_t W, int64_t Ca, int64_t C, int fh, int fw, bool act, int bias, bool wlast)
+{
+    const bool gonly = bias & SPADE_GAMMA_ONLY;
+    const int64_t K = gonly ? 1 : 2, KC = K * C, Hx = H / fh, Wx = W / fw;
+    bias &= ~SPADE_GAMMA_ONLY;
+    char name[200];
+    snprintf(name, sizeof name, "spade_conv (%lld,%lld,%lld,%lld) -> C %lld up %dx%d%s%s%s%s", (long long)N, (long long)H, (long long)W,
+             (long long)Ca, (long long)C, fh, fw, act ? " lrelu 0.2" : "", bias == SPADE_BIAS ? " bias" : bias == SPADE_BIAS_F32 ? " bias f32" : "",
+             gonly ? " gamma only" : "", wlast ? " w krsc" : "");
+    if (!test_selected(c, name))
+        return;
+    TT *a = tt_new(c, DITTO_F32, 4, (const int64_t[]){ N, H, W, Ca }), *w = tt_new(c, DITTO_F32, 4, (const int64_t[]){ KC, Ca, 3, 3 });
+    TT *x = tt_new(c, DITTO_F32, 4, (const int64_t[]){ N, Hx, Wx, C }), *y = tt_new(c, DITTO_F32, 4, (const int64_t[]){ N, H, W, C });
+    const float ws = 1.0f / sqrtf((float)(9 * Ca));   /* gamma, beta of order 1 */
+    tt_fill_uniform(a, -1.0f, 1.0f);
+    tt_fill_uniform(w, -ws, ws);
+    tt_fill_uniform(x, -1.0f, 1.0f);
+    tt_to_dev(a);
+    tt_to_dev(w);
+    tt_to_dev(x);
+    tt_to_dev(y);
+    TT *bt = bias == SPADE_BIAS ? tt_new(c, DITTO_F32, 1, &KC) : bias == SPADE_BIAS_F32 ? tt_new_f32dev(c, 1, &KC) : NULL;
+    if (bt) {
+        tt_fill_uniform(bt, -0.75f, 0.75f);
+        tt_to_dev(bt);
+    }
+    TT *wl = NULL;
+    DittoTensor wv = w->dev;
+    const float *wh = tt_f32(w), *ah = tt_f32(a), *xh = tt_f32(x), *bh = bt ? tt_f32(bt) : NULL;
+    if (wlast) {   /* (KC, Ca, 9) -> (KC, 9, Ca) */
+        wl = tt_new(c, DITTO_F32, 3, (const int64_t[]){ KC, 9, Ca });
+        for (int64_t o = 0; o < KC; o++)
+            for (int64_t ci = 0; ci < Ca; ci++)
+                for (int k = 0; k < 9; k++)
+                    tt_f32(wl)[(o * 9 + k) * Ca + ci] = wh[(o * Ca + ci) * 9 + k];
+        tt_to_dev(wl);
+        wv.data = wl->dev.data;
+        ditto_tensor_set_channels_last(&wv);
+    }
+    const int64_t R = H * W, ny = N * R * C;
+    double *ref = ref_alloc(ny), *gb = ref_alloc(R * KC);
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t k = 0; k < R; k++)
+            for (int64_t o = 0; o < KC; o++) {
+                const int64_t py = k / W, px = k % W;
+                double g = 0;
+                for (int ky = 0; ky < 3; ky++)
+                    for (int kx = 0; kx < 3; kx++) {
+                        const int64_t iy = py + ky - 1, ix = px + kx - 1;
+                        if (iy < 0 || iy >= H || ix < 0 || ix >= W)
+                            continue;
+                        const float *ap = ah + ((n * H + iy) * W + ix) * Ca, *wp = wh + o * Ca * 9 + ky * 3 + kx;
+                        for (int64_t ci = 0; ci < Ca; ci++)
+                            g += (double)ap[ci] * wp[ci * 9];
+                    }
+                gb[k * KC + o] = g + (bh ? bh[o] : 0.0);
+            }
+        for (int64_t ch = 0; ch < C; ch++) {
+            double m = 0, v = 0;
+            for (int64_t k = 0; k < Hx * Wx; k++)
+                m += xh[(n * Hx * Wx + k) * C + ch];
+            m /= (double)(Hx * Wx);
+            for (int64_t k = 0; k < Hx * Wx; k++) {
+                const double d = xh[(n * Hx * Wx + k) * C + ch] - m;
+                v += d * d;
+            }
+            v /= (double)(Hx * Wx);
+            for (int64_t k = 0; k < R; k++) {
+                const double xv = xh[((n * Hx + k / W / fh) * Wx + k % W / fw) * C + ch];
+                const double o = (xv - m) / sqrt(v + 1e-5) * (1.0 + gb[k * KC + ch]) + (gonly ? 0.0 : gb[k * KC + C + ch]);
+                ref[(n * R + k) * C + ch] = act && o < 0 ? 0.2 * o : o;
+            }
+        }
+    }
+    DittoSpadeParams p = { 1e-5f, act, 0.2f, true, gonly };
+    int rc = ditto_op_spade_conv(c->be, &p, &a->dev, &wv, bt ? &bt->dev : NULL, &x->dev, &y->dev);
+    if (c->verbose)
+        printf("  %s: %s\n", name, ditto_op_spade_conv_fused(c->be, &p, &a->dev, &wv, bt ? &bt->dev : NULL, &x->dev, &y->dev) ? "fused" : "not fused");
+    op_check(c, name, rc, y, ref, TOL_CONV_L2, TOL_CONV_MAX);
+    free(ref);
+    free(gb);
+    tt_free(a);
+    tt_free(w);
+    tt_free(wl);
+    tt_free(x);
+    tt_free(y);
+    tt_free(bt);
+}
+
+static void spade_conv_negative(TestCtx *c)
+{
+    if (!test_selected(c, "spade_conv negative"))
+        return;
+    TT *a = tt_new(c, DITTO_F32, 4, (const int64_t[]){ 2, 4, 6, 5 }), *w = tt_new(c, DITTO_F32, 4, (const int64_t[]){ 6, 5, 3, 3 });
+    TT *x = tt_new(c, DITTO_F32, 4, (const int64_t[]){ 2, 2, 3, 3 }), *y = tt_new(c, DITTO_F32, 4, (const int64_t[]){ 2, 4, 6, 3 });
+    TT *w1 = tt_new(c, DITTO_F32, 4, (const int64_t[]){ 6, 5, 1, 1 }), *xq = tt_new(c, DITTO_F32, 4, (const int64_t[]){ 2, 3, 3, 3 });
+    TT *b5 = tt_new(c, DITTO_F32, 1, (const int64_t[]){ 5 }), *b3 = tt_new(c, DITTO_F32, 1, (const int64_t[]){ 3 });
+    DittoSpadeParams sp = { 1e-5f, true, 0.2f, true, false }, sn = sp, sg = sp;
+    sn.nhwc = false;
+    sg.gamma_only = true;
+    expect_rc(c, "spade_conv negative: ok", ditto_op_spade_conv(c->be, &sp, &a->dev, &w->dev, NULL, &x->dev, &y->dev), 0);
+    expect_rc(c, "spade_conv negative: NCHW", ditto_op_spade_conv(c->be, &sn, &a->dev, &w->dev, NULL, &x->dev, &y->dev), DITTO_ERR_INVAL);
+    expect_rc(c, "spade_conv negative: 1x1 w", ditto_op_spade_conv(c->be, &sp, &a->dev, &w1->dev, NULL, &x->dev, &y->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "spade_conv negative: gamma only, w of 2C", ditto_op_spade_conv(c->be, &sg, &a->dev, &w->dev, NULL, &x->dev, &y->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "spade_conv negative: x by 4/3", ditto_op_spade_conv(c->be, &sp, &a->dev, &w->dev, NULL, &xq->dev, &y->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "spade_conv negative: a as x", ditto_op_spade_conv(c->be, &sp, &a->dev, &w->dev, NULL, &a->dev, &y->dev), DITTO_ERR_SHAPE);
+    expect_rc(c, "spade_conv negative: bias of 5", ditto_op_spade_conv(c->be, &sp, &a->dev, &w->dev, &b5->dev, &x->dev, &y->dev), DITTO_ERR_SHAPE);
+    TT *wg = tt_new(c, DITTO_F32, 4, (const int64_t[]){ 3, 5, 3, 3 });
+    expect_rc(c, "spade_conv negative: gamma only, bias of 5", ditto_op_spade_conv(c->be, &sg, &a->dev, &wg->dev, &b5->dev, &x->dev, &y->dev),
+              DITTO_ERR_SHAPE);
+    expect_rc(c, "spade_conv negative: gamma only ok", ditto_op_spade_conv(c->be, &sg, &a->dev, &wg->dev, &b3->dev, &x->dev, &y->dev), 0);
+    /* y over x's bytes (x as y, no upsampling), or over a's */
+    TT *x2 = tt_new(c, DITTO_F32, 4, (const int64_t[]){ 2, 2, 3, 3 }), *a2 = tt_new(c, DITTO_F32, 4, (const int64_t[]){ 2, 2, 3, 5 });
+    DittoTensor ya = a2->dev;
+    ya.shape[3] = 3;
+    ditto_tensor_set_contiguous(&ya);
+    expect_rc(c, "spade_conv negative: y is x", ditto_op_spade_conv(c->be, &sp, &a2->dev, &w->dev, NULL, &x2->dev, &x2->dev), DITTO_ERR_INVAL);
+    expect_rc(c, "spade_conv negative: y over a", ditto_op_spade_conv(c->be, &sp, &a2->dev, &w->dev, NULL, &x2->dev, &ya), DITTO_ERR_INVAL);
+    const bool fused = ditto_op_spade_conv_fused(c->be, &sn, &a->dev, &w->dev, NULL, &x->dev, &y->dev);
+    test_report(c, "spade_conv negative: NCHW not fused", !fused, "fused query %s", fused ? "true" : "false");
+    tt_free(a);
+    tt_free(a2);
+    tt_free(w);
+    tt_free(x);
+    tt_free(x2);
+    tt_free(y);
+    tt_free(w1);
+    tt_free(xq);
+    tt_free(b5);
+    tt_free(b3);
+    tt_free(wg);
+}
+
 static void norm_negative(TestCtx *c)
 {
     if (!test_selected(c, "norm negative"))
@@ -434,4 +579,17 @@ void test_ops_norm(TestCtx *c)
     norm_case(c, NK_GROUP, 4, (const int64_t[]){ 3, 12, 5, 7 }, 4, 2, 1000, 1e-5f);
     norm_case(c, NK_GROUP, 3, s3, 2, 0, 1000, 1e-5f);
     norm_negative(c);
+    /* spade_conv: small odd sizes (CUDA's generic kernel), then the fused kernel's geometry (CUDA fp16, w channels-last) */
+    spade_conv_case(c, 2, 5, 7, 6, 4, 1, 1, true, SPADE_BIAS, false);
+    spade_conv_case(c, 2, 6, 8, 5, 3, 2, 2, true, SPADE_BIAS | SPADE_GAMMA_ONLY, true);
+    spade_conv_case(c, 1, 4, 6, 8, 8, 2, 3, false, SPADE_BIAS_F32, true);
+    spade_conv_case(c, 2, 8, 128, 128, 64, 2, 2, true, SPADE_BIAS, true);             /* an up block's norm_1: x at half size */
+    spade_conv_case(c, 2, 4, 64, 64, 128, 1, 1, true, SPADE_BIAS | SPADE_GAMMA_ONLY, true);
+    spade_conv_case(c, 1, 8, 64, 64, 128, 1, 1, false, SPADE_BIAS_F32, true);          /* two column tiles */
+    spade_conv_case(c, 1, 4, 192, 128, 64, 2, 2, true, SPADE_NO_BIAS, true);           /* three 64-pixel segments a row */
+    spade_conv_case(c, 1, 4, 64, 64, 64, 1, 1, true, SPADE_BIAS, false);               /* w not channels-last: not fused */
+    /* more tiles (4 rows x 64 pixels x 64 channels) than an H200 has SMs: the persistent grid's second round (GPU only: a 2.6 G MAC reference) */
+    if (c->be->device != DITTO_DEVICE_CPU)
+        spade_conv_case(c, 1, 68, 128, 64, 256, 1, 2, true, SPADE_BIAS, true);
+    spade_conv_negative(c);
 }

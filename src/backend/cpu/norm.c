@@ -206,6 +206,38 @@ static int cpu_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const Dit
     return 0;
 }
 
+/*
+ * spade_conv as its definition: gb = conv(a, w) into float scratch, then
+ * spade_norm, so it gives the bits of the two ops (the oracle of the fused
+ * GPU kernel). Never fused here.
+ */
+static int cpu_spade_conv(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *a, const DittoTensor *w, const DittoTensor *bias,
+                          const DittoTensor *x, DittoTensor *y)
+{
+    const int64_t N = y->shape[0], H = y->shape[1], W = y->shape[2], KC = w->shape[0];
+    const int64_t n = N * H * W * KC;
+    if (n == 0)
+        return 0;
+    float *gs = ditto_malloc_aligned(sizeof(float) * (size_t)n);
+    if (!gs)
+        return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op spade_conv: cannot allocate %lld floats for gamma / beta", (long long)n);
+    DittoTensor gb = ditto_tensor(gs, DITTO_F32, 4, (const int64_t[]){ N, H, W, KC });
+    gb.device = y->device;
+    const DittoConvParams cp = { .pad_begin = { 1, 1 }, .pad_end = { 1, 1 }, .nhwc = true };
+    int rc = be->ops.conv(be, &cp, a, w, NULL, &gb);
+    if (rc >= 0)
+        rc = cpu_spade_norm(be, p, x, &gb, bias, y);
+    ditto_free_aligned(gs);
+    return rc;
+}
+
+static bool cpu_spade_conv_fused(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *a, const DittoTensor *w, const DittoTensor *bias,
+                                 const DittoTensor *x, const DittoTensor *y)
+{
+    (void)be, (void)p, (void)a, (void)w, (void)bias, (void)x, (void)y;
+    return false;
+}
+
 static int cpu_group_norm(DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w,
                           const DittoTensor *b, DittoTensor *y)
 {
@@ -338,6 +370,8 @@ void ditto_cpu_init_norm(DittoOps *ops)
     ops->batch_norm = cpu_batch_norm;
     ops->instance_norm = cpu_instance_norm;
     ops->spade_norm = cpu_spade_norm;
+    ops->spade_conv = cpu_spade_conv;
+    ops->spade_conv_fused = cpu_spade_conv_fused;
     ops->layer_norm = cpu_layer_norm;
     ops->group_norm = cpu_group_norm;
     ops->layer_norm_rotary = cpu_layer_norm_rotary;

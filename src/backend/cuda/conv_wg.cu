@@ -24,8 +24,15 @@
  * of a row swapped on every other group of four rows, which the hardware
  * applies on absolute shared addresses, so a descriptor may start at any
  * row. Only built for sm_90a (the instructions exist nowhere else).
+ *
+ * k_wg_spade (further down) is the decoder's SPADE with its gamma / beta
+ * convolution in one kernel, on the same instructions.
  */
 #include <cuda.h>
+#ifdef DITTO_SPADE_PROBE
+#include <stdio.h>
+#include <stdlib.h>
+#endif
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/conv_wg.h"
@@ -108,7 +115,44 @@ static __device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap *m
                  : "memory");
 }
 
+/* n bytes (a multiple of 16) from global src to shared dst, contiguous */
+static __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t n, uint32_t mb)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst), "l"(src), "r"(n), "r"(mb)
+                 : "memory");
+}
+#endif
+
+/*
+ * k_wg_spade's weights, step by step: wt[tile][step][kc][row][32 bytes] with
+ * step = cc * 9 + dy * 3 + dx (chunks of 64 channels), row < 64 the tile's
+ * first half (weight row r0 + row), else its second (r1 + row - 64), and the
+ * two 16-byte halves of a row swapped on every other group of four rows: the
+ * 32-byte swizzle TMA would apply, so one contiguous bulk copy of 16 KB fills
+ * a weight slot (a box of 16 channels reads 32 bytes from each of 64 weight
+ * rows). w KRSC (KC, 3, 3, Ca); one thread per 16 bytes.
+ */
+static __global__ void k_sp_wprep(const __half *w, __half *wt, int Ca, int C, int tiles, int go, int64_t n)
+{
+    const int steps = Ca / 64 * 9;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        /* i = ((tile * steps + step) * 4 + kc) * 256 + row * 2 + physical half */
+        const int ph = (int)(i & 1), row = (int)((i >> 1) & 127), kc = (int)((i >> 8) & 3);
+        const int64_t ts = i >> 10;
+        const int step = (int)(ts % steps), tile = (int)(ts / steps);
+        const int half = ph ^ ((row >> 2) & 1), cc = step / 9, tap = step % 9;
+        const int c0 = go ? tile * 128 : tile * 64, r0 = c0, r1 = go ? c0 + 64 : C + c0;
+        const int64_t o = row < 64 ? r0 + row : r1 + row - 64;
+        const __half *src = w + (o * 9 + tap) * Ca + cc * 64 + kc * 16 + half * 8;
+        *(uint4 *)(wt + i * 8) = *(const uint4 *)src;
+    }
+}
+
+#ifdef WG_DEVICE
 template <int BN> struct WgMma;
+template <> struct WgMma<128> {
+    static __device__ __forceinline__ void run(float (&d)[64], uint64_t a, uint64_t b) { wgmma_n128(d, a, b); }
+};
 template <> struct WgMma<144> {
     static __device__ __forceinline__ void run(float (&d)[72], uint64_t a, uint64_t b) { wgmma_n144(d, a, b); }
 };
@@ -238,6 +282,299 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) k_wg_conv(const __grid_c
 #endif
 }
 
+/*
+ * SPADE with its gamma / beta convolution (DittoWgSpade): the 3x3
+ * convolution of a as an implicit GEMM like k_wg_conv's, over tiles of 4
+ * rows of 64 pixels by 128 columns: 64 channels' gamma (columns 0-63,
+ * weight rows c0..) and beta (64-127, rows C + c0..), or 128 channels'
+ * gamma alone. The epilogue modulates x with them, so gamma and beta never
+ * reach memory (the two-op form writes and reads them in f16: 4 C bytes a
+ * position each way).
+ *
+ * With K = 9 Ca short (1152 in the decoder), a block's fixed costs matter:
+ *  - one box of 6 input rows per 64-channel chunk serves all 9 taps
+ *    (descriptors shifted by dy rows and dx pixels), half the input loads
+ *    of a box per dy; the weights of a step come in one contiguous bulk
+ *    copy (k_sp_wprep);
+ *  - the grid is persistent (a block an SM, tiles blockIdx.x + k gridDim.x,
+ *    the column tile fastest so the blocks that share an input box run
+ *    together) and the load pipeline runs across tiles, so the next tile's
+ *    first loads are in flight during this tile's epilogue;
+ *  - warp-specialised: a loader warpgroup (one thread issues the copies,
+ *    its registers given to the others by setmaxnreg) refills a slot when
+ *    every consumer thread has released it (an empty barrier a slot), so
+ *    the two consumer warpgroups never wait for each other in the main
+ *    loop;
+ *  - the epilogue's per-channel values (mean, rstd, biases) go to shared
+ *    memory at a tile's start.
+ * The main loop then keeps the tensor pipe busy (about 600 TFLOP/s while
+ * it runs); the epilogue, about 20% of the time, does not overlap it.
+ */
+#define SP_BN 128
+#define SP_BK 64
+#define SP_BOXR (WG_ROWS + 2)
+struct SpCfg {
+    static constexpr int WS = 72, AROWS = SP_BOXR * WS, KC = SP_BK / 16, TAPS = 9;
+    static constexpr int A_BYTES = AROWS * SP_BK * 2, B_BYTES = SP_BN * SP_BK * 2;
+    static constexpr int A_SLOT = (A_BYTES + 1023) / 1024 * 1024, B_SLOT = (B_BYTES + 1023) / 1024 * 1024;
+    static constexpr int SA = 2, SB = 6;
+    static constexpr size_t SMEM = 1024 + (size_t)SA * A_SLOT + (size_t)SB * B_SLOT + 16 * (SA + SB) + 2 * 128 * 16;   /* + the epilogue's per-channel values */
+    static_assert(SMEM <= 227 * 1024, "shared memory");
+};
+
+#ifdef DITTO_SPADE_PROBE
+/*
+ * A measurement probe (build with -DDITTO_SPADE_PROBE): clock64 cycles of
+ * k_wg_spade's consumer threads 0, 64 and 128 in data waits, wgmma waits
+ * and the epilogue, over the G_middle calls (8 x 64 x 64 x 512), printed to
+ * stderr at exit.
+ */
+__device__ unsigned long long g_sp_prof[16];
+#define SP_CLOCK(v) v = clock64()
+#define SP_ADD(v) v += clock64() - ta
+#else
+#define SP_CLOCK(v) (void)0
+#define SP_ADD(v) (void)0
+#endif
+typedef struct SpArgs {
+    int prof;
+    int N, H, W, Ca, C, Hx, Wx, fh, fw, tiles, total;
+    const void *bias;
+    int bias_f16, act;
+    float slope;
+    const __half *x;
+    const float *stat;
+    int NC;
+} SpArgs;
+
+#define SP_THREADS (WG_THREADS + 128)   /* two consumer warpgroups and a loader warpgroup (registers moved by setmaxnreg) */
+
+static __device__ __forceinline__ void mb_init_n(uint32_t b, int n)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(b), "r"(n));
+}
+
+static __device__ __forceinline__ void nbar_sync(int id, int n)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+static __device__ __forceinline__ void mb_arrive(uint32_t b)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(b) : "memory");
+}
+
+template <bool GO>
+static __global__ void __launch_bounds__(SP_THREADS, 1) k_wg_spade(const __grid_constant__ CUtensorMap tma, const __half *__restrict__ wt,
+                                                                   __half *__restrict__ y, SpArgs a)
+{
+#ifdef WG_DEVICE
+    typedef SpCfg G;
+    constexpr int BN = SP_BN, BK = SP_BK, WS = G::WS, AROWS = G::AROWS, KC = G::KC, TAPS = G::TAPS, SA = G::SA, SB = G::SB;
+    extern __shared__ __align__(1024) uint8_t wg_raw[];
+    const int t = threadIdx.x;
+    const uint32_t base = (wg_smem(wg_raw) + 1023) & ~1023u;
+    /* barriers: full A (SA), full B (SB), then empty A (SA), empty B (SB) */
+    const uint32_t sa0 = base, sb0 = base + SA * G::A_SLOT, bar = sb0 + SB * G::B_SLOT, ebar = bar + 8 * (SA + SB);
+    /* per tile (two buffers), per channel of its tile: mean, rstd, gamma's bias, beta's bias */
+    float4 *chv = (float4 *)(wg_raw + (ebar + 8 * (SA + SB) - wg_smem(wg_raw)));
+    const int segs = a.W / 64, hq = a.H / WG_ROWS, cc_n = a.Ca / BK, steps = cc_n * TAPS;
+    const int mine = (a.total - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;   /* this block's tiles */
+
+    /* tile k of this block: item, first row and pixel, first channel, column tile */
+    struct Tile {
+        int n, y0, x0, c0, col;
+    };
+    auto tile_of = [&](int k) {
+        int bx = (int)blockIdx.x + k * (int)gridDim.x;
+        Tile q;
+        q.col = bx % a.tiles;
+        bx /= a.tiles;
+        q.x0 = (bx % segs) * 64;
+        bx /= segs;
+        q.y0 = (bx % hq) * WG_ROWS;
+        q.n = bx / hq;
+        q.c0 = GO ? q.col * 128 : q.col * 64;
+        return q;
+    };
+
+    if (t == 0) {
+        for (int i = 0; i < SA + SB; ++i) {
+            mb_init(bar + 8 * i);
+            mb_init_n(ebar + 8 * i, WG_THREADS);   /* every consumer thread releases a slot */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();   /* the last block-wide barrier */
+    const int gend = mine * steps;
+
+    if (t >= WG_THREADS) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        /*
+         * The loader (the warpgroup's first thread): step g = k * steps + cc *
+         * 9 + dy * 3 + dx of tile k; box g / 9 with its tap 0. A slot is
+         * refilled once every consumer thread released its previous use (its
+         * first use waits on the phase before the first, complete at init).
+         */
+        if (t != WG_THREADS)
+            return;
+        for (int g = 0; g < gend; ++g) {
+            const int k = g / steps, s = g % steps, tap = s % TAPS, cc = s / TAPS, r = g / TAPS;
+            const Tile q = tile_of(k);
+            if (tap == 0) {
+                const uint32_t slot = r % SA, mb = bar + 8 * slot;
+                mb_wait(ebar + 8 * slot, ((r / SA) & 1) ^ 1);
+                mb_expect(mb, G::A_BYTES);
+#pragma unroll
+                for (int kc = 0; kc < KC; ++kc)
+                    tma_5d(sa0 + slot * G::A_SLOT + kc * AROWS * 32, &tma, cc * BK + kc * 16, q.x0 - 1, q.y0 - 1, 0, q.n, mb);
+            }
+            const uint32_t slot = g % SB, mb = bar + 8 * (SA + slot);
+            mb_wait(ebar + 8 * (SA + slot), ((g / SB) & 1) ^ 1);
+            mb_expect(mb, G::B_BYTES);
+            bulk_copy(sb0 + slot * G::B_SLOT, wt + ((int64_t)q.col * steps + s) * (G::B_BYTES / 2), G::B_BYTES, mb);
+        }
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    const int wg = t >> 7, warp = (t & 127) >> 5, lane = t & 31;
+    long long c_start = 0, c_wait = 0, c_grp = 0, c_epi = 0, ta = 0;
+    SP_CLOCK(c_start);
+    /* release the slots of step g (its box with its last tap) */
+    auto release = [&](int g) {
+        mb_arrive(ebar + 8 * (SA + g % SB));
+        if (g % TAPS == TAPS - 1)
+            mb_arrive(ebar + 8 * ((g / TAPS) % SA));
+    };
+    float acc0[BN / 2], acc1[BN / 2];
+    for (int k = 0; k < mine; ++k) {
+        const Tile q = tile_of(k);
+        if (t < (GO ? 128 : 64)) {   /* read during the main loop, used by the epilogue (after the consumers' barrier) */
+            const int c = q.c0 + t;
+            float4 v;
+            v.x = a.stat[q.n * a.C + c];
+            v.y = a.stat[a.NC + q.n * a.C + c];
+            v.z = a.bias ? ditto_ld(a.bias, c, a.bias_f16) : 0.0f;
+            v.w = a.bias && !GO ? ditto_ld(a.bias, a.C + c, a.bias_f16) : 0.0f;
+            chv[(k & 1) * 128 + t] = v;
+        }
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i)
+            acc0[i] = 0.0f, acc1[i] = 0.0f;
+        for (int s = 0; s < steps; ++s) {
+            const int g = k * steps + s, tap = s % TAPS, r = g / TAPS;
+            const int sh = (tap / 3) * WS + tap % 3;   /* the tap's first row in the box */
+            SP_CLOCK(ta);
+            if (tap == 0)
+                mb_wait(bar + 8 * (r % SA), (r / SA) & 1);
+            mb_wait(bar + 8 * (SA + g % SB), (g / SB) & 1);
+            SP_ADD(c_wait);
+            const uint32_t sa = sa0 + (r % SA) * G::A_SLOT, sb = sb0 + (g % SB) * G::B_SLOT;
+            wg_fence(acc0);
+            wg_fence(acc1);
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int j = 0; j < KC; ++j) {
+                const uint64_t db = wg_desc(sb + j * BN * 32);
+                WgMma<BN>::run(acc0, wg_desc(sa + (j * AROWS + (2 * wg) * WS + sh) * 32), db);
+                WgMma<BN>::run(acc1, wg_desc(sa + (j * AROWS + (2 * wg + 1) * WS + sh) * 32), db);
+            }
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            SP_CLOCK(ta);
+            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+            wg_fence(acc0);
+            wg_fence(acc1);
+            SP_ADD(c_grp);
+            if (s > 0)
+                release(g - 1);   /* this thread's reads of step g - 1 are done */
+        }
+        SP_CLOCK(ta);
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        wg_fence(acc0);
+        wg_fence(acc1);
+        release(k * steps + steps - 1);
+        nbar_sync(1, WG_THREADS);   /* the consumers: chv of this tile written */
+
+        /*
+         * Thread (warp w, lane l) holds pixels 16w + l/4 (+8) of its two rows
+         * and columns 8j + 2(l%4) (+1): gamma of channels c0 + 8j + 2(l%4)
+         * (+1) in j < 8 and their beta in j + 8, or (gamma only) gamma of c0
+         * + that in every j. spade_norm's expression (norm.cu), gamma and
+         * beta unrounded; the statistics and biases from chv, x's loads
+         * issued 8 channel pairs at a time (32 loads in flight).
+         */
+        constexpr int J = GO ? 16 : 8;
+        const __half *xp[4];
+        __half *yp[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {   /* i = 2 m + h: row 2 wg + m, pixel 16 warp + l/4 + 8 h */
+            const int py = q.y0 + 2 * wg + i / 2, px = q.x0 + warp * 16 + (lane >> 2) + 8 * (i % 2);
+            xp[i] = a.x + (((int64_t)q.n * a.Hx + py / a.fh) * a.Wx + px / a.fw) * a.C;
+            yp[i] = y + (((int64_t)q.n * a.H + py) * a.W + px) * a.C;
+        }
+#pragma unroll
+        for (int j0 = 0; j0 < J; j0 += 8) {
+            __half2 xv[8][4];
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                    xv[j][i] = *(const __half2 *)(xp[i] + q.c0 + 8 * (j0 + j) + 2 * (lane & 3));
+#pragma unroll
+            for (int jj = 0; jj < 8; ++jj) {
+                const int j = j0 + jj, c = q.c0 + 8 * j + 2 * (lane & 3);
+                const float4 v0c = chv[(k & 1) * 128 + c - q.c0], v1c = chv[(k & 1) * 128 + c + 1 - q.c0];
+                const float2 ms = make_float2(v0c.x, v1c.x), rs = make_float2(v0c.y, v1c.y);
+                const float bg0 = v0c.z, bg1 = v1c.z, bb0 = v0c.w, bb1 = v1c.w;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int h = i % 2;
+                    const float *ac = i / 2 ? acc1 : acc0;
+                    const float2 fx = __half22float2(xv[jj][i]);
+                    const float g0 = ac[4 * j + 2 * h] + bg0, g1 = ac[4 * j + 2 * h + 1] + bg1;
+                    const float b0 = (GO ? 0.0f : ac[4 * (j + 8) % 64 + 2 * h]) + bb0, b1 = (GO ? 0.0f : ac[4 * (j + 8) % 64 + 2 * h + 1]) + bb1;
+                    float v0 = fmaf((fx.x - ms.x) * rs.x, 1.0f + g0, b0), v1 = fmaf((fx.y - ms.y) * rs.y, 1.0f + g1, b1);
+                    if (a.act) {
+                        v0 = v0 < 0.0f ? v0 * a.slope : v0;
+                        v1 = v1 < 0.0f ? v1 * a.slope : v1;
+                    }
+                    *(__half2 *)(yp[i] + c) = __floats2half2_rn(v0, v1);
+                }
+            }
+        }
+        SP_ADD(c_epi);
+    }
+#ifdef DITTO_SPADE_PROBE
+    if (a.prof && (t == 0 || t == 128 || t == 64)) {
+        const int o = t == 0 ? 0 : t == 64 ? 4 : 8;
+        atomicAdd(&g_sp_prof[o + 0], (unsigned long long)c_wait);
+        atomicAdd(&g_sp_prof[o + 1], (unsigned long long)c_grp);
+        atomicAdd(&g_sp_prof[o + 2], (unsigned long long)c_epi);
+        atomicAdd(&g_sp_prof[o + 3], (unsigned long long)(clock64() - c_start));
+    }
+#else
+    (void)c_start, (void)c_wait, (void)c_grp, (void)c_epi, (void)ta;
+#endif
+#endif
+}
+
+#ifdef DITTO_SPADE_PROBE
+static void sp_prof_print(void)
+{
+    unsigned long long h[16];
+    if (cudaMemcpyFromSymbol(h, g_sp_prof, sizeof h) != cudaSuccess)
+        return;
+    static const char *const who[3] = { "t0", "t64", "t128" };
+    for (int w = 0; w < 3; w++) {
+        const double tot = (double)h[4 * w + 3];
+        fprintf(stderr, "k_wg_spade %s: data waits %.1f%%, wgmma waits %.1f%%, epilogue %.1f%%, the rest %.1f%% of %.3g cycles\n", who[w],
+                100 * h[4 * w] / tot, 100 * h[4 * w + 1] / tot, 100 * h[4 * w + 2] / tot, 100 * (tot - h[4 * w] - h[4 * w + 1] - h[4 * w + 2]) / tot,
+                tot);
+    }
+}
+#endif
+
 /* ---- host side ---- */
 
 typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
@@ -275,12 +612,16 @@ static bool wg_device(DittoBackend *be)
     DittoCuda *cu = ditto_cuda(be);
     if (cu->wg_state == 0) {
         cudaDeviceProp prop;
-        const size_t smem = WgCfg<160, 48, 3>::SMEM > WgCfg<160, 48, 7>::SMEM ? WgCfg<160, 48, 3>::SMEM : WgCfg<160, 48, 7>::SMEM;
+        size_t smem = WgCfg<160, 48, 3>::SMEM > WgCfg<160, 48, 7>::SMEM ? WgCfg<160, 48, 3>::SMEM : WgCfg<160, 48, 7>::SMEM;
+        smem = smem > SpCfg::SMEM ? smem : SpCfg::SMEM;
         bool ok = cudaGetDeviceProperties(&prop, cu->device) == cudaSuccess && prop.major == 9 && prop.minor == 0 &&
-                  prop.sharedMemPerBlockOptin >= smem;
+                  prop.sharedMemPerBlockOptin >= smem && prop.multiProcessorCount > 0;
+        cu->wg_sms = ok ? prop.multiProcessorCount : 0;
         ok = ok && cudaFuncSetAttribute(k_wg_conv<144, 48, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgCfg<144, 48, 3>::SMEM) == cudaSuccess;
         ok = ok && cudaFuncSetAttribute(k_wg_conv<160, 48, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgCfg<160, 48, 3>::SMEM) == cudaSuccess;
         ok = ok && cudaFuncSetAttribute(k_wg_conv<160, 48, 7>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgCfg<160, 48, 7>::SMEM) == cudaSuccess;
+        ok = ok && cudaFuncSetAttribute(k_wg_spade<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SpCfg::SMEM) == cudaSuccess;
+        ok = ok && cudaFuncSetAttribute(k_wg_spade<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SpCfg::SMEM) == cudaSuccess;
         cudaGetLastError();
         cu->wg_state = ok ? 1 : 2;
     }
@@ -362,4 +703,68 @@ int ditto_cuda_wg_conv(DittoBackend *be, const DittoWgConv *c)
     case WG_160_48_3: return wg_launch<160, 48, 3>(be, c);
     default: return wg_launch<160, 48, 7>(be, c);
     }
+}
+
+bool ditto_cuda_wg_spade_fits(DittoBackend *be, const DittoWgSpade *s)
+{
+    if (!wg_device(be) || !encode_tiled())
+        return false;
+    const int64_t tiles = s->gamma_only ? s->C / 128 : s->C / 64;
+    return s->N > 0 && s->H > 0 && s->H % WG_ROWS == 0 && s->W > 0 && s->W % 64 == 0 && s->Ca > 0 && s->Ca % SP_BK == 0 && s->C > 0 &&
+           s->C % (s->gamma_only ? 128 : 64) == 0 && s->fh > 0 && s->fw > 0 && s->H % s->fh == 0 && s->W % s->fw == 0 &&
+           s->N * (s->H / WG_ROWS) * (s->W / 64) * tiles <= INT32_MAX && s->N * s->C <= INT32_MAX / 2 && s->H <= INT32_MAX &&
+           s->W <= INT32_MAX && s->Ca * 9 * s->C * 2 <= INT32_MAX && s->N * (s->H / WG_ROWS) * (s->W / 64) * tiles * (s->Ca / SP_BK) * 9 <= INT32_MAX &&
+           ((uintptr_t)s->a | (uintptr_t)s->w) % 16 == 0 &&
+           ((uintptr_t)s->x | (uintptr_t)s->y | (uintptr_t)s->stat) % 8 == 0 && (uintptr_t)s->wt % 16 == 0;
+}
+
+size_t ditto_cuda_wg_spade_wbytes(const DittoWgSpade *s)
+{
+    return (size_t)((s->gamma_only ? 1 : 2) * s->C * 9 * s->Ca) * 2;
+}
+
+int ditto_cuda_wg_spade(DittoBackend *be, const DittoWgSpade *s)
+{
+    if (!ditto_cuda_wg_spade_fits(be, s))
+        return ditto_fail(&be->log, DITTO_ERR_UNSUPPORTED, "op spade_conv: the wgmma kernel does not take this geometry");
+    DittoCuda *cu = ditto_cuda(be);
+    EncodeTiledFn enc = encode_tiled();
+    CUtensorMap ma;
+    /* a: (Ca, W, H, 1, N) innermost first; boxes of 16 channels x WS pixels x 4 rows, zeros outside (the padding) */
+    const cuuint64_t da[5] = { (cuuint64_t)s->Ca, (cuuint64_t)s->W, (cuuint64_t)s->H, 1, (cuuint64_t)s->N };
+    const cuuint64_t sx[4] = { (cuuint64_t)(s->Ca * 2), (cuuint64_t)(s->Ca * 2 * s->W), (cuuint64_t)(s->Ca * 2 * s->W * s->H),
+                               (cuuint64_t)(s->Ca * 2 * s->W * s->H) };
+    const cuuint32_t ba[5] = { 16, SpCfg::WS, SP_BOXR, 1, 1 }, one[5] = { 1, 1, 1, 1, 1 };
+    CUresult r = enc(&ma, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 5, (void *)s->a, da, sx, ba, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     CU_TENSOR_MAP_SWIZZLE_32B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return ditto_fail(&be->log, DITTO_ERR_BACKEND, "op spade_conv: cuTensorMapEncodeTiled failed (%d)", (int)r);
+    SpArgs a;
+    a.H = (int)s->H, a.W = (int)s->W, a.Ca = (int)s->Ca, a.C = (int)s->C;
+    a.Hx = (int)(s->H / s->fh), a.Wx = (int)(s->W / s->fw), a.fh = (int)s->fh, a.fw = (int)s->fw;
+    a.tiles = (int)(s->gamma_only ? s->C / 128 : s->C / 64);
+    a.N = (int)s->N;
+    a.total = (int)(s->N * (s->H / WG_ROWS) * (s->W / 64) * a.tiles);
+    a.bias = s->bias, a.bias_f16 = s->bias_f16, a.act = s->act, a.slope = s->slope;
+    a.x = (const __half *)s->x, a.stat = s->stat, a.NC = (int)(s->N * s->C);
+#ifdef DITTO_SPADE_PROBE
+    static bool reg;
+    if (!reg) {
+        reg = true;
+        atexit(sp_prof_print);
+    }
+    a.prof = !s->gamma_only && s->N == 8 && s->H == 64 && s->C == 512;
+#else
+    a.prof = 0;
+#endif
+    const unsigned blocks = (unsigned)(a.total < cu->wg_sms ? a.total : cu->wg_sms);   /* persistent: a block an SM */
+    const int64_t nw = (int64_t)(ditto_cuda_wg_spade_wbytes(s) / 16);
+    k_sp_wprep<<<ditto_cuda_blocks(nw, 256), 256, 0, cu->stream>>>((const __half *)s->w, (__half *)s->wt, a.Ca, a.C, a.tiles, s->gamma_only, nw);
+    DITTO_CUDA_LAUNCHED(be);
+    if (s->gamma_only)
+        k_wg_spade<true><<<blocks, SP_THREADS, SpCfg::SMEM, cu->stream>>>(ma, (const __half *)s->wt, (__half *)s->y, a);
+    else
+        k_wg_spade<false><<<blocks, SP_THREADS, SpCfg::SMEM, cu->stream>>>(ma, (const __half *)s->wt, (__half *)s->y, a);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
 }

@@ -68,6 +68,7 @@ typedef struct DittoCuda {
     bool alloc_lock_ok;
     struct DittoCudaConvCache *conv_cache;  /* cuDNN plans per conv shape (conv.cu), created on first use */
     int wg_state;             /* conv_wg.cu on this device: 0 not probed yet, 1 usable (sm_90, shared memory limits set), 2 not */
+    int wg_sms;               /* its multiprocessor count (conv_wg.cu's persistent grids), once probed */
 } DittoCuda;
 
 static inline DittoCuda *ditto_cuda(DittoBackend *be)

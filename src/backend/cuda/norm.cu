@@ -13,8 +13,11 @@
  */
 #include <limits.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/conv_wg.h"   /* after: its C headers come extern "C" through cuda_backend.h */
 
 #define NORM_THREADS 256
 /* Sets up to this long go one per warp (8 elements a lane); longer ones one per block. */
@@ -644,6 +647,31 @@ static int spade_generic(DittoBackend *be, const DittoSpadeParams *p, const Ditt
     return 0;
 }
 
+/*
+ * The channels-last statistics of f16 x (N, Rx, C), C a multiple of 8, x
+ * 16-byte aligned, N <= 65535: *stat (2, N, C) = mean, then rstd, in the
+ * workspace (after the partial sums), valid until the workspace's next use;
+ * *more (when given): extra bytes after them, 256-byte aligned.
+ */
+static int nhwc_stats(DittoBackend *be, const __half *x, int64_t N, int64_t Rx, int64_t C, float eps, float **stat, size_t extra, void **more)
+{
+    const int64_t NC = N * C, splits = (Rx + SPN_ROWS - 1) / SPN_ROWS;
+    const size_t part_bytes = (size_t)(NC * 2 * splits) * sizeof(double), stat_bytes = ((size_t)(2 * NC) * sizeof(float) + 255) / 256 * 256;
+    cudaStream_t st = ditto_cuda(be)->stream;
+    char *ws;
+    DITTO_TRY(ditto_cuda_workspace(be, part_bytes + stat_bytes + extra, (void **)&ws));
+    if (more)
+        *more = ws + part_bytes + stat_bytes;
+    double *part = (double *)ws;
+    *stat = (float *)(ws + part_bytes);
+    dim3 grid((unsigned)splits, (unsigned)((C + SPN_TILE - 1) / SPN_TILE), (unsigned)N);
+    k_spade_nhwc_stats<<<grid, 256, 0, st>>>(x, part, Rx, C, (int)splits);
+    DITTO_CUDA_LAUNCHED(be);
+    k_spade_nhwc_final<<<(unsigned)((NC + 31) / 32), dim3(32, SPF_GROUPS), 0, st>>>(x, part, *stat, Rx, C, NC, (int)splits, eps);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
 static int spade_nhwc(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *x, const DittoTensor *gb, const DittoTensor *bias,
                       DittoTensor *y)
 {
@@ -653,17 +681,9 @@ static int spade_nhwc(DittoBackend *be, const DittoSpadeParams *p, const DittoTe
     const int64_t splits = (Rx + SPN_ROWS - 1) / SPN_ROWS;   /* statistics over x's positions */
     if (is_h(x) && is_h(gb) && is_h(y) && C % 8 == 0 && N <= 65535 && splits <= INT_MAX &&
         ((uintptr_t)x->data | (uintptr_t)gb->data | (uintptr_t)y->data) % 16 == 0) {
-        const size_t part_bytes = (size_t)(NC * 2 * splits) * sizeof(double);
-        char *ws;
-        DITTO_TRY(ditto_cuda_workspace(be, part_bytes + (size_t)(2 * NC) * sizeof(float), (void **)&ws));
-        double *part = (double *)ws;
-        float *stat = (float *)(ws + part_bytes);
+        float *stat;
         const __half *xh = (const __half *)x->data;
-        dim3 grid((unsigned)splits, (unsigned)((C + SPN_TILE - 1) / SPN_TILE), (unsigned)N);
-        k_spade_nhwc_stats<<<grid, 256, 0, st>>>(xh, part, Rx, C, (int)splits);
-        DITTO_CUDA_LAUNCHED(be);
-        k_spade_nhwc_final<<<(unsigned)((NC + 31) / 32), dim3(32, SPF_GROUPS), 0, st>>>(xh, part, stat, Rx, C, NC, (int)splits, p->eps);
-        DITTO_CUDA_LAUNCHED(be);
+        DITTO_TRY(nhwc_stats(be, xh, N, Rx, C, p->eps, &stat, 0, NULL));
         const int64_t nvec = NC * R / 8;
         const int blocks = ditto_cuda_blocks(nvec, NORM_THREADS);
         const void *bp = bias ? bias->data : NULL;
@@ -724,6 +744,131 @@ static int cuda_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const Di
     return run_sets(be, &a);
 }
 
+/*
+ * spade_conv, any f32/f16 mix, any geometry (channels-last): a block per
+ * (n, c), x's statistics as k_spade_generic forms them, then at each of y's
+ * R positions gamma (and beta) as a direct 3x3 sum over a and w in fp32
+ * (w element (o, ca, ky, kx) at o ws[0] + ca ws[1] + ky ws[2] + kx ws[3]):
+ * the op tests' path and a fallback, not a fast one.
+ */
+typedef struct SpcArgs {
+    const void *a, *w, *bias, *x;
+    void *y;
+    bool ah, wh, bh, xh, yh, gamma_only, act;
+    float slope;
+    double eps;
+    int64_t N, H, W, Ca, C, Hx, Wx, ws[4];
+} SpcArgs;
+
+static __global__ void k_spade_conv_generic(SpcArgs a)
+{
+    __shared__ double sh[32];
+    const int64_t Rx = a.Hx * a.Wx, R = a.H * a.W, fh = a.H / a.Hx, fw = a.W / a.Wx;
+    for (int64_t s = blockIdx.x; s < a.N * a.C; s += gridDim.x) {
+        const int64_t n = s / a.C, c = s % a.C, xb = n * Rx * a.C + c;
+        double acc = 0.0;
+        for (int64_t k = threadIdx.x; k < Rx; k += blockDim.x)
+            acc += ditto_ld(a.x, xb + k * a.C, a.xh);
+        const double mean = block_sum(acc, sh) / (double)Rx;
+        acc = 0.0;
+        for (int64_t k = threadIdx.x; k < Rx; k += blockDim.x) {
+            const double d = ditto_ld(a.x, xb + k * a.C, a.xh) - mean;
+            acc += d * d;
+        }
+        const double var = block_sum(acc, sh) / (double)Rx;
+        float m_hi, m_lo, rstd;
+        split_stats(mean, var, a.eps, &m_hi, &m_lo, &rstd);
+        for (int64_t k = threadIdx.x; k < R; k += blockDim.x) {
+            const int64_t py = k / a.W, px = k % a.W;
+            float g = a.bias ? ditto_ld(a.bias, c, a.bh) : 0.0f;
+            float b = a.bias && !a.gamma_only ? ditto_ld(a.bias, a.C + c, a.bh) : 0.0f;
+            for (int ky = 0; ky < 3; ky++)
+                for (int kx = 0; kx < 3; kx++) {
+                    const int64_t iy = py + ky - 1, ix = px + kx - 1;
+                    if (iy < 0 || iy >= a.H || ix < 0 || ix >= a.W)
+                        continue;
+                    const int64_t ab = ((n * a.H + iy) * a.W + ix) * a.Ca, wb = c * a.ws[0] + ky * a.ws[2] + kx * a.ws[3];
+                    for (int64_t ca = 0; ca < a.Ca; ca++) {
+                        const float av = ditto_ld(a.a, ab + ca, a.ah);
+                        g = fmaf(av, ditto_ld(a.w, wb + ca * a.ws[1], a.wh), g);
+                        if (!a.gamma_only)
+                            b = fmaf(av, ditto_ld(a.w, wb + a.C * a.ws[0] + ca * a.ws[1], a.wh), b);
+                    }
+                }
+            const float d = (ditto_ld(a.x, xb + (py / fh * a.Wx + px / fw) * a.C, a.xh) - m_hi) - m_lo;
+            const float v = fmaf(d * rstd, 1.0f + g, b);
+            ditto_st(a.y, (n * R + k) * a.C + c, a.act && v < 0.0f ? v * a.slope : v, a.yh);
+        }
+    }
+}
+
+/* The fused kernel's description of a spade_conv call (true when it takes it). */
+static bool spade_conv_wg(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *a, const DittoTensor *w, const DittoTensor *bias,
+                          const DittoTensor *x, const DittoTensor *y, DittoWgSpade *s)
+{
+    /* f16 a, x, y; w KRSC f16 (the layout the decoder binds on CUDA) */
+    if (!is_h(a) || !is_h(w) || !is_h(x) || !is_h(y) || ditto_tensor_is_contiguous(w) || !ditto_tensor_is_channels_last(w) ||
+        x->shape[0] > 65535 || x->shape[3] % 8 || (uintptr_t)x->data % 16)
+        return false;
+    memset(s, 0, sizeof *s);
+    s->a = a->data, s->w = w->data, s->x = x->data, s->y = y->data;
+    s->bias = bias ? bias->data : NULL;
+    s->bias_f16 = is_h(bias);
+    s->gamma_only = p->gamma_only, s->act = p->act, s->slope = p->slope;
+    s->N = y->shape[0], s->H = y->shape[1], s->W = y->shape[2], s->C = y->shape[3], s->Ca = a->shape[3];
+    s->fh = y->shape[1] / x->shape[1], s->fw = y->shape[2] / x->shape[2];
+    s->stat = (const float *)(uintptr_t)256;   /* the workspace's alignment, for the fit test */
+    s->wt = (void *)(uintptr_t)256;
+    return ditto_cuda_wg_spade_fits(be, s);
+}
+
+/*
+ * Where the decoder takes the fused form: rows of at most 128 pixels (the
+ * G_middle blocks and up_0; at 256 pixels cuDNN plus spade_norm is faster
+ * op by op). DITTO_CUDA_SPADECONV=0: nowhere, 1: wherever it fits, 2: this
+ * rule (A/B measurements).
+ */
+static bool cuda_spade_conv_fused(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *a, const DittoTensor *w,
+                                  const DittoTensor *bias, const DittoTensor *x, const DittoTensor *y)
+{
+    static int mode = -1;
+    if (mode < 0) {
+        const char *e = getenv("DITTO_CUDA_SPADECONV");
+        mode = e && e[0] >= '0' && e[0] <= '2' && !e[1] ? e[0] - '0' : 2;
+    }
+    DittoWgSpade s;
+    return (mode == 1 || (mode == 2 && y->shape[2] <= 128)) && spade_conv_wg(be, p, a, w, bias, x, y, &s);
+}
+
+static int cuda_spade_conv(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *a, const DittoTensor *w, const DittoTensor *bias,
+                           const DittoTensor *x, DittoTensor *y)
+{
+    const DittoTensor *ts[] = { a, w, bias, x, y };
+    DITTO_TRY(check_dtypes(be, "spade_conv", ts, 5));
+    if (ditto_tensor_numel(y) == 0)
+        return 0;
+    DittoWgSpade s;
+    if (spade_conv_wg(be, p, a, w, bias, x, y, &s)) {
+        float *stat;
+        DITTO_TRY(nhwc_stats(be, (const __half *)x->data, x->shape[0], x->shape[1] * x->shape[2], x->shape[3], p->eps, &stat,
+                             ditto_cuda_wg_spade_wbytes(&s), &s.wt));
+        s.stat = stat;
+        return ditto_cuda_wg_spade(be, &s);
+    }
+    SpcArgs k;
+    memset(&k, 0, sizeof k);
+    k.a = a->data, k.w = w->data, k.bias = bias ? bias->data : NULL, k.x = x->data, k.y = y->data;
+    k.ah = is_h(a), k.wh = is_h(w), k.bh = is_h(bias), k.xh = is_h(x), k.yh = is_h(y);
+    k.gamma_only = p->gamma_only, k.act = p->act, k.slope = p->slope, k.eps = p->eps;
+    k.N = y->shape[0], k.H = y->shape[1], k.W = y->shape[2], k.C = y->shape[3], k.Ca = a->shape[3];
+    k.Hx = x->shape[1], k.Wx = x->shape[2];
+    for (int i = 0; i < 4; i++)
+        k.ws[i] = w->stride[i];
+    k_spade_conv_generic<<<ditto_cuda_blocks(k.N * k.C * NORM_THREADS, NORM_THREADS), NORM_THREADS, 0, ditto_cuda(be)->stream>>>(k);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
 static int cuda_group_norm(DittoBackend *be, const DittoNormParams *p, const DittoTensor *x, const DittoTensor *w,
                            const DittoTensor *b, DittoTensor *y)
 {
@@ -759,6 +904,8 @@ void ditto_cuda_init_norm(DittoOps *ops)
     ops->batch_norm = cuda_batch_norm;
     ops->instance_norm = cuda_instance_norm;
     ops->spade_norm = cuda_spade_norm;
+    ops->spade_conv = cuda_spade_conv;
+    ops->spade_conv_fused = cuda_spade_conv_fused;
     ops->layer_norm = cuda_layer_norm;
     ops->group_norm = cuda_group_norm;
 }
