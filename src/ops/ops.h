@@ -342,7 +342,7 @@ typedef struct DittoOps {
                         const DittoTensor *feat, DittoTensor *y, DittoTensor *motion);
     int (*motion_deform)(struct DittoBackend *be, const DittoMotionParams *p, const DittoTensor *grid, const DittoTensor *kp_d, const DittoTensor *kp_s,
                          const DittoTensor *logits, DittoTensor *deformation, DittoTensor *mask);
-    /* Not an op: whether spade_conv runs this call without storing gb (its arguments checked by the front end). */
+    /* Not an op: whether spade_conv runs this call without storing gb and is the faster form there (arguments checked by the front end). */
     bool (*spade_conv_fused)(struct DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *a, const DittoTensor *w, const DittoTensor *bias,
                              const DittoTensor *x, const DittoTensor *y);
 } DittoOps;
@@ -432,7 +432,11 @@ int ditto_op_spade_norm(struct DittoBackend *be, const DittoSpadeParams *p, cons
  */
 int ditto_op_spade_conv(struct DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *a, const DittoTensor *w, const DittoTensor *bias,
                         const DittoTensor *x, DittoTensor *y);
-/* Whether ditto_op_spade_conv takes these arguments and runs without storing gb on this backend (false on bad arguments, silently). */
+/*
+ * Whether ditto_op_spade_conv takes these arguments, runs them without
+ * storing gb on this backend and is faster there than conv + spade_norm
+ * (the decoder's choice; false on bad arguments, silently).
+ */
 bool ditto_op_spade_conv_fused(struct DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *a, const DittoTensor *w, const DittoTensor *bias,
                                const DittoTensor *x, const DittoTensor *y);
 /* Over the last dim, or over dim 1 when channels_first; w, b of that size, optional. */
