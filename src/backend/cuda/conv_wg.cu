@@ -338,7 +338,7 @@ __device__ unsigned long long g_sp_prof[16];
 #endif
 typedef struct SpArgs {
     int prof;
-    int N, H, W, Ca, C, Hx, Wx, fh, fw, tiles, total;
+    int H, W, Ca, C, Hx, Wx, fh, fw, tiles, total;
     const void *bias;
     int bias_f16, act;
     float slope;
@@ -714,8 +714,7 @@ bool ditto_cuda_wg_spade_fits(DittoBackend *be, const DittoWgSpade *s)
            s->C % (s->gamma_only ? 128 : 64) == 0 && s->fh > 0 && s->fw > 0 && s->H % s->fh == 0 && s->W % s->fw == 0 &&
            s->N * (s->H / WG_ROWS) * (s->W / 64) * tiles <= INT32_MAX && s->N * s->C <= INT32_MAX / 2 && s->H <= INT32_MAX &&
            s->W <= INT32_MAX && s->Ca * 9 * s->C * 2 <= INT32_MAX && s->N * (s->H / WG_ROWS) * (s->W / 64) * tiles * (s->Ca / SP_BK) * 9 <= INT32_MAX &&
-           ((uintptr_t)s->a | (uintptr_t)s->w) % 16 == 0 &&
-           ((uintptr_t)s->x | (uintptr_t)s->y | (uintptr_t)s->stat) % 8 == 0 && (uintptr_t)s->wt % 16 == 0;
+           ((uintptr_t)s->a | (uintptr_t)s->w) % 16 == 0 && ((uintptr_t)s->x | (uintptr_t)s->y) % 8 == 0;
 }
 
 size_t ditto_cuda_wg_spade_wbytes(const DittoWgSpade *s)
@@ -743,7 +742,6 @@ int ditto_cuda_wg_spade(DittoBackend *be, const DittoWgSpade *s)
     a.H = (int)s->H, a.W = (int)s->W, a.Ca = (int)s->Ca, a.C = (int)s->C;
     a.Hx = (int)(s->H / s->fh), a.Wx = (int)(s->W / s->fw), a.fh = (int)s->fh, a.fw = (int)s->fw;
     a.tiles = (int)(s->gamma_only ? s->C / 128 : s->C / 64);
-    a.N = (int)s->N;
     a.total = (int)(s->N * (s->H / WG_ROWS) * (s->W / 64) * a.tiles);
     a.bias = s->bias, a.bias_f16 = s->bias_f16, a.act = s->act, a.slope = s->slope;
     a.x = (const __half *)s->x, a.stat = s->stat, a.NC = (int)(s->N * s->C);

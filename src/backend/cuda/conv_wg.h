@@ -36,9 +36,9 @@ typedef struct DittoWgSpade {
     bool bias_f16, gamma_only, act;
     float slope;          /* of the LeakyReLU when act */
     const void *x;        /* (N, H / fh, W / fw, C) f16, read nearest-upsampled */
-    const float *stat;    /* (2, N, C): x's mean, then its rstd */
+    const float *stat;    /* (2, N, C): x's mean, then its rstd; 8-byte aligned */
     void *y;              /* (N, H, W, C) f16 */
-    void *wt;             /* ditto_cuda_wg_spade_wbytes of scratch: w laid out for the kernel */
+    void *wt;             /* ditto_cuda_wg_spade_wbytes of scratch, 16-byte aligned: w laid out for the kernel */
     int64_t N, H, W, Ca, C, fh, fw;
 } DittoWgSpade;
 
