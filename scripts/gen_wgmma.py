@@ -3,7 +3,10 @@
 for the Hopper instruction wgmma.mma_async m64nNk16 (f32 += f16 x f16, both
 operands K-major in shared memory, given by matrix descriptors). The
 instruction names each accumulator register, 64 * N / 128 per thread, so the
-functions are generated rather than written out by hand.
+functions are generated rather than written out by hand. scale_d = 0 makes the
+instruction ignore D (D = A * B): a tile's first step starts its sum that way,
+since zeroing the accumulators with ordinary instructions between wgmma makes
+ptxas serialize them (note C7515).
 
     python3 scripts/gen_wgmma.py 144 160 > src/backend/cuda/wgmma_ops.h
 """
@@ -15,13 +18,13 @@ def emit(n):
     regs = ", ".join("%%%d" % i for i in range(r))
     cons = ", ".join('"+f"(d[%d])' % i for i in range(r))
     return "\n".join([
-        "static __device__ __forceinline__ void wgmma_n%d(float (&d)[%d], uint64_t da, uint64_t db)" % (n, r),
+        "static __device__ __forceinline__ void wgmma_n%d(float (&d)[%d], uint64_t da, uint64_t db, int scale_d = 1)" % (n, r),
         "{",
         '    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"' % (r + 2),
         '                 "wgmma.mma_async.sync.aligned.m64n%dk16.f32.f16.f16 {%s}, %%%d, %%%d, p, 1, 1, 0, 0;\\n}\\n"'
         % (n, regs, r, r + 1),
         "                 : %s" % cons,
-        '                 : "l"(da), "l"(db), "r"(1));',
+        '                 : "l"(da), "l"(db), "r"(scale_d));',
         "}",
     ])
 

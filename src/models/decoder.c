@@ -439,8 +439,8 @@ static int tap_act(DittoBackend *be, DittoArena *ws, bool nhwc, const DittoTap *
  * from the same hidden activation: fold_y = fold_w * actv (its bias is
  * added by conv_s, which adds onto fold_y: resblock). Where the backend
  * runs the convolution and the modulation as one kernel (spade_conv, where
- * ditto_op_spade_conv_fused says so: on Hopper with f16, rows of up to 128
- * pixels), gb is never stored.
+ * ditto_op_spade_conv_fused says so: on Hopper with f16 channels-last),
+ * gb is never stored.
  */
 static int spade(DittoBackend *be, DittoArena *ws, DittoDType act, bool nhwc, const DecSpade *s, const DittoTensor *x, const DittoTensor *seg,
                  bool lrelu, DittoTensor *y, const DittoTensor *fold_w, DittoTensor *fold_y)

@@ -151,7 +151,7 @@ static __global__ void k_sp_wprep(const __half *w, __half *wt, int Ca, int C, in
 #ifdef WG_DEVICE
 template <int BN> struct WgMma;
 template <> struct WgMma<128> {
-    static __device__ __forceinline__ void run(float (&d)[64], uint64_t a, uint64_t b) { wgmma_n128(d, a, b); }
+    static __device__ __forceinline__ void run(float (&d)[64], uint64_t a, uint64_t b, int sd = 1) { wgmma_n128(d, a, b, sd); }
 };
 template <> struct WgMma<144> {
     static __device__ __forceinline__ void run(float (&d)[72], uint64_t a, uint64_t b) { wgmma_n144(d, a, b); }
@@ -447,7 +447,9 @@ static __global__ void __launch_bounds__(SP_THREADS, 1) k_wg_spade(const __grid_
         if (g % TAPS == TAPS - 1)
             mb_arrive(ebar + 8 * ((g / TAPS) % SA));
     };
-    float acc0[BN / 2], acc1[BN / 2];
+    /* each tile's first wgmma ignores the accumulators (scale-d 0): zeroing them
+       per tile with ordinary stores would make ptxas serialize every wgmma (C7515) */
+    float acc0[BN / 2] = {}, acc1[BN / 2] = {};
     for (int k = 0; k < mine; ++k) {
         const Tile q = tile_of(k);
         if (t < (GO ? 128 : 64)) {   /* read during the main loop, used by the epilogue (after the consumers' barrier) */
@@ -459,9 +461,6 @@ static __global__ void __launch_bounds__(SP_THREADS, 1) k_wg_spade(const __grid_
             v.w = a.bias && !GO ? ditto_ld(a.bias, a.C + c, a.bias_f16) : 0.0f;
             chv[(k & 1) * 128 + t] = v;
         }
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i)
-            acc0[i] = 0.0f, acc1[i] = 0.0f;
         for (int s = 0; s < steps; ++s) {
             const int g = k * steps + s, tap = s % TAPS, r = g / TAPS;
             const int sh = (tap / 3) * WS + tap % 3;   /* the tap's first row in the box */
@@ -477,8 +476,8 @@ static __global__ void __launch_bounds__(SP_THREADS, 1) k_wg_spade(const __grid_
 #pragma unroll
             for (int j = 0; j < KC; ++j) {
                 const uint64_t db = wg_desc(sb + j * BN * 32);
-                WgMma<BN>::run(acc0, wg_desc(sa + (j * AROWS + (2 * wg) * WS + sh) * 32), db);
-                WgMma<BN>::run(acc1, wg_desc(sa + (j * AROWS + (2 * wg + 1) * WS + sh) * 32), db);
+                WgMma<BN>::run(acc0, wg_desc(sa + (j * AROWS + (2 * wg) * WS + sh) * 32), db, (s | j) != 0);
+                WgMma<BN>::run(acc1, wg_desc(sa + (j * AROWS + (2 * wg + 1) * WS + sh) * 32), db, (s | j) != 0);
             }
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             SP_CLOCK(ta);

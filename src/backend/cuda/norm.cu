@@ -808,21 +808,20 @@ static bool spade_conv_wg(DittoBackend *be, const DittoSpadeParams *p, const Dit
 }
 
 /*
- * Where the decoder takes the fused form: rows of at most 128 pixels (the
- * G_middle blocks and up_0; at 256 pixels cuDNN plus spade_norm is faster
- * op by op). DITTO_CUDA_SPADECONV=0: nowhere, 1: wherever it fits, 2: this
- * rule (A/B measurements).
+ * The decoder takes the fused form wherever it fits (with scale-d 0 on each
+ * tile's first wgmma it beats cuDNN plus spade_norm at every decoder size, in
+ * the render step too). DITTO_CUDA_SPADECONV=0 keeps the two-op form (A/B).
  */
 static bool cuda_spade_conv_fused(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *a, const DittoTensor *w,
                                   const DittoTensor *bias, const DittoTensor *x, const DittoTensor *y)
 {
-    static int mode = -1;
-    if (mode < 0) {
+    static int off = -1;
+    if (off < 0) {
         const char *e = getenv("DITTO_CUDA_SPADECONV");
-        mode = e && e[0] >= '0' && e[0] <= '2' && !e[1] ? e[0] - '0' : 2;
+        off = e && !strcmp(e, "0");
     }
     DittoWgSpade s;
-    return (mode == 1 || (mode == 2 && y->shape[2] <= 128)) && spade_conv_wg(be, p, a, w, bias, x, y, &s);
+    return !off && spade_conv_wg(be, p, a, w, bias, x, y, &s);
 }
 
 static int cuda_spade_conv(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *a, const DittoTensor *w, const DittoTensor *bias,
