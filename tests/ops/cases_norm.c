@@ -587,6 +587,7 @@ void test_ops_norm(TestCtx *c)
     spade_conv_case(c, 2, 4, 64, 64, 128, 1, 1, true, SPADE_BIAS | SPADE_GAMMA_ONLY, true);
     spade_conv_case(c, 1, 8, 64, 64, 128, 1, 1, false, SPADE_BIAS_F32, true);          /* two column tiles */
     spade_conv_case(c, 1, 4, 192, 128, 64, 2, 2, true, SPADE_NO_BIAS, true);           /* three 64-pixel segments a row */
+    spade_conv_case(c, 1, 8, 128, 64, 128, 2, 2, true, SPADE_BIAS | SPADE_GAMMA_ONLY, true); /* an up block's norm_s: 128 channels of x at half size a tile */
     spade_conv_case(c, 1, 4, 64, 64, 64, 1, 1, true, SPADE_BIAS, false);               /* w not channels-last: not fused */
     /* more tiles (4 rows x 64 pixels x 64 channels) than an H200 has SMs: the persistent grid's second round (GPU only: a 2.6 G MAC reference) */
     if (c->be->device != DITTO_DEVICE_CPU)

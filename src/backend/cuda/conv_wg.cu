@@ -124,13 +124,29 @@ static __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, 
 #endif
 
 /*
+ * k_wg_spade's tile column n (< 128) -> its channel's offset from the tile's
+ * first channel. The m64nN accumulator gives lane l columns 8j + 2(l%4) (+1)
+ * for every j; ordering the columns so that lane l's j = 4b .. 4b + 3 are
+ * channels 32b + 8(l%4) .. + 7 gives each lane 8 consecutive channels a
+ * block b: its x loads and y stores are 16 bytes, a warp's 64 contiguous
+ * bytes a pixel. Gamma only: 128 channels (b < 4); else gamma of 64 (n <
+ * 64, b < 2), then their beta in the same order.
+ */
+static __host__ __device__ __forceinline__ int sp_col_channel(int n, bool go)
+{
+    const int j = go ? n >> 3 : (n >> 3) & 7;
+    return 32 * (j >> 2) + 8 * ((n >> 1) & 3) + 2 * (j & 3) + (n & 1);
+}
+
+/*
  * k_wg_spade's weights, step by step: wt[tile][step][kc][row][32 bytes] with
- * step = cc * 9 + dy * 3 + dx (chunks of 64 channels), row < 64 the tile's
- * first half (weight row r0 + row), else its second (r1 + row - 64), and the
- * two 16-byte halves of a row swapped on every other group of four rows: the
- * 32-byte swizzle TMA would apply, so one contiguous bulk copy of 16 KB fills
- * a weight slot (a box of 16 channels reads 32 bytes from each of 64 weight
- * rows). w KRSC (KC, 3, 3, Ca); one thread per 16 bytes.
+ * step = cc * 9 + dy * 3 + dx (chunks of 64 channels), row the tile column
+ * (channel c0 + sp_col_channel's: gamma's weight row, or beta's at C + that
+ * in columns 64-127 without go), and the two 16-byte halves of a row swapped
+ * on every other group of four rows: the 32-byte swizzle TMA would apply,
+ * so one contiguous bulk copy of 16 KB fills a weight slot (a box of 16
+ * channels reads 32 bytes from each of 64 weight rows). w KRSC (KC, 3, 3,
+ * Ca); one thread per 16 bytes.
  */
 static __global__ void k_sp_wprep(const __half *w, __half *wt, int Ca, int C, int tiles, int go, int64_t n)
 {
@@ -141,8 +157,8 @@ static __global__ void k_sp_wprep(const __half *w, __half *wt, int Ca, int C, in
         const int64_t ts = i >> 10;
         const int step = (int)(ts % steps), tile = (int)(ts / steps);
         const int half = ph ^ ((row >> 2) & 1), cc = step / 9, tap = step % 9;
-        const int c0 = go ? tile * 128 : tile * 64, r0 = c0, r1 = go ? c0 + 64 : C + c0;
-        const int64_t o = row < 64 ? r0 + row : r1 + row - 64;
+        const int c0 = go ? tile * 128 : tile * 64;
+        const int64_t o = (!go && row >= 64 ? C : 0) + c0 + sp_col_channel(row, go);
         const __half *src = w + (o * 9 + tap) * Ca + cc * 64 + kc * 16 + half * 8;
         *(uint4 *)(wt + i * 8) = *(const uint4 *)src;
     }
@@ -497,48 +513,57 @@ static __global__ void __launch_bounds__(SP_THREADS, 1) k_wg_spade(const __grid_
 
         /*
          * Thread (warp w, lane l) holds pixels 16w + l/4 (+8) of its two rows
-         * and columns 8j + 2(l%4) (+1): gamma of channels c0 + 8j + 2(l%4)
-         * (+1) in j < 8 and their beta in j + 8, or (gamma only) gamma of c0
-         * + that in every j. spade_norm's expression (norm.cu), gamma and
-         * beta unrounded; the statistics and biases from chv, x's loads
-         * issued 8 channel pairs at a time (32 loads in flight).
+         * and, a block b, channels c0 + 32b + 8(l%4) .. + 7 (sp_col_channel):
+         * gamma in j = 4b .. 4b + 3, beta in j + 8 (b < 2), or gamma alone
+         * (b < 4). spade_norm's expression (norm.cu), gamma and beta
+         * unrounded; statistics and biases from chv; x read and y written 16
+         * bytes at a time, a block's loads for the 4 pixels issued together.
          */
-        constexpr int J = GO ? 16 : 8;
+        constexpr int NB = GO ? 4 : 2;
+        const int qd = lane & 3;
         const __half *xp[4];
         __half *yp[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {   /* i = 2 m + h: row 2 wg + m, pixel 16 warp + l/4 + 8 h */
             const int py = q.y0 + 2 * wg + i / 2, px = q.x0 + warp * 16 + (lane >> 2) + 8 * (i % 2);
-            xp[i] = a.x + (((int64_t)q.n * a.Hx + py / a.fh) * a.Wx + px / a.fw) * a.C;
-            yp[i] = y + (((int64_t)q.n * a.H + py) * a.W + px) * a.C;
+            xp[i] = a.x + (((int64_t)q.n * a.Hx + py / a.fh) * a.Wx + px / a.fw) * a.C + q.c0 + 8 * qd;
+            yp[i] = y + (((int64_t)q.n * a.H + py) * a.W + px) * a.C + q.c0 + 8 * qd;
         }
 #pragma unroll
-        for (int j0 = 0; j0 < J; j0 += 8) {
-            __half2 xv[8][4];
+        for (int b0 = 0; b0 < NB; b0 += 2) {
+            uint4 xv[2][4];
 #pragma unroll
-            for (int j = 0; j < 8; ++j)
+            for (int bb = 0; bb < 2; ++bb)
 #pragma unroll
                 for (int i = 0; i < 4; ++i)
-                    xv[j][i] = *(const __half2 *)(xp[i] + q.c0 + 8 * (j0 + j) + 2 * (lane & 3));
+                    xv[bb][i] = *(const uint4 *)(xp[i] + 32 * (b0 + bb));
 #pragma unroll
-            for (int jj = 0; jj < 8; ++jj) {
-                const int j = j0 + jj, c = q.c0 + 8 * j + 2 * (lane & 3);
-                const float4 v0c = chv[(k & 1) * 128 + c - q.c0], v1c = chv[(k & 1) * 128 + c + 1 - q.c0];
-                const float2 ms = make_float2(v0c.x, v1c.x), rs = make_float2(v0c.y, v1c.y);
-                const float bg0 = v0c.z, bg1 = v1c.z, bb0 = v0c.w, bb1 = v1c.w;
+            for (int bb = 0; bb < 2; ++bb) {
+                const int b = b0 + bb;
+                const float4 *cv = chv + (k & 1) * 128 + 32 * b + 8 * qd;
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     const int h = i % 2;
                     const float *ac = i / 2 ? acc1 : acc0;
-                    const float2 fx = __half22float2(xv[jj][i]);
-                    const float g0 = ac[4 * j + 2 * h] + bg0, g1 = ac[4 * j + 2 * h + 1] + bg1;
-                    const float b0 = (GO ? 0.0f : ac[4 * (j + 8) % 64 + 2 * h]) + bb0, b1 = (GO ? 0.0f : ac[4 * (j + 8) % 64 + 2 * h + 1]) + bb1;
-                    float v0 = fmaf((fx.x - ms.x) * rs.x, 1.0f + g0, b0), v1 = fmaf((fx.y - ms.y) * rs.y, 1.0f + g1, b1);
-                    if (a.act) {
-                        v0 = v0 < 0.0f ? v0 * a.slope : v0;
-                        v1 = v1 < 0.0f ? v1 * a.slope : v1;
+                    const __half2 *xh = (const __half2 *)&xv[bb][i];
+                    uint4 out;
+                    __half2 *oh = (__half2 *)&out;
+#pragma unroll
+                    for (int t2 = 0; t2 < 4; ++t2) {
+                        const int j = 4 * b + t2;
+                        const float4 v0c = cv[2 * t2], v1c = cv[2 * t2 + 1];
+                        const float2 fx = __half22float2(xh[t2]);
+                        const float g0 = ac[4 * j + 2 * h] + v0c.z, g1 = ac[4 * j + 2 * h + 1] + v1c.z;
+                        const float b0v = (GO ? 0.0f : ac[(4 * (j + 8) + 2 * h) % 64]) + v0c.w;
+                        const float b1v = (GO ? 0.0f : ac[(4 * (j + 8) + 2 * h + 1) % 64]) + v1c.w;
+                        float v0 = fmaf((fx.x - v0c.x) * v0c.y, 1.0f + g0, b0v), v1 = fmaf((fx.y - v1c.x) * v1c.y, 1.0f + g1, b1v);
+                        if (a.act) {
+                            v0 = v0 < 0.0f ? v0 * a.slope : v0;
+                            v1 = v1 < 0.0f ? v1 * a.slope : v1;
+                        }
+                        oh[t2] = __floats2half2_rn(v0, v1);
                     }
-                    *(__half2 *)(yp[i] + c) = __floats2half2_rn(v0, v1);
+                    *(uint4 *)(yp[i] + 32 * b) = out;
                 }
             }
         }
@@ -713,7 +738,7 @@ bool ditto_cuda_wg_spade_fits(DittoBackend *be, const DittoWgSpade *s)
            s->C % (s->gamma_only ? 128 : 64) == 0 && s->fh > 0 && s->fw > 0 && s->H % s->fh == 0 && s->W % s->fw == 0 &&
            s->N * (s->H / WG_ROWS) * (s->W / 64) * tiles <= INT32_MAX && s->N * s->C <= INT32_MAX / 2 && s->H <= INT32_MAX &&
            s->W <= INT32_MAX && s->Ca * 9 * s->C * 2 <= INT32_MAX && s->N * (s->H / WG_ROWS) * (s->W / 64) * tiles * (s->Ca / SP_BK) * 9 <= INT32_MAX &&
-           ((uintptr_t)s->a | (uintptr_t)s->w) % 16 == 0 && ((uintptr_t)s->x | (uintptr_t)s->y) % 8 == 0;
+           ((uintptr_t)s->a | (uintptr_t)s->w | (uintptr_t)s->x | (uintptr_t)s->y) % 16 == 0;
 }
 
 size_t ditto_cuda_wg_spade_wbytes(const DittoWgSpade *s)
