@@ -322,9 +322,11 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) k_wg_conv(const __grid_c
  *    the two consumer warpgroups never wait for each other in the main
  *    loop;
  *  - the epilogue's per-channel values (mean, rstd, biases) go to shared
- *    memory at a tile's start.
- * The main loop then keeps the tensor pipe busy (about 600 TFLOP/s while
- * it runs); the epilogue, about 20% of the time, does not overlap it.
+ *    memory at a tile's start, and its x loads and y stores are 16 bytes
+ *    (sp_col_channel);
+ *  - a tile's first wgmma has scale-d 0 instead of zeroed accumulators.
+ * The epilogue does not overlap the next tile's math (PERF.md, sessions
+ * 27-28: what was tried).
  */
 #define SP_BN 128
 #define SP_BK 64
