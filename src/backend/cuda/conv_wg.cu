@@ -170,11 +170,34 @@ template <> struct WgMma<128> {
     static __device__ __forceinline__ void run(float (&d)[64], uint64_t a, uint64_t b, int sd = 1) { wgmma_n128(d, a, b, sd); }
 };
 template <> struct WgMma<144> {
-    static __device__ __forceinline__ void run(float (&d)[72], uint64_t a, uint64_t b) { wgmma_n144(d, a, b); }
+    static __device__ __forceinline__ void run(float (&d)[72], uint64_t a, uint64_t b, int sd = 1) { wgmma_n144(d, a, b, sd); }
 };
 template <> struct WgMma<160> {
-    static __device__ __forceinline__ void run(float (&d)[80], uint64_t a, uint64_t b) { wgmma_n160(d, a, b); }
+    static __device__ __forceinline__ void run(float (&d)[80], uint64_t a, uint64_t b, int sd = 1) { wgmma_n160(d, a, b, sd); }
 };
+
+/*
+ * One reduction step of a warpgroup's two m64 row blocks, issued and
+ * committed: for each 16-channel chunk j < KC, the 64 input rows from row
+ * a0 (and a1) of slot sa (32-byte rows, chunks AROWS rows apart) against
+ * the weights of slot sb (chunks BN rows apart). fresh: the step starts new
+ * sums (scale-d 0 on its first chunk).
+ */
+template <int BN, int KC, int AROWS>
+static __device__ __forceinline__ void wg_step(float (&acc0)[BN / 2], float (&acc1)[BN / 2], uint32_t sa, int a0, int a1, uint32_t sb, bool fresh)
+{
+    wg_fence(acc0);
+    wg_fence(acc1);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int j = 0; j < KC; ++j) {
+        const uint64_t db = wg_desc(sb + j * BN * 32);
+        const int sd = !fresh || j != 0;
+        WgMma<BN>::run(acc0, wg_desc(sa + (j * AROWS + a0) * 32), db, sd);
+        WgMma<BN>::run(acc1, wg_desc(sa + (j * AROWS + a1) * 32), db, sd);
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
 #endif
 
 /*
@@ -237,16 +260,7 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) k_wg_conv(const __grid_c
             mb_wait(bar + 8 * (r % SA), (r / SA) & 1);
         mb_wait(bar + 8 * (SA + s % SB), (s / SB) & 1);
         const uint32_t sa = sa0 + (r % SA) * G::A_SLOT, sb = sb0 + (s % SB) * G::B_SLOT;
-        wg_fence(acc0);
-        wg_fence(acc1);
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int j = 0; j < KC; ++j) {
-            const uint64_t db = wg_desc(sb + j * BN * 32);
-            WgMma<BN>::run(acc0, wg_desc(sa + (j * AROWS + (2 * wg) * WS + dx) * 32), db);
-            WgMma<BN>::run(acc1, wg_desc(sa + (j * AROWS + (2 * wg + 1) * WS + dx) * 32), db);
-        }
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        wg_step<BN, KC, AROWS>(acc0, acc1, sa, (2 * wg) * WS + dx, (2 * wg + 1) * WS + dx, sb, false);
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");   /* step s - 1 is done in this warpgroup */
         wg_fence(acc0);
         wg_fence(acc1);
@@ -488,16 +502,7 @@ static __global__ void __launch_bounds__(SP_THREADS, 1) k_wg_spade(const __grid_
             mb_wait(bar + 8 * (SA + g % SB), (g / SB) & 1);
             SP_ADD(c_wait);
             const uint32_t sa = sa0 + (r % SA) * G::A_SLOT, sb = sb0 + (g % SB) * G::B_SLOT;
-            wg_fence(acc0);
-            wg_fence(acc1);
-            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-            for (int j = 0; j < KC; ++j) {
-                const uint64_t db = wg_desc(sb + j * BN * 32);
-                WgMma<BN>::run(acc0, wg_desc(sa + (j * AROWS + (2 * wg) * WS + sh) * 32), db, (s | j) != 0);
-                WgMma<BN>::run(acc1, wg_desc(sa + (j * AROWS + (2 * wg + 1) * WS + sh) * 32), db, (s | j) != 0);
-            }
-            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            wg_step<BN, KC, AROWS>(acc0, acc1, sa, (2 * wg) * WS + sh, (2 * wg + 1) * WS + sh, sb, s == 0);
             SP_CLOCK(ta);
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
             wg_fence(acc0);
