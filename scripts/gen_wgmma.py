@@ -8,7 +8,7 @@ instruction ignore D (D = A * B): a tile's first step starts its sum that way,
 since zeroing the accumulators with ordinary instructions between wgmma makes
 ptxas serialize them (note C7515).
 
-    python3 scripts/gen_wgmma.py 128 144 160 > src/backend/cuda/wgmma_ops.h
+    python3 scripts/gen_wgmma.py 96 128 144 160 > src/backend/cuda/wgmma_ops.h
 """
 import sys
 

@@ -294,6 +294,10 @@ static const ConvCase nhwc_cases[] = {
     /* CUDA f16 on sm_90: the wgmma kernel (rows of 64, C a multiple of 48, 129-160 outputs), tiles of 144 and 160 columns */
     { "3x3x3 p1 C48 O136 W64 (wgmma)", 3, 1, 48, 136, { 2, 4, 64 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
     { "3x3x3 p1 C96 O160 D1 W64 (wgmma)", 3, 1, 96, 160, { 1, 4, 64 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
+    /* up to 32 outputs at 3x3x3 in rows of 64: the taps as columns (C a multiple of 8; the last channel step zero-filled past C) */
+    { "3x3x3 p1 C112 O32 W64 (wgmma, taps as columns)", 3, 1, 112, 32, { 2, 4, 64 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
+    { "3x3x3 p1 C128 O32 W64 (wgmma, taps as columns)", 3, 2, 128, 32, { 2, 8, 64 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
+    { "3x3x3 p1 C40 O24 D1 W64 (wgmma, taps as columns)", 3, 3, 40, 24, { 1, 4, 64 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
 };
 
 /* NCHW cases run again with relu, one per CUDA strategy (cuDNN NCHW, channels-last transposes, small O, depth split). */

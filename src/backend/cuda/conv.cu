@@ -800,6 +800,15 @@ static int env_int(const char *name, int lo, int hi, int dflt)
     return v >= lo && v <= hi ? v : dflt;
 }
 
+/* the narrow 3-D convolutions on conv_wg.cu's taps-as-columns kernel, unless DITTO_CUDA_WGTC=0 (A/B) */
+static bool wg_tc_on(void)
+{
+    static int on = -1;
+    if (on < 0)
+        on = env_int("DITTO_CUDA_WGTC", 0, 1, 1);
+    return on;
+}
+
 /* conv_wg.cu's kernel takes c, unless DITTO_CUDA_WGCONV=0 keeps cuDNN (A/B) */
 static bool wg_fits(DittoBackend *be, const DittoWgConv *c)
 {
@@ -3353,6 +3362,15 @@ static int cuda_conv(DittoBackend *be, const DittoConvParams *p, const DittoTens
     if (g.N * g.O * g.out_vol == 0)
         return 0;
     const int mode = conv_mode();
+    /*
+     * 3-D, up to 32 outputs at 3x3x3 over rows of 64: the wgmma kernel with
+     * the taps as columns (the hourglass's 128 -> 32: 102 against 139 us a
+     * call of 2 items for cuDNN's depth split, PERF.md session 29), unless
+     * DITTO_CUDA_WGTC=0 (A/B)
+     */
+    DittoWgConv wc;
+    if (mode == 2 && g.O <= 32 && wg_tc_on() && nhwc_direct_fits(&g, x, y) && wg_direct(be, &g, x, w, bias, p->relu, p->accumulate, y, &wc))
+        return conv_nhwc_direct(be, &g, x, w, bias, p->relu, p->accumulate, y, true);
     /* 3-D, few outputs: the depth split reads the channels-last slices as they are (as conv_nchw's, not unfolded) */
     if (mode == 2 && x->dtype == DITTO_F16 && g.ns == 3 && g.C > 0 && g.C % 8 == 0 && g.in_vol > 0 && depth_split_fits(&g) &&
         !depth_unfold(&g) && ((uintptr_t)x->data | (uintptr_t)y->data) % 16 == 0)

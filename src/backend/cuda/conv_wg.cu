@@ -5,7 +5,9 @@
  * 320-460 TFLOP/s (PERF.md, session 25): the hourglass's last convolution
  * (144 -> 144 at 3x3x3 over 16x64x64) and the mask head's depth split
  * (144 -> 154 at 7x7 over 64x64 slices). Narrower tiles lose to cuDNN
- * (96 columns, decoder block 4's depth split: 379 against 516 TFLOP/s).
+ * (96 columns, decoder block 4's depth split: 379 against 516 TFLOP/s),
+ * except with the taps as columns (k_wg_conv_tc, below): the hourglass's
+ * 128 -> 32 at 3x3x3.
  *
  * An implicit GEMM: rows are output pixels, columns the O outputs (one tile
  * of BN = 144 or 160 columns), the reduction runs over (dz, dy, channel
@@ -166,6 +168,9 @@ static __global__ void k_sp_wprep(const __half *w, __half *wt, int Ca, int C, in
 
 #ifdef WG_DEVICE
 template <int BN> struct WgMma;
+template <> struct WgMma<96> {
+    static __device__ __forceinline__ void run(float (&d)[48], uint64_t a, uint64_t b, int sd = 1) { wgmma_n96(d, a, b, sd); }
+};
 template <> struct WgMma<128> {
     static __device__ __forceinline__ void run(float (&d)[64], uint64_t a, uint64_t b, int sd = 1) { wgmma_n128(d, a, b, sd); }
 };
@@ -198,6 +203,84 @@ static __device__ __forceinline__ void wg_step(float (&acc0)[BN / 2], float (&ac
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
+
+/* n full barriers from bar on (one arrival each), seen by the whole block */
+static __device__ __forceinline__ void wg_bars_init(uint32_t bar, int n)
+{
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < n; ++i)
+            mb_init(bar + 8 * i);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+}
+
+/* k_wg_conv's and k_wg_conv_tc's block: its first output row, depth slice and item */
+static __device__ __forceinline__ void wg_block(const WgArgs &a, int *y0, int *z, int *n)
+{
+    int bx = blockIdx.x;
+    const int hq = a.H / WG_ROWS;
+    *y0 = (bx % hq) * WG_ROWS;
+    bx /= hq;
+    *z = bx % a.D, *n = bx / a.D;
+}
+
+/*
+ * k_wg_conv's and k_wg_conv_tc's main loop, sums from zero: step s reads
+ * input box s / TAPS (slot r % SA, waited on at its first step) and weight
+ * slot s % SB; row0(tap) gives the warpgroup's first input row in the box
+ * for tap s % TAPS. Thread 0 issues the first P steps' loads, then refills
+ * the slots of step s - 1 with step s + P - 1's once both warpgroups are
+ * past it (P <= SB - 1).
+ */
+template <int BN, int KC, int AROWS, int TAPS, int SA, int SB, int P, int A_SLOT, int B_SLOT, class Produce, class Row0>
+static __device__ __forceinline__ void wg_loop(float (&acc0)[BN / 2], float (&acc1)[BN / 2], int steps, uint32_t bar, uint32_t sa0, uint32_t sb0,
+                                               int ws, Produce produce, Row0 row0)
+{
+    const int t = threadIdx.x;
+    if (t == 0)
+        for (int s = 0; s < P && s < steps; ++s)
+            produce(s);
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i)
+        acc0[i] = 0.0f, acc1[i] = 0.0f;
+    for (int s = 0; s < steps; ++s) {
+        const int tap = s % TAPS, r = s / TAPS;
+        if (tap == 0)
+            mb_wait(bar + 8 * (r % SA), (r / SA) & 1);
+        mb_wait(bar + 8 * (SA + s % SB), (s / SB) & 1);
+        const uint32_t sa = sa0 + (r % SA) * A_SLOT, sb = sb0 + (s % SB) * B_SLOT;
+        const int a0 = row0(tap);
+        wg_step<BN, KC, AROWS>(acc0, acc1, sa, a0, a0 + ws, sb, false);
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");   /* step s - 1 is done in this warpgroup */
+        wg_fence(acc0);
+        wg_fence(acc1);
+        __syncthreads();
+        if (t == 0 && s + P < steps)
+            produce(s + P);
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    wg_fence(acc0);
+    wg_fence(acc1);
+}
+
+/* y's columns col (and col + 1 when pair) from v0, v1 (bias added): + y (a.acc), relu (a.relu), one rounding */
+static __device__ __forceinline__ void wg_out(__half *yp, bool pair, float v0, float v1, const WgArgs &a)
+{
+    if (pair) {
+        if (a.acc) {
+            const float2 o = __half22float2(*(const __half2 *)yp);
+            v0 += o.x, v1 += o.y;
+        }
+        if (a.relu)
+            v0 = fmaxf(v0, 0.0f), v1 = fmaxf(v1, 0.0f);
+        *(__half2 *)yp = __floats2half2_rn(v0, v1);
+    } else {
+        if (a.acc)
+            v0 += __half2float(*yp);
+        *yp = __float2half_rn(a.relu ? fmaxf(v0, 0.0f) : v0);
+    }
+}
 #endif
 
 /*
@@ -216,18 +299,11 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) k_wg_conv(const __grid_c
     const int t = threadIdx.x;
     const uint32_t base = (wg_smem(wg_raw) + 1023) & ~1023u;   /* the swizzle repeats every 256 bytes; TMA wants 128 */
     const uint32_t sa0 = base, sb0 = base + SA * G::A_SLOT, bar = sb0 + SB * G::B_SLOT;   /* barriers: inputs SA, weights SB */
-    int bx = blockIdx.x;
-    const int hq = a.H / WG_ROWS, y0 = (bx % hq) * WG_ROWS;
-    bx /= hq;
-    const int z = bx % a.D, n = bx / a.D;
+    int y0, z, n;
+    wg_block(a, &y0, &z, &n);
     const int cc_n = a.C / BK, steps = a.kd * a.kh * cc_n * KW;
 
-    if (t == 0) {
-        for (int i = 0; i < SA + SB; ++i)
-            mb_init(bar + 8 * i);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
+    wg_bars_init(bar, SA + SB);
     /* step s = ((dz * kh + dy) * chunks + cc) * KW + dx (chunks of BK channels); the rows of (dz, dy, cc) arrive with its dx = 0 */
     auto produce = [&](int s) {
         const int dx = s % KW, r = s / KW, cc = r % cc_n, tz = r / cc_n, dy = tz % a.kh, dz = tz / a.kh;
@@ -245,33 +321,12 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) k_wg_conv(const __grid_c
         for (int kc = 0; kc < KC; ++kc)
             tma_2d(sb0 + slot * G::B_SLOT + kc * BN * 32, &tmw, k0 + kc * 16, 0, mb);
     };
-    if (t == 0)
-        for (int s = 0; s < P && s < steps; ++s)
-            produce(s);
 
     float acc0[BN / 2], acc1[BN / 2];
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i)
-        acc0[i] = 0.0f, acc1[i] = 0.0f;
     const int wg = t >> 7;
-    for (int s = 0; s < steps; ++s) {
-        const int dx = s % KW, r = s / KW;
-        if (dx == 0)
-            mb_wait(bar + 8 * (r % SA), (r / SA) & 1);
-        mb_wait(bar + 8 * (SA + s % SB), (s / SB) & 1);
-        const uint32_t sa = sa0 + (r % SA) * G::A_SLOT, sb = sb0 + (s % SB) * G::B_SLOT;
-        wg_step<BN, KC, AROWS>(acc0, acc1, sa, (2 * wg) * WS + dx, (2 * wg + 1) * WS + dx, sb, false);
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");   /* step s - 1 is done in this warpgroup */
-        wg_fence(acc0);
-        wg_fence(acc1);
-        /* after the barrier both warpgroups are done with step s - 1: its slots may be refilled (P <= SB - 1) */
-        __syncthreads();
-        if (t == 0 && s + P < steps)
-            produce(s + P);
-    }
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    wg_fence(acc0);
-    wg_fence(acc1);
+    /* tap dx: the warpgroup's rows 2 wg, 2 wg + 1 of the box, shifted by dx pixels */
+    wg_loop<BN, KC, AROWS, KW, SA, SB, P, G::A_SLOT, G::B_SLOT>(acc0, acc1, steps, bar, sa0, sb0, WS, produce,
+                                                                 [&](int dx) { return 2 * wg * WS + dx; });
 
     /* the m64nN fragment: thread (warp w, lane l) holds rows 16w + l/4 (+8), columns 8j + 2(l%4) (+1) */
     const int warp = (t & 127) >> 5, lane = t & 31;
@@ -288,27 +343,114 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) k_wg_conv(const __grid_c
                 b1 = col + 1 < a.O ? ditto_ld(a.bias, col + 1, a.bias_f16) : 0.0f;
             }
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                __half *yp = y + (prow + warp * 16 + (lane >> 2) + 8 * h) * a.ldy + col;
-                float v0 = acc[4 * j + 2 * h] + b0, v1 = acc[4 * j + 2 * h + 1] + b1;
-                if (col + 1 < a.O) {
-                    if (a.acc) {
-                        const float2 o = __half22float2(*(const __half2 *)yp);
-                        v0 += o.x, v1 += o.y;
-                    }
-                    if (a.relu)
-                        v0 = fmaxf(v0, 0.0f), v1 = fmaxf(v1, 0.0f);
-                    *(__half2 *)yp = __floats2half2_rn(v0, v1);
-                } else {
-                    if (a.acc)
-                        v0 += __half2float(*yp);
-                    *yp = __float2half_rn(a.relu ? fmaxf(v0, 0.0f) : v0);
-                }
-            }
+            for (int h = 0; h < 2; ++h)
+                wg_out(y + (prow + warp * 16 + (lane >> 2) + 8 * h) * a.ldy + col, col + 1 < a.O, acc[4 * j + 2 * h] + b0,
+                       acc[4 * j + 2 * h + 1] + b1, a);
         }
     };
     store(acc0, 2 * wg);
     store(acc1, 2 * wg + 1);
+#endif
+}
+
+/*
+ * Narrow 3x3(x3) convolutions (up to 32 outputs, rows of 64) with the kw
+ * taps as columns: the hourglass's 128 -> 32, where cuDNN's depth split
+ * runs at about 210 TFLOP/s. A block computes 4 output rows into 96
+ * columns, three blocks of 32 (OB), Q[p, dx OB + o] = sum over (dz, dy, c)
+ * of x[p, ..] w[o, dz, dy, dx, c], so each step (dz, channel chunk, dy) is
+ * one wide GEMM step; the epilogue adds y[p, o] = Q[p - 1, o] + Q[p, OB + o]
+ * + Q[p + 1, 2 OB + o] through shared memory (Q is 0 past the row: the
+ * padding). One box of 6 input rows (64 pixels, no halo) per (dz, chunk)
+ * serves the 3 dy steps (descriptors shifted by dy rows); the last chunk
+ * may run past C (TMA zero fill, the next tap's weights times zeros).
+ */
+struct WgTcCfg {
+    static constexpr int BN = 96, OB = 32, BK = 64, KC = BK / 16, WS = 64, BOXR = WG_ROWS + 2, AROWS = BOXR * WS, TAPS = 3;
+    static constexpr int A_BYTES = AROWS * BK * 2, B_BYTES = BN * BK * 2;
+    static constexpr int A_SLOT = (A_BYTES + 1023) / 1024 * 1024, B_SLOT = (B_BYTES + 1023) / 1024 * 1024;
+    static constexpr int SA = 2, SB = 4, P = 3;   /* loads P steps ahead: P <= SB - 1 and <= (SA - 1) * TAPS */
+    static constexpr int QS = BN + 8;             /* Q's float row stride in shared memory (over the pipeline's slots) */
+    static constexpr size_t PIPE = (size_t)SA * A_SLOT + (size_t)SB * B_SLOT, QB = (size_t)WG_ROWS * 64 * QS * 4;
+    static constexpr size_t SMEM = 1024 + (PIPE > QB ? PIPE : QB) + 8 * (SA + SB);
+    static_assert(P <= SB - 1 && P <= (SA - 1) * TAPS, "load distance");
+};
+
+/* x (N, D, H, 64, C) through tmx (boxes of 16 channels x 64 pixels x 6 rows), w (O, kd, 3, 3, C) through tmw (boxes of 16 x 32), y as k_wg_conv's */
+static __global__ void __launch_bounds__(WG_THREADS, 1) k_wg_conv_tc(const __grid_constant__ CUtensorMap tmx, const __grid_constant__ CUtensorMap tmw,
+                                                                     __half *__restrict__ y, WgArgs a)
+{
+#ifdef WG_DEVICE
+    typedef WgTcCfg G;
+    constexpr int BN = G::BN, OB = G::OB, BK = G::BK, WS = G::WS, AROWS = G::AROWS, KC = G::KC, TAPS = G::TAPS, SA = G::SA, SB = G::SB, P = G::P;
+    extern __shared__ __align__(1024) uint8_t wg_raw[];
+    const int t = threadIdx.x;
+    const uint32_t base = (wg_smem(wg_raw) + 1023) & ~1023u;
+    const uint32_t sa0 = base, sb0 = base + SA * G::A_SLOT, bar = base + (uint32_t)(G::PIPE > G::QB ? G::PIPE : G::QB);
+    int y0, z, n;
+    wg_block(a, &y0, &z, &n);
+    const int cc_n = (a.C + BK - 1) / BK, steps = a.kd * cc_n * TAPS;
+
+    wg_bars_init(bar, SA + SB);
+    /* step s = (dz * chunks + cc) * 3 + dy; the box of (dz, cc) arrives with its dy = 0 */
+    auto produce = [&](int s) {
+        const int dy = s % TAPS, r = s / TAPS, cc = r % cc_n, dz = r / cc_n;
+        if (dy == 0) {
+            const uint32_t slot = r % SA, mb = bar + 8 * slot;
+            mb_expect(mb, G::A_BYTES);
+#pragma unroll
+            for (int kc = 0; kc < KC; ++kc)
+                tma_5d(sa0 + slot * G::A_SLOT + kc * AROWS * 32, &tmx, cc * BK + kc * 16, 0, y0 - a.ph, z - a.pd + dz, n, mb);
+        }
+        const uint32_t slot = s % SB, mb = bar + 8 * (SA + slot);
+        mb_expect(mb, G::B_BYTES);
+#pragma unroll
+        for (int dx = 0; dx < 3; ++dx) {   /* tap dx's weights in column block dx; past C: the next tap's weights times zeros */
+            const int k0 = ((dz * 3 + dy) * 3 + dx) * a.C + cc * BK;
+#pragma unroll
+            for (int kc = 0; kc < KC; ++kc)
+                tma_2d(sb0 + slot * G::B_SLOT + (kc * BN + dx * OB) * 32, &tmw, k0 + kc * 16, 0, mb);
+        }
+    };
+
+    float acc0[BN / 2], acc1[BN / 2];
+    const int wg = t >> 7;
+    /* tap dy: the warpgroup's rows 2 wg, 2 wg + 1 of the box, shifted by dy rows */
+    wg_loop<BN, KC, AROWS, TAPS, SA, SB, P, G::A_SLOT, G::B_SLOT>(acc0, acc1, steps, bar, sa0, sb0, WS, produce,
+                                                                   [&](int dy) { return (2 * wg + dy) * WS; });
+
+    /* Q to shared memory over the pipeline's slots (every wgmma and load is done), then the shifted sums */
+    __syncthreads();
+    float *q = (float *)(wg_raw + (base - wg_smem(wg_raw)));
+    const int warp = (t & 127) >> 5, lane = t & 31;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int px = 2 * wg * 64 + warp * 16 + (lane >> 2) + 8 * h, col = j * 8 + 2 * (lane & 3);
+            *(float2 *)(q + px * G::QS + col) = make_float2(acc0[4 * j + 2 * h], acc0[4 * j + 2 * h + 1]);
+            *(float2 *)(q + (px + 64) * G::QS + col) = make_float2(acc1[4 * j + 2 * h], acc1[4 * j + 2 * h + 1]);
+        }
+    __syncthreads();
+    const int op = (a.O + 1) / 2;   /* column pairs */
+    for (int i = t; i < WG_ROWS * 64 * op; i += WG_THREADS) {
+        const int px = i / op, col = 2 * (i % op), xq = px % 64;
+        const float *qc = q + px * G::QS + col;
+        float2 v = *(const float2 *)(qc + OB);
+        if (xq > 0) {
+            const float2 l = *(const float2 *)(qc - G::QS);
+            v.x += l.x, v.y += l.y;
+        }
+        if (xq < 63) {
+            const float2 rr = *(const float2 *)(qc + G::QS + 2 * OB);
+            v.x += rr.x, v.y += rr.y;
+        }
+        if (a.bias) {
+            v.x += ditto_ld(a.bias, col, a.bias_f16);
+            v.y += col + 1 < a.O ? ditto_ld(a.bias, col + 1, a.bias_f16) : 0.0f;
+        }
+        wg_out(y + ((((int64_t)n * a.D + z) * a.H + y0 + px / 64) * 64 + xq) * a.ldy + col, col + 1 < a.O, v.x, v.y, a);
+    }
 #endif
 }
 
@@ -651,6 +793,7 @@ static bool wg_device(DittoBackend *be)
         ok = ok && cudaFuncSetAttribute(k_wg_conv<144, 48, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgCfg<144, 48, 3>::SMEM) == cudaSuccess;
         ok = ok && cudaFuncSetAttribute(k_wg_conv<160, 48, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgCfg<160, 48, 3>::SMEM) == cudaSuccess;
         ok = ok && cudaFuncSetAttribute(k_wg_conv<160, 48, 7>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgCfg<160, 48, 7>::SMEM) == cudaSuccess;
+        ok = ok && cudaFuncSetAttribute(k_wg_conv_tc, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgTcCfg::SMEM) == cudaSuccess;
         ok = ok && cudaFuncSetAttribute(k_wg_spade<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SpCfg::SMEM) == cudaSuccess;
         ok = ok && cudaFuncSetAttribute(k_wg_spade<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SpCfg::SMEM) == cudaSuccess;
         cudaGetLastError();
@@ -660,14 +803,18 @@ static bool wg_device(DittoBackend *be)
 }
 
 /*
- * The instantiated tiles, all with 48-channel steps: kw 3 with 129-144 and
- * 145-160 outputs (the hourglass's last convolution, 144 -> 144), kw 7 with
- * 129-160 (the mask head's depth split, 144 -> 7 x 22). 0: none.
+ * The instantiated tiles: 48-channel steps, kw 3 with 129-144 and 145-160
+ * outputs (the hourglass's last convolution, 144 -> 144), kw 7 with 129-160
+ * (the mask head's depth split, 144 -> 7 x 22); up to 32 outputs at 3x3(x3)
+ * with the taps as columns (k_wg_conv_tc: the hourglass's 128 -> 32), C a
+ * multiple of 8. 0: none.
  */
-enum { WG_NONE, WG_144_48_3, WG_160_48_3, WG_160_48_7 };
+enum { WG_NONE, WG_144_48_3, WG_160_48_3, WG_160_48_7, WG_96_TC };
 
 static int wg_tile(const DittoWgConv *c)
 {
+    if (c->O <= 32)
+        return c->kh == 3 && c->kw == 3 && c->C % 8 == 0 ? WG_96_TC : WG_NONE;
     if (c->O <= 128 || c->O > 160 || c->C % 48)
         return WG_NONE;
     if (c->kw == 3)
@@ -686,41 +833,69 @@ bool ditto_cuda_wg_fits(DittoBackend *be, const DittoWgConv *c)
            c->ldy % 2 == 0;
 }
 
+/*
+ * The tensor maps and arguments of a k_wg_conv / k_wg_conv_tc launch: x
+ * (C, W, H, D, N) innermost first in boxes of 16 channels x ws pixels x
+ * boxr rows, zeros outside (and past C); w (K, O), K = kd kh kw C, in boxes
+ * of 16 x bn (rows past O read as zeros).
+ */
+static int wg_prepare(DittoBackend *be, const DittoWgConv *c, int ws, int boxr, int bn, CUtensorMap *mx, CUtensorMap *mw, WgArgs *a)
+{
+    EncodeTiledFn enc = encode_tiled();
+    const cuuint64_t dx[5] = { (cuuint64_t)c->C, 64, (cuuint64_t)c->H, (cuuint64_t)c->D, (cuuint64_t)c->N };
+    const cuuint64_t sx[4] = { (cuuint64_t)c->C * 2, (cuuint64_t)c->C * 128, (cuuint64_t)(c->C * 128 * c->H),
+                               (cuuint64_t)(c->C * 128 * c->H * c->D) };
+    const cuuint32_t bx[5] = { 16, (cuuint32_t)ws, (cuuint32_t)boxr, 1, 1 }, one[5] = { 1, 1, 1, 1, 1 };
+    CUresult r = enc(mx, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 5, (void *)c->x, dx, sx, bx, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     CU_TENSOR_MAP_SWIZZLE_32B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const int64_t K = (int64_t)c->kd * c->kh * c->kw * c->C;
+    const cuuint64_t dw[2] = { (cuuint64_t)K, (cuuint64_t)c->O }, sw[1] = { (cuuint64_t)K * 2 };
+    const cuuint32_t bw[2] = { 16, (cuuint32_t)bn };
+    if (r == CUDA_SUCCESS)
+        r = enc(mw, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)c->w, dw, sw, bw, one, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_32B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return ditto_fail(&be->log, DITTO_ERR_BACKEND, "op conv: cuTensorMapEncodeTiled failed (%d) for the wgmma convolution", (int)r);
+    a->D = (int)c->D, a->H = (int)c->H, a->C = (int)c->C, a->O = (int)c->O, a->kd = c->kd, a->kh = c->kh;
+    a->pd = c->kd / 2, a->ph = c->kh / 2, a->pw = c->kw / 2, a->ldy = (int)c->ldy;
+    a->bias = c->bias, a->bias_f16 = c->bias_f16, a->relu = c->relu, a->acc = c->acc;
+    return 0;
+}
+
 template <int BN, int BK, int KW>
 static int wg_launch(DittoBackend *be, const DittoWgConv *c)
 {
     typedef WgCfg<BN, BK, KW> G;
-    DittoCuda *cu = ditto_cuda(be);
-    EncodeTiledFn enc = encode_tiled();
     CUtensorMap mx, mw;
-    /* x: (C, W, H, D, N) innermost first; boxes of 16 channels x WS pixels x 4 rows, zeros outside */
-    const cuuint64_t dx[5] = { (cuuint64_t)c->C, 64, (cuuint64_t)c->H, (cuuint64_t)c->D, (cuuint64_t)c->N };
-    const cuuint64_t sx[4] = { (cuuint64_t)c->C * 2, (cuuint64_t)c->C * 128, (cuuint64_t)(c->C * 128 * c->H),
-                               (cuuint64_t)(c->C * 128 * c->H * c->D) };
-    const cuuint32_t bx[5] = { 16, G::WS, WG_ROWS, 1, 1 }, one[5] = { 1, 1, 1, 1, 1 };
-    CUresult r = enc(&mx, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 5, (void *)c->x, dx, sx, bx, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                     CU_TENSOR_MAP_SWIZZLE_32B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    /* w: (K, O) innermost first, K = kd * kh * kw * C; boxes of 16 x BN (rows past O read as zeros) */
-    const int64_t K = (int64_t)c->kd * c->kh * c->kw * c->C;
-    const cuuint64_t dw[2] = { (cuuint64_t)K, (cuuint64_t)c->O }, sw[1] = { (cuuint64_t)K * 2 };
-    const cuuint32_t bw[2] = { 16, BN };
-    if (r == CUDA_SUCCESS)
-        r = enc(&mw, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)c->w, dw, sw, bw, one, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_32B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        return ditto_fail(&be->log, DITTO_ERR_BACKEND, "op conv: cuTensorMapEncodeTiled failed (%d) for the wgmma convolution", (int)r);
+    WgArgs a;
+    DITTO_TRY(wg_prepare(be, c, G::WS, WG_ROWS, BN, &mx, &mw, &a));
     static bool logged;   /* per instantiation: which convolutions take this tile */
     if (!logged) {
         ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: sm_90a wgmma kernel, %dx%d tile, kw %d, for C %lld -> O %lld at %lldx%lldx64", BN, BK, KW,
                   (long long)c->C, (long long)c->O, (long long)c->D, (long long)c->H);
         logged = true;
     }
-    WgArgs a;
-    a.D = (int)c->D, a.H = (int)c->H, a.C = (int)c->C, a.O = (int)c->O, a.kd = c->kd, a.kh = c->kh;
-    a.pd = c->kd / 2, a.ph = c->kh / 2, a.pw = KW / 2, a.ldy = (int)c->ldy;
-    a.bias = c->bias, a.bias_f16 = c->bias_f16, a.relu = c->relu, a.acc = c->acc;
     const unsigned blocks = (unsigned)(c->N * c->D * (c->H / WG_ROWS));
-    k_wg_conv<BN, BK, KW><<<blocks, WG_THREADS, G::SMEM, cu->stream>>>(mx, mw, (__half *)c->y, a);
+    k_wg_conv<BN, BK, KW><<<blocks, WG_THREADS, G::SMEM, ditto_cuda(be)->stream>>>(mx, mw, (__half *)c->y, a);
+    DITTO_CUDA_LAUNCHED(be);
+    return 0;
+}
+
+/* k_wg_conv_tc's launch: boxes of 6 rows of 64 pixels (no halo), weights in boxes of 16 x 32 (one tap) */
+static int wg_launch_tc(DittoBackend *be, const DittoWgConv *c)
+{
+    typedef WgTcCfg G;
+    CUtensorMap mx, mw;
+    WgArgs a;
+    DITTO_TRY(wg_prepare(be, c, G::WS, G::BOXR, G::OB, &mx, &mw, &a));
+    static bool logged;
+    if (!logged) {
+        ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: sm_90a wgmma kernel, taps as columns, for C %lld -> O %lld at %lldx%lldx64",
+                  (long long)c->C, (long long)c->O, (long long)c->D, (long long)c->H);
+        logged = true;
+    }
+    const unsigned blocks = (unsigned)(c->N * c->D * (c->H / WG_ROWS));
+    k_wg_conv_tc<<<blocks, WG_THREADS, G::SMEM, ditto_cuda(be)->stream>>>(mx, mw, (__half *)c->y, a);
     DITTO_CUDA_LAUNCHED(be);
     return 0;
 }
@@ -732,6 +907,7 @@ int ditto_cuda_wg_conv(DittoBackend *be, const DittoWgConv *c)
     switch (wg_tile(c)) {
     case WG_144_48_3: return wg_launch<144, 48, 3>(be, c);
     case WG_160_48_3: return wg_launch<160, 48, 3>(be, c);
+    case WG_96_TC: return wg_launch_tc(be, c);
     default: return wg_launch<160, 48, 7>(be, c);
     }
 }

@@ -1,8 +1,9 @@
 /*
  * The sm_90a convolution (conv_wg.cu): channels-last f16, stride 1, "same"
- * padding, rows of 64 pixels, 129-160 outputs (tiles of 144 and 160; see
- * wg_tile for the channel and kernel sizes). Built only where the CUDA
- * architectures include 90 (DITTO_HAVE_WG); elsewhere nothing fits.
+ * padding, rows of 64 pixels, 129-160 outputs (tiles of 144 and 160) or up
+ * to 32 at 3x3(x3) (taps as columns; see wg_tile for the channel and kernel
+ * sizes). Built only where the CUDA architectures include 90
+ * (DITTO_HAVE_WG); elsewhere nothing fits.
  */
 #ifndef DITTO_CONV_WG_H
 #define DITTO_CONV_WG_H
