@@ -75,6 +75,11 @@ static void usage(FILE *f)
             "                   serial run; default: as a render session (2 on cuda, 1 on the\n"
             "                   cpu; DITTO_LANES=1|2 overrides); --lanes 1 times warp and\n"
             "                   decoder apart\n"
+            "  --skip-ops LIST  measurement only: do not run the ops LIST names, so each\n"
+            "                   stage time drops by what they cost in it (the images are\n"
+            "                   wrong); LIST is NAME[:TEXT];... and TEXT must occur in the\n"
+            "                   op's shapes as --profile prints them, e.g.\n"
+            "                   'conv:w(512,512,3,3);copy'\n"
             "  --quiet          print only the table\n"
             "  --verbose        log backend decisions (e.g. which convolutions run batched)\n"
             "  -h, --help       this text\n\n"
@@ -422,7 +427,7 @@ int ditto_cmd_bench(int argc, char **argv)
             return ditto_bench_e2e(argc, argv);
         else if (!strcmp(argv[i], "--lmdm"))
             return ditto_bench_lmdm(argc, argv);
-    const char *backend = "cpu", *json = NULL, *batches = "1";
+    const char *backend = "cpu", *json = NULL, *batches = "1", *skip_ops = NULL;
     int iters = -1, warmup = 1, threads = 0, small = 0, quiet = 0, fp16 = 0, profile = 0, graph = 0, verbose = 0, fid = 0, loop = 0;
     int lanes = 0;
     static const struct option opts[] = {
@@ -431,7 +436,7 @@ int ditto_cmd_bench(int argc, char **argv)
         { "json", required_argument, 0, 'j' },    { "quiet", no_argument, 0, 'q' },         { "help", no_argument, 0, 'h' },
         { "fp16", no_argument, 0, 'f' },          { "profile", optional_argument, 0, 'P' },
         { "graph", no_argument, 0, 'g' },         { "verbose", no_argument, 0, 'v' },     { "fidelity", no_argument, 0, 'F' },
-        { "loop", no_argument, 0, 'L' },         { "lanes", required_argument, 0, 'l' },
+        { "loop", no_argument, 0, 'L' },         { "lanes", required_argument, 0, 'l' },   { "skip-ops", required_argument, 0, 'S' },
         { 0, 0, 0, 0 },
     };
     int c;
@@ -452,6 +457,7 @@ int ditto_cmd_bench(int argc, char **argv)
         case 'F': fid = 1; break;
         case 'L': loop = 1; break;
         case 'l': lanes = atoi(optarg); break;
+        case 'S': skip_ops = optarg; break;
         case 'P': profile = optarg ? atoi(optarg) : 40; if (profile <= 0) profile = 40; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -516,6 +522,10 @@ int ditto_cmd_bench(int argc, char **argv)
     if (!quiet)
         fprintf(stderr, "ditto bench: %s backend, %s storage, %s networks with synthetic weights (built in %.2f s)\n", be->name,
                 ditto_dtype_name(be->act_dtype), full ? "official-size" : "small", load_s);
+    if (skip_ops && *skip_ops) {   /* after the load: the networks' own preparation runs in full */
+        be->skip_ops = skip_ops;
+        fprintf(stderr, "ditto bench: measurement only: ops matching '%s' are not run, the images are wrong\n", skip_ops);
+    }
 
     FILE *jf = NULL;
     if (json && !(jf = fopen(json, "w"))) {

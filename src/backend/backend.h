@@ -101,6 +101,13 @@ typedef struct DittoBackend {
     void (*mark_free)(struct DittoBackend *be, void *mark);
     struct DittoProfile *prof;  /* the recorder while profiling (ditto_profile_start), else NULL */
     /*
+     * Measurement only (ditto bench --skip-ops): ops matching this list are
+     * not run, so what they would write keeps its old contents. NULL: all run.
+     * "NAME[:TEXT];..." matches op NAME whose "NAME x -> y wW" shape text
+     * contains TEXT, e.g. "conv:w(512,512,3,3);copy".
+     */
+    const char *skip_ops;
+    /*
      * Graph capture (CUDA graphs; NULL on backends without it): ops issued
      * between capture_begin and capture_end are recorded instead of run, and
      * graph_launch replays them in stream order. Every buffer the recorded ops

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -115,7 +116,33 @@ static int norm_axis(int axis, int ndim)
 }
 
 /* Dispatch to the backend; with the profiler on, timing marks around the call. */
-#define CALL_W(op, xt, wt, yt, expr) do { if (!be->prof) return (expr); ditto_profile_op(be, op, xt, wt, yt, false); int r_ = (expr); ditto_profile_op(be, op, xt, wt, yt, true); return r_; } while (0)
+/* be->skip_ops (measurement): whether op on these tensors is listed there */
+static bool op_skipped(const DittoBackend *be, DittoOp op, const DittoTensor *x, const DittoTensor *w, const DittoTensor *y)
+{
+    char desc[3 * DITTO_SHAPE_STR_MAX + 64], a[DITTO_SHAPE_STR_MAX], b[DITTO_SHAPE_STR_MAX], c[DITTO_SHAPE_STR_MAX];
+    const char *name = ditto_op_name(op);
+    snprintf(desc, sizeof desc, "%s %s -> %s w%s", name, x ? ditto_shape_str(x->shape, x->ndim, a, sizeof a) : "-",
+             y ? ditto_shape_str(y->shape, y->ndim, b, sizeof b) : "-", w ? ditto_shape_str(w->shape, w->ndim, c, sizeof c) : "-");
+    const size_t nl = strlen(name);
+    for (const char *e = be->skip_ops; *e;) {
+        const char *end = strchr(e, ';');
+        const size_t len = end ? (size_t)(end - e) : strlen(e);
+        if (len >= nl && !strncmp(e, name, nl) && (len == nl || e[nl] == ':')) {
+            char text[256];
+            const size_t tl = len > nl ? len - nl - 1 : 0;
+            if (tl < sizeof text) {
+                memcpy(text, e + nl + (len > nl), tl);
+                text[tl] = 0;
+                if (strstr(desc, text))
+                    return true;
+            }
+        }
+        e += len + (end != NULL);
+    }
+    return false;
+}
+
+#define CALL_W(op, xt, wt, yt, expr) do { if (be->skip_ops && op_skipped(be, op, xt, wt, yt)) return 0; if (!be->prof) return (expr); ditto_profile_op(be, op, xt, wt, yt, false); int r_ = (expr); ditto_profile_op(be, op, xt, wt, yt, true); return r_; } while (0)
 #define CALL(op, xt, yt, expr) CALL_W(op, xt, NULL, yt, expr)
 
 #define NEED(op, field) do { if (!be->ops.field) return unsupported(be, op); } while (0)

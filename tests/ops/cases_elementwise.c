@@ -332,8 +332,41 @@ static void fill_f32_case(TestCtx *c, const char *name, int ndim, const int64_t 
     tt_free(y);
 }
 
+/*
+ * be->skip_ops (ditto bench --skip-ops, measurement): a listed op leaves y as
+ * it was; an op of another name, of a prefix of the name or of other
+ * shapes runs.
+ */
+static void fill_skip_case(TestCtx *c)
+{
+    if (!test_selected(c, "fill/skip_ops"))
+        return;
+    static const struct {
+        const char *list;
+        float want;
+    } tab[] = { { "copy;fill:(3,5,7)", 1.0f }, { "fill", 1.0f }, { "fill:(3,5,8)", 2.0f }, { "fil;fill_x;conv", 2.0f }, { "", 2.0f } };
+    bool ok = true;
+    for (size_t k = 0; k < sizeof tab / sizeof *tab && ok; k++) {
+        TT *y = new_out(c, DITTO_F32, 3, (int64_t[]){ 3, 5, 7 });
+        int rc = ditto_op_fill(c->be, 1.0f, &y->dev);
+        c->be->skip_ops = tab[k].list;
+        if (rc >= 0)
+            rc = ditto_op_fill(c->be, 2.0f, &y->dev);
+        c->be->skip_ops = NULL;
+        ok = rc >= 0 && tt_to_host(y) >= 0 && tt_guards_ok(y);
+        for (int i = 0; i < 105 && ok; i++)
+            ok = ((const float *)y->host.data)[i] == tab[k].want;
+        if (!ok)
+            test_report(c, "fill/skip_ops", false, "list '%s': rc %d", tab[k].list, rc);
+        tt_free(y);
+    }
+    if (ok)
+        test_report(c, "fill/skip_ops", true, "");
+}
+
 static void test_fill(TestCtx *c)
 {
+    fill_skip_case(c);
     fill_f32_case(c, "fill/f32", 3, (int64_t[]){ 3, 5, 7 }, -1.25f);
     fill_f32_case(c, "fill/f32_scalar", 0, NULL, 3.5f);
     fill_f32_case(c, "fill/f32_large", 3, (int64_t[]){ 3, 97, 211 }, 0.125f);
