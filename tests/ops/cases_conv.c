@@ -291,9 +291,10 @@ static const ConvCase nhwc_cases[] = {
     { "3x3x3 p1 c8 O40", 3, 2, 16, 40, { 3, 5, 6 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
     { "3x3x3 p1 C14 O22", 3, 2, 14, 22, { 3, 5, 6 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
     { "3x3x3 s(1,2,2) p1 c8", 3, 2, 8, 16, { 3, 7, 6 }, { 3, 3, 3 }, { 1, 2, 2 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
-    /* CUDA f16 on sm_90: the wgmma kernel (rows of 64, C a multiple of 48, 129-160 outputs), tiles of 144 and 160 columns */
+    /* CUDA f16 on sm_90: the wgmma kernel (rows of 64, C a multiple of 48, 129-160 outputs), tiles of 144 and 160 columns, a box per dz at kh 3 */
     { "3x3x3 p1 C48 O136 W64 (wgmma)", 3, 1, 48, 136, { 2, 4, 64 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
     { "3x3x3 p1 C96 O160 D1 W64 (wgmma)", 3, 1, 96, 160, { 1, 4, 64 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
+    { "3x5x3 p(1,2,1) C48 O144 W64 (wgmma, a box per dy)", 3, 1, 48, 144, { 2, 4, 64 }, { 3, 5, 3 }, { 0 }, { 1, 2, 1 }, { 1, 2, 1 }, { 0 }, 0 },
     /* up to 32 outputs at 3x3x3 in rows of 64: the taps as columns (C a multiple of 8; the last channel step zero-filled past C) */
     { "3x3x3 p1 C112 O32 W64 (wgmma, taps as columns)", 3, 1, 112, 32, { 2, 4, 64 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
     { "3x3x3 p1 C128 O32 W64 (wgmma, taps as columns)", 3, 2, 128, 32, { 2, 8, 64 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },

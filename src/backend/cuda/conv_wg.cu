@@ -31,6 +31,8 @@
  * convolution in one kernel, on the same instructions.
  */
 #include <cuda.h>
+#include <stdlib.h>
+#include <string.h>
 #ifdef DITTO_SPADE_PROBE
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,17 +57,21 @@ typedef struct WgArgs {
 
 /*
  * Tile geometry: BN output columns, BK channels a reduction step (BK / 16
- * wgmma k-steps), a block's 4 input rows WS pixels wide (64 + kw - 1
- * rounded up to 8).
+ * wgmma k-steps), input boxes WS pixels wide (64 + kw - 1 rounded up to 8).
+ * KH 0: a box holds the block's 4 input rows of one (dz, dy), read by the
+ * kw taps (TAPS steps); KH = kh: 4 + kh - 1 rows of one dz, read by all kh x
+ * kw taps (shifted by dy rows too), a third of the input's L2 traffic at kh 3.
  */
-template <int BN, int BK, int KW> struct WgCfg {
-    static constexpr int WS = (64 + KW - 1 + 7) / 8 * 8, AROWS = WG_ROWS * WS, KC = BK / 16;
+template <int BN, int BK, int KW, int KH> struct WgCfg {
+    static constexpr int WS = (64 + KW - 1 + 7) / 8 * 8, BOXR = KH ? WG_ROWS + KH - 1 : WG_ROWS, AROWS = BOXR * WS, KC = BK / 16;
+    static constexpr int TAPS = KH ? KH * KW : KW;
     static constexpr int A_BYTES = AROWS * BK * 2, B_BYTES = BN * BK * 2;
     static constexpr int A_SLOT = (A_BYTES + 1023) / 1024 * 1024, B_SLOT = (B_BYTES + 1023) / 1024 * 1024;
-    /* slots: input rows SA, weights SB, loads P steps ahead (P <= SB - 1 and <= (SA - 1) * KW, see the loop) */
-    static constexpr int SA = KW >= 7 ? 2 : 3, SB = KW >= 7 ? 6 : 5, P = KW >= 7 ? 5 : 4;
+    /* slots: input boxes SA, weights SB, loads P steps ahead (P <= SB - 1 and <= (SA - 1) * TAPS, see wg_loop) */
+    static constexpr int SA = KW >= 7 || KH ? 2 : 3, SB = KW >= 7 ? 6 : 5, P = KW >= 7 ? 5 : 4;
     static constexpr size_t SMEM = 1024 + (size_t)SA * A_SLOT + (size_t)SB * B_SLOT + 8 * (SA + SB);
-    static_assert(P <= SB - 1 && P <= (SA - 1) * KW, "load distance");
+    static_assert(P <= SB - 1 && P <= (SA - 1) * TAPS, "load distance");
+    static_assert(SMEM <= 227 * 1024, "shared memory");
 };
 
 #ifdef WG_DEVICE
@@ -231,9 +237,11 @@ static __device__ __forceinline__ void wg_block(const WgArgs &a, int *y0, int *z
  * slot s % SB; row0(tap) gives the warpgroup's first input row in the box
  * for tap s % TAPS. Thread 0 issues the first P steps' loads, then refills
  * the slots of step s - 1 with step s + P - 1's once both warpgroups are
- * past it (P <= SB - 1).
+ * past it (P <= SB - 1). SD0: the first step ignores the accumulators
+ * (scale-d 0) instead of their being zeroed first, which ptxas serializes
+ * the wgmma for (C7515) in some instantiations.
  */
-template <int BN, int KC, int AROWS, int TAPS, int SA, int SB, int P, int A_SLOT, int B_SLOT, class Produce, class Row0>
+template <int BN, int KC, int AROWS, int TAPS, int SA, int SB, int P, int A_SLOT, int B_SLOT, bool SD0, class Produce, class Row0>
 static __device__ __forceinline__ void wg_loop(float (&acc0)[BN / 2], float (&acc1)[BN / 2], int steps, uint32_t bar, uint32_t sa0, uint32_t sb0,
                                                int ws, Produce produce, Row0 row0)
 {
@@ -241,9 +249,10 @@ static __device__ __forceinline__ void wg_loop(float (&acc0)[BN / 2], float (&ac
     if (t == 0)
         for (int s = 0; s < P && s < steps; ++s)
             produce(s);
+    if (!SD0)
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i)
-        acc0[i] = 0.0f, acc1[i] = 0.0f;
+        for (int i = 0; i < BN / 2; ++i)
+            acc0[i] = 0.0f, acc1[i] = 0.0f;
     for (int s = 0; s < steps; ++s) {
         const int tap = s % TAPS, r = s / TAPS;
         if (tap == 0)
@@ -251,7 +260,7 @@ static __device__ __forceinline__ void wg_loop(float (&acc0)[BN / 2], float (&ac
         mb_wait(bar + 8 * (SA + s % SB), (s / SB) & 1);
         const uint32_t sa = sa0 + (r % SA) * A_SLOT, sb = sb0 + (s % SB) * B_SLOT;
         const int a0 = row0(tap);
-        wg_step<BN, KC, AROWS>(acc0, acc1, sa, a0, a0 + ws, sb, false);
+        wg_step<BN, KC, AROWS>(acc0, acc1, sa, a0, a0 + ws, sb, SD0 && s == 0);
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");   /* step s - 1 is done in this warpgroup */
         wg_fence(acc0);
         wg_fence(acc1);
@@ -288,31 +297,36 @@ static __device__ __forceinline__ void wg_out(__half *yp, bool pair, float v0, f
  * rows), w (O, kd, kh, kw, C) through tmw (2-D (O, K), boxes of 16 x BN),
  * y (N, D, H, 64, ldy): columns [0, O). Grid: N * D * H / 4 blocks.
  */
-template <int BN, int BK, int KW>
+template <int BN, int BK, int KW, int KH>
 static __global__ void __launch_bounds__(WG_THREADS, 1) k_wg_conv(const __grid_constant__ CUtensorMap tmx, const __grid_constant__ CUtensorMap tmw,
                                                                   __half *__restrict__ y, WgArgs a)
 {
 #ifdef WG_DEVICE
-    typedef WgCfg<BN, BK, KW> G;
-    constexpr int WS = G::WS, AROWS = G::AROWS, KC = G::KC, SA = G::SA, SB = G::SB, P = G::P;
+    typedef WgCfg<BN, BK, KW, KH> G;
+    constexpr int WS = G::WS, AROWS = G::AROWS, KC = G::KC, TAPS = G::TAPS, SA = G::SA, SB = G::SB, P = G::P;
     extern __shared__ __align__(1024) uint8_t wg_raw[];
     const int t = threadIdx.x;
     const uint32_t base = (wg_smem(wg_raw) + 1023) & ~1023u;   /* the swizzle repeats every 256 bytes; TMA wants 128 */
     const uint32_t sa0 = base, sb0 = base + SA * G::A_SLOT, bar = sb0 + SB * G::B_SLOT;   /* barriers: inputs SA, weights SB */
     int y0, z, n;
     wg_block(a, &y0, &z, &n);
-    const int cc_n = a.C / BK, steps = a.kd * a.kh * cc_n * KW;
+    const int khb = KH ? 1 : a.kh, cc_n = a.C / BK, steps = a.kd * khb * cc_n * TAPS;
 
     wg_bars_init(bar, SA + SB);
-    /* step s = ((dz * kh + dy) * chunks + cc) * KW + dx (chunks of BK channels); the rows of (dz, dy, cc) arrive with its dx = 0 */
+    /*
+     * step s = ((dz * khb + dyb) * chunks + cc) * TAPS + tap (chunks of BK
+     * channels), tap = dx, or dy * KW + dx with KH (dyb 0); the box of
+     * (dz, dyb, cc) arrives with its tap 0
+     */
     auto produce = [&](int s) {
-        const int dx = s % KW, r = s / KW, cc = r % cc_n, tz = r / cc_n, dy = tz % a.kh, dz = tz / a.kh;
-        if (dx == 0) {
+        const int tap = s % TAPS, r = s / TAPS, cc = r % cc_n, tz = r / cc_n, dyb = tz % khb, dz = tz / khb;
+        const int dy = KH ? tap / KW : dyb, dx = KH ? tap % KW : tap;
+        if (tap == 0) {
             const uint32_t slot = r % SA, mb = bar + 8 * slot;
             mb_expect(mb, G::A_BYTES);
 #pragma unroll
             for (int kc = 0; kc < KC; ++kc)
-                tma_5d(sa0 + slot * G::A_SLOT + kc * AROWS * 32, &tmx, cc * BK + kc * 16, -a.pw, y0 - a.ph + dy, z - a.pd + dz, n, mb);
+                tma_5d(sa0 + slot * G::A_SLOT + kc * AROWS * 32, &tmx, cc * BK + kc * 16, -a.pw, y0 - a.ph + dyb, z - a.pd + dz, n, mb);
         }
         const uint32_t slot = s % SB, mb = bar + 8 * (SA + slot);
         mb_expect(mb, G::B_BYTES);
@@ -324,9 +338,10 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) k_wg_conv(const __grid_c
 
     float acc0[BN / 2], acc1[BN / 2];
     const int wg = t >> 7;
-    /* tap dx: the warpgroup's rows 2 wg, 2 wg + 1 of the box, shifted by dx pixels */
-    wg_loop<BN, KC, AROWS, KW, SA, SB, P, G::A_SLOT, G::B_SLOT>(acc0, acc1, steps, bar, sa0, sb0, WS, produce,
-                                                                 [&](int dx) { return 2 * wg * WS + dx; });
+    /* tap (dy,) dx: the warpgroup's rows 2 wg, 2 wg + 1 of the box (+ dy with KH), shifted by dx pixels */
+    wg_loop<BN, KC, AROWS, TAPS, SA, SB, P, G::A_SLOT, G::B_SLOT, KH != 0>(acc0, acc1, steps, bar, sa0, sb0, WS, produce, [&](int tap) {
+        return KH ? (2 * wg + tap / KW) * WS + tap % KW : 2 * wg * WS + tap;
+    });
 
     /* the m64nN fragment: thread (warp w, lane l) holds rows 16w + l/4 (+8), columns 8j + 2(l%4) (+1) */
     const int warp = (t & 127) >> 5, lane = t & 31;
@@ -416,8 +431,8 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) k_wg_conv_tc(const __gri
     float acc0[BN / 2], acc1[BN / 2];
     const int wg = t >> 7;
     /* tap dy: the warpgroup's rows 2 wg, 2 wg + 1 of the box, shifted by dy rows */
-    wg_loop<BN, KC, AROWS, TAPS, SA, SB, P, G::A_SLOT, G::B_SLOT>(acc0, acc1, steps, bar, sa0, sb0, WS, produce,
-                                                                   [&](int dy) { return (2 * wg + dy) * WS; });
+    wg_loop<BN, KC, AROWS, TAPS, SA, SB, P, G::A_SLOT, G::B_SLOT, false>(acc0, acc1, steps, bar, sa0, sb0, WS, produce,
+                                                                          [&](int dy) { return (2 * wg + dy) * WS; });
 
     /* Q to shared memory over the pipeline's slots (every wgmma and load is done), then the shifted sums */
     __syncthreads();
@@ -785,14 +800,20 @@ static bool wg_device(DittoBackend *be)
     DittoCuda *cu = ditto_cuda(be);
     if (cu->wg_state == 0) {
         cudaDeviceProp prop;
-        size_t smem = WgCfg<160, 48, 3>::SMEM > WgCfg<160, 48, 7>::SMEM ? WgCfg<160, 48, 3>::SMEM : WgCfg<160, 48, 7>::SMEM;
+        size_t smem = WgCfg<160, 48, 3, 0>::SMEM > WgCfg<160, 48, 7, 0>::SMEM ? WgCfg<160, 48, 3, 0>::SMEM : WgCfg<160, 48, 7, 0>::SMEM;
         smem = smem > SpCfg::SMEM ? smem : SpCfg::SMEM;
         bool ok = cudaGetDeviceProperties(&prop, cu->device) == cudaSuccess && prop.major == 9 && prop.minor == 0 &&
                   prop.sharedMemPerBlockOptin >= smem && prop.multiProcessorCount > 0;
         cu->wg_sms = ok ? prop.multiProcessorCount : 0;
-        ok = ok && cudaFuncSetAttribute(k_wg_conv<144, 48, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgCfg<144, 48, 3>::SMEM) == cudaSuccess;
-        ok = ok && cudaFuncSetAttribute(k_wg_conv<160, 48, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgCfg<160, 48, 3>::SMEM) == cudaSuccess;
-        ok = ok && cudaFuncSetAttribute(k_wg_conv<160, 48, 7>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgCfg<160, 48, 7>::SMEM) == cudaSuccess;
+#define WG_ATTR(bn, kw, kh)                                                                                                           \
+    ok = ok && cudaFuncSetAttribute(k_wg_conv<bn, 48, kw, kh>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgCfg<bn, 48, kw, kh>::SMEM) == \
+                   cudaSuccess
+        WG_ATTR(144, 3, 0);
+        WG_ATTR(160, 3, 0);
+        WG_ATTR(144, 3, 3);
+        WG_ATTR(160, 3, 3);
+        WG_ATTR(160, 7, 0);
+#undef WG_ATTR
         ok = ok && cudaFuncSetAttribute(k_wg_conv_tc, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgTcCfg::SMEM) == cudaSuccess;
         ok = ok && cudaFuncSetAttribute(k_wg_spade<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SpCfg::SMEM) == cudaSuccess;
         ok = ok && cudaFuncSetAttribute(k_wg_spade<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SpCfg::SMEM) == cudaSuccess;
@@ -804,19 +825,27 @@ static bool wg_device(DittoBackend *be)
 
 /*
  * The instantiated tiles: 48-channel steps, kw 3 with 129-144 and 145-160
- * outputs (the hourglass's last convolution, 144 -> 144), kw 7 with 129-160
- * (the mask head's depth split, 144 -> 7 x 22); up to 32 outputs at 3x3(x3)
- * with the taps as columns (k_wg_conv_tc: the hourglass's 128 -> 32), C a
- * multiple of 8. 0: none.
+ * outputs (the hourglass's last convolution, 144 -> 144), at kh 3 with one
+ * box per dz read by all 9 taps (DITTO_CUDA_WGBOX=0: a box per (dz, dy),
+ * A/B), kw 7 with 129-160 (the mask head's depth split, 144 -> 7 x 22, a
+ * box per dy); up to 32 outputs at 3x3(x3) with the taps as columns
+ * (k_wg_conv_tc: the hourglass's 128 -> 32), C a multiple of 8. 0: none.
  */
-enum { WG_NONE, WG_144_48_3, WG_160_48_3, WG_160_48_7, WG_96_TC };
+enum { WG_NONE, WG_144_48_3, WG_160_48_3, WG_144_48_3B, WG_160_48_3B, WG_160_48_7, WG_96_TC };
 
 static int wg_tile(const DittoWgConv *c)
 {
+    static int box = -1;
+    if (box < 0) {
+        const char *e = getenv("DITTO_CUDA_WGBOX");
+        box = !(e && !strcmp(e, "0"));
+    }
     if (c->O <= 32)
         return c->kh == 3 && c->kw == 3 && c->C % 8 == 0 ? WG_96_TC : WG_NONE;
     if (c->O <= 128 || c->O > 160 || c->C % 48)
         return WG_NONE;
+    if (c->kw == 3 && c->kh == 3 && box)
+        return c->O <= 144 ? WG_144_48_3B : WG_160_48_3B;
     if (c->kw == 3)
         return c->O <= 144 ? WG_144_48_3 : WG_160_48_3;
     return c->kw == 7 ? WG_160_48_7 : WG_NONE;
@@ -862,21 +891,21 @@ static int wg_prepare(DittoBackend *be, const DittoWgConv *c, int ws, int boxr, 
     return 0;
 }
 
-template <int BN, int BK, int KW>
+template <int BN, int BK, int KW, int KH>
 static int wg_launch(DittoBackend *be, const DittoWgConv *c)
 {
-    typedef WgCfg<BN, BK, KW> G;
+    typedef WgCfg<BN, BK, KW, KH> G;
     CUtensorMap mx, mw;
     WgArgs a;
-    DITTO_TRY(wg_prepare(be, c, G::WS, WG_ROWS, BN, &mx, &mw, &a));
+    DITTO_TRY(wg_prepare(be, c, G::WS, G::BOXR, BN, &mx, &mw, &a));
     static bool logged;   /* per instantiation: which convolutions take this tile */
     if (!logged) {
-        ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: sm_90a wgmma kernel, %dx%d tile, kw %d, for C %lld -> O %lld at %lldx%lldx64", BN, BK, KW,
-                  (long long)c->C, (long long)c->O, (long long)c->D, (long long)c->H);
+        ditto_log(&be->log, DITTO_LOG_DEBUG, "conv: sm_90a wgmma kernel, %dx%d tile, kw %d, box rows %d, for C %lld -> O %lld at %lldx%lldx64", BN,
+                  BK, KW, G::BOXR, (long long)c->C, (long long)c->O, (long long)c->D, (long long)c->H);
         logged = true;
     }
     const unsigned blocks = (unsigned)(c->N * c->D * (c->H / WG_ROWS));
-    k_wg_conv<BN, BK, KW><<<blocks, WG_THREADS, G::SMEM, ditto_cuda(be)->stream>>>(mx, mw, (__half *)c->y, a);
+    k_wg_conv<BN, BK, KW, KH><<<blocks, WG_THREADS, G::SMEM, ditto_cuda(be)->stream>>>(mx, mw, (__half *)c->y, a);
     DITTO_CUDA_LAUNCHED(be);
     return 0;
 }
@@ -905,10 +934,12 @@ int ditto_cuda_wg_conv(DittoBackend *be, const DittoWgConv *c)
     if (!ditto_cuda_wg_fits(be, c))
         return ditto_fail(&be->log, DITTO_ERR_UNSUPPORTED, "op conv: the wgmma convolution does not take this geometry");
     switch (wg_tile(c)) {
-    case WG_144_48_3: return wg_launch<144, 48, 3>(be, c);
-    case WG_160_48_3: return wg_launch<160, 48, 3>(be, c);
+    case WG_144_48_3: return wg_launch<144, 48, 3, 0>(be, c);
+    case WG_160_48_3: return wg_launch<160, 48, 3, 0>(be, c);
+    case WG_144_48_3B: return wg_launch<144, 48, 3, 3>(be, c);
+    case WG_160_48_3B: return wg_launch<160, 48, 3, 3>(be, c);
     case WG_96_TC: return wg_launch_tc(be, c);
-    default: return wg_launch<160, 48, 7>(be, c);
+    default: return wg_launch<160, 48, 7, 0>(be, c);
     }
 }
 
