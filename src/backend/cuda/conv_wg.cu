@@ -17,9 +17,11 @@
  * Loads: per (dz, dy, chunk) one TMA box brings the 4 input rows it needs,
  * 64 + kw - 1 pixels wide (zero filled outside the image: the padding), and
  * the kw taps along x read it through descriptors shifted by dx rows: each
- * input byte comes from L2 once per (dz, dy) instead of once per tap. The
- * weights of each tap, BN x 48, come in by TMA as well. One thread issues
- * the loads (mbarrier completion); the two warpgroups only compute.
+ * input byte comes from L2 once per (dz, dy) instead of once per tap. At kh
+ * 3 (WgCfg's KH) one box of 6 rows per (dz, chunk) serves all 9 (dy, dx)
+ * taps instead. The weights of each tap, BN x 48, come in by TMA as well.
+ * One thread issues the loads (mbarrier completion); the two warpgroups
+ * only compute.
  *
  * Shared memory tiles use the 32-byte swizzle in both TMA and wgmma: each
  * 16-channel column of a tile is rows of 32 bytes, the two 16-byte halves
