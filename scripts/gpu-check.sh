@@ -215,6 +215,12 @@ $BUILD/tests/test_ops -b cuda -p f16 >"$OUT/test_ops_cuda_f16.txt" 2>&1
 echo "rc=$?" >>"$OUT/test_ops_cuda_f16.txt"
 grep -E "^FAIL|passed|^fp16" "$OUT/test_ops_cuda_f16.txt" | head -60 | tee -a "$OUT/summary.txt"
 
+log "conv op tests at fp16 with the A/B switches of the wgmma kernels (DITTO_CUDA_WGBOX=0, DITTO_CUDA_WGTC=0)"
+for v in DITTO_CUDA_WGBOX DITTO_CUDA_WGTC; do
+    echo -n "$v=0: " | tee -a "$OUT/summary.txt"
+    env $v=0 $BUILD/tests/test_ops -b cuda -p f16 -o conv 2>&1 | grep -E "^FAIL|passed" | head -20 | tee -a "$OUT/summary.txt"
+done
+
 log "warp and decoder unit tests on cuda (fixtures, batch independence, channels-last weights)"
 $BUILD/tests/unit_models_wg -b cuda >"$OUT/unit_models_wg_cuda.txt" 2>&1
 echo "rc=$?" >>"$OUT/unit_models_wg_cuda.txt"
@@ -273,6 +279,12 @@ log "two lanes at B = 8 with DITTO_CUDA_SPADECONV=0 and =1 (default), alternatin
 for v in 0 1 0 1; do
     echo -n "DITTO_CUDA_SPADECONV=$v " | tee -a "$OUT/summary.txt"
     DITTO_CUDA_SPADECONV=$v $BUILD/ditto bench --backend cuda --fp16 --graph --batch 8 --iters $GIT 2>&1 | grep -E '^ *8 ' | tee -a "$OUT/summary.txt"
+done
+log "what op groups cost in the two-lane step at B = 8 (ditto bench --skip-ops: the step without them; images wrong)"
+for g in "" "conv:w(512,512,3,3)" "spade_conv" "conv:w(22,142,7,7,7)" "conv:w(144,144,3,3,3)" \
+    "copy;bias_unary;motion_input;grid_sample;concat;pixel_shuffle;unary;binary;pool;fill"; do
+    echo -n "skip '${g:-nothing}': " | tee -a "$OUT/summary.txt"
+    $BUILD/ditto bench --backend cuda --fp16 --graph --batch 8 --iters $GIT --skip-ops "$g" 2>&1 | grep -E '^ *8 ' | tee -a "$OUT/summary.txt"
 done
 grep -cE "batched \(algo" "$OUT/bench_f16_graph.txt" | sed 's/^/conv plans checked bit-identical per item (batched): /' | tee -a "$OUT/summary.txt"
 grep -cE "item by item \(algo" "$OUT/bench_f16_graph.txt" | sed 's/^/conv plans that differ per item (run item by item): /' | tee -a "$OUT/summary.txt"
