@@ -115,7 +115,6 @@ static int norm_axis(int axis, int ndim)
     return axis < 0 ? axis + ndim : axis;
 }
 
-/* Dispatch to the backend; with the profiler on, timing marks around the call. */
 /* be->skip_ops (measurement): whether op on these tensors is listed there */
 static bool op_skipped(const DittoBackend *be, DittoOp op, const DittoTensor *x, const DittoTensor *w, const DittoTensor *y)
 {
@@ -142,6 +141,7 @@ static bool op_skipped(const DittoBackend *be, DittoOp op, const DittoTensor *x,
     return false;
 }
 
+/* Dispatch to the backend (unless be->skip_ops lists the op); with the profiler on, timing marks around the call. */
 #define CALL_W(op, xt, wt, yt, expr) do { if (be->skip_ops && op_skipped(be, op, xt, wt, yt)) return 0; if (!be->prof) return (expr); ditto_profile_op(be, op, xt, wt, yt, false); int r_ = (expr); ditto_profile_op(be, op, xt, wt, yt, true); return r_; } while (0)
 #define CALL(op, xt, yt, expr) CALL_W(op, xt, NULL, yt, expr)
 
