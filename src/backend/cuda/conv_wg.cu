@@ -37,7 +37,6 @@
 #include <string.h>
 #ifdef DITTO_SPADE_PROBE
 #include <stdio.h>
-#include <stdlib.h>
 #endif
 
 #include "backend/cuda/cuda_backend.h"
