@@ -215,10 +215,10 @@ $BUILD/tests/test_ops -b cuda -p f16 >"$OUT/test_ops_cuda_f16.txt" 2>&1
 echo "rc=$?" >>"$OUT/test_ops_cuda_f16.txt"
 grep -E "^FAIL|passed|^fp16" "$OUT/test_ops_cuda_f16.txt" | head -60 | tee -a "$OUT/summary.txt"
 
-log "conv op tests at fp16 with the A/B switches of the wgmma kernels (DITTO_CUDA_WGBOX=0, DITTO_CUDA_WGTC=0)"
-for v in DITTO_CUDA_WGBOX DITTO_CUDA_WGTC; do
-    echo -n "$v=0: " | tee -a "$OUT/summary.txt"
-    env $v=0 $BUILD/tests/test_ops -b cuda -p f16 -o conv 2>&1 | grep -E "^FAIL|passed" | head -20 | tee -a "$OUT/summary.txt"
+log "op tests at fp16 with the A/B switches of the wgmma kernels off (DITTO_CUDA_WGBOX, DITTO_CUDA_WGTC: conv; DITTO_CUDA_SPPF: spade_conv)"
+for v in DITTO_CUDA_WGBOX:conv DITTO_CUDA_WGTC:conv DITTO_CUDA_SPPF:spade_conv; do
+    echo -n "${v%%:*}=0 (-o ${v#*:}): " | tee -a "$OUT/summary.txt"
+    env "${v%%:*}=0" $BUILD/tests/test_ops -b cuda -p f16 -o "${v#*:}" 2>&1 | grep -E "^FAIL|passed" | head -20 | tee -a "$OUT/summary.txt"
 done
 
 log "warp and decoder unit tests on cuda (fixtures, batch independence, channels-last weights)"

@@ -494,8 +494,10 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) k_wg_conv_tc(const __gri
  *    the two consumer warpgroups never wait for each other in the main
  *    loop;
  *  - the epilogue's per-channel values (mean, rstd, biases) go to shared
- *    memory at a tile's start, and its x loads and y stores are 16 bytes
- *    (sp_col_channel);
+ *    memory at a tile's start, its x loads and y stores are 16 bytes
+ *    (sp_col_channel), and its first x loads go out with the tile's last
+ *    step, behind its wgmma (G_middle 151.6 against 155.7 us, PERF.md
+ *    session 30);
  *  - a tile's first wgmma has scale-d 0 instead of zeroed accumulators.
  * The epilogue does not overlap the next tile's math (PERF.md, sessions
  * 27-28: what was tried).
@@ -535,6 +537,7 @@ typedef struct SpArgs {
     const __half *x;
     const float *stat;
     int NC;
+    int prefetch;       /* the epilogue's first x loads issued with the tile's last step (1; DITTO_CUDA_SPPF=0, A/B) */
 } SpArgs;
 
 #define SP_THREADS (WG_THREADS + 128)   /* two consumer warpgroups and a loader warpgroup (registers moved by setmaxnreg) */
@@ -640,6 +643,33 @@ static __global__ void __launch_bounds__(SP_THREADS, 1) k_wg_spade(const __grid_
     /* each tile's first wgmma ignores the accumulators (scale-d 0): zeroing them
        per tile with ordinary stores would make ptxas serialize every wgmma (C7515) */
     float acc0[BN / 2] = {}, acc1[BN / 2] = {};
+    /*
+     * The epilogue's view: thread (warp w, lane l) holds pixels 16w + l/4
+     * (+8) of its two rows and, a block b, channels c0 + 32b + 8(l%4) .. + 7
+     * (sp_col_channel); i = 2 m + h: row 2 wg + m, pixel 16 warp + l/4 + 8 h.
+     * xv: x of blocks b0, b0 + 1 at the 4 pixels; with a.prefetch the first
+     * two blocks' loads go out with the tile's last step, behind its wgmma.
+     */
+    constexpr int NB = GO ? 4 : 2;
+    const int qd = lane & 3;
+    const __half *xp[4];
+    __half *yp[4];
+    uint4 xv[2][4];
+    auto epi_ptrs = [&](const Tile &q) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int py = q.y0 + 2 * wg + i / 2, px = q.x0 + warp * 16 + (lane >> 2) + 8 * (i % 2);
+            xp[i] = a.x + (((int64_t)q.n * a.Hx + py / a.fh) * a.Wx + px / a.fw) * a.C + q.c0 + 8 * qd;
+            yp[i] = y + (((int64_t)q.n * a.H + py) * a.W + px) * a.C + q.c0 + 8 * qd;
+        }
+    };
+    auto epi_load = [&](int b0) {
+#pragma unroll
+        for (int bb = 0; bb < 2; ++bb)
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                xv[bb][i] = *(const uint4 *)(xp[i] + 32 * (b0 + bb));
+    };
     for (int k = 0; k < mine; ++k) {
         const Tile q = tile_of(k);
         if (t < (GO ? 128 : 64)) {   /* read during the main loop, used by the epilogue (after the consumers' barrier) */
@@ -661,6 +691,10 @@ static __global__ void __launch_bounds__(SP_THREADS, 1) k_wg_spade(const __grid_
             SP_ADD(c_wait);
             const uint32_t sa = sa0 + (r % SA) * G::A_SLOT, sb = sb0 + (g % SB) * G::B_SLOT;
             wg_step<BN, KC, AROWS>(acc0, acc1, sa, (2 * wg) * WS + sh, (2 * wg + 1) * WS + sh, sb, s == 0);
+            if (a.prefetch && s == steps - 1) {
+                epi_ptrs(q);
+                epi_load(0);
+            }
             SP_CLOCK(ta);
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
             wg_fence(acc0);
@@ -677,31 +711,17 @@ static __global__ void __launch_bounds__(SP_THREADS, 1) k_wg_spade(const __grid_
         nbar_sync(1, WG_THREADS);   /* the consumers: chv of this tile written */
 
         /*
-         * Thread (warp w, lane l) holds pixels 16w + l/4 (+8) of its two rows
-         * and, a block b, channels c0 + 32b + 8(l%4) .. + 7 (sp_col_channel):
-         * gamma in j = 4b .. 4b + 3, beta in j + 8 (b < 2), or gamma alone
+         * Gamma in j = 4b .. 4b + 3, beta in j + 8 (b < 2), or gamma alone
          * (b < 4). spade_norm's expression (norm.cu), gamma and beta
          * unrounded; statistics and biases from chv; x read and y written 16
-         * bytes at a time, a block's loads for the 4 pixels issued together.
+         * bytes at a time, two blocks' loads for the 4 pixels issued together.
          */
-        constexpr int NB = GO ? 4 : 2;
-        const int qd = lane & 3;
-        const __half *xp[4];
-        __half *yp[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {   /* i = 2 m + h: row 2 wg + m, pixel 16 warp + l/4 + 8 h */
-            const int py = q.y0 + 2 * wg + i / 2, px = q.x0 + warp * 16 + (lane >> 2) + 8 * (i % 2);
-            xp[i] = a.x + (((int64_t)q.n * a.Hx + py / a.fh) * a.Wx + px / a.fw) * a.C + q.c0 + 8 * qd;
-            yp[i] = y + (((int64_t)q.n * a.H + py) * a.W + px) * a.C + q.c0 + 8 * qd;
-        }
+        if (!a.prefetch)
+            epi_ptrs(q);
 #pragma unroll
         for (int b0 = 0; b0 < NB; b0 += 2) {
-            uint4 xv[2][4];
-#pragma unroll
-            for (int bb = 0; bb < 2; ++bb)
-#pragma unroll
-                for (int i = 0; i < 4; ++i)
-                    xv[bb][i] = *(const uint4 *)(xp[i] + 32 * (b0 + bb));
+            if (b0 || !a.prefetch)
+                epi_load(b0);
 #pragma unroll
             for (int bb = 0; bb < 2; ++bb) {
                 const int b = b0 + bb;
@@ -994,6 +1014,12 @@ int ditto_cuda_wg_spade(DittoBackend *be, const DittoWgSpade *s)
 #else
     a.prof = 0;
 #endif
+    static int pf = -1;   /* DITTO_CUDA_SPPF=0: the epilogue's x loads after the main loop (A/B) */
+    if (pf < 0) {
+        const char *e = getenv("DITTO_CUDA_SPPF");
+        pf = !(e && !strcmp(e, "0"));
+    }
+    a.prefetch = pf;
     const unsigned blocks = (unsigned)(a.total < cu->wg_sms ? a.total : cu->wg_sms);   /* persistent: a block an SM */
     const int64_t nw = (int64_t)(ditto_cuda_wg_spade_wbytes(s) / 16);
     k_sp_wprep<<<ditto_cuda_blocks(nw, 256), 256, 0, cu->stream>>>((const __half *)s->w, (__half *)s->wt, a.Ca, a.C, a.tiles, s->gamma_only, nw);
