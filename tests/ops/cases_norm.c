@@ -590,7 +590,9 @@ void test_ops_norm(TestCtx *c)
     spade_conv_case(c, 1, 8, 128, 64, 128, 2, 2, true, SPADE_BIAS | SPADE_GAMMA_ONLY, true); /* an up block's norm_s: 128 channels of x at half size a tile */
     spade_conv_case(c, 1, 4, 64, 64, 64, 1, 1, true, SPADE_BIAS, false);               /* w not channels-last: not fused */
     /* more tiles (4 rows x 64 pixels x 64 channels) than an H200 has SMs: the persistent grid's second round (GPU only: a 2.6 G MAC reference) */
-    if (c->be->device != DITTO_DEVICE_CPU)
+    if (c->be->device != DITTO_DEVICE_CPU) {
         spade_conv_case(c, 1, 68, 128, 64, 256, 1, 2, true, SPADE_BIAS, true);
+        spade_conv_case(c, 2, 72, 128, 64, 256, 2, 2, true, SPADE_BIAS | SPADE_GAMMA_ONLY, true);   /* gamma only: 144 tiles of 128 channels */
+    }
     spade_conv_negative(c);
 }
