@@ -557,7 +557,7 @@ static __device__ __forceinline__ void mb_arrive(uint32_t b)
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(b) : "memory");
 }
 
-template <bool GO, bool DEFER>
+template <bool GO>
 static __global__ void __launch_bounds__(SP_THREADS, 1) k_wg_spade(const __grid_constant__ CUtensorMap tma, const __half *__restrict__ wt,
                                                                    __half *__restrict__ y, SpArgs a)
 {
@@ -670,53 +670,6 @@ static __global__ void __launch_bounds__(SP_THREADS, 1) k_wg_spade(const __grid_
             for (int i = 0; i < 4; ++i)
                 xv[bb][i] = *(const uint4 *)(xp[i] + 32 * (b0 + bb));
     };
-    /*
-     * DEFER: tile k's epilogue runs during tile k + 1's first steps, behind
-     * their wgmma: its gamma / beta wait in pk as f16 (rounded as the
-     * two-op form stores them), pk[(m 16 + j) 2 + h] = columns 8j + 2(l%4)
-     * (+1) of row block m, pixel l/4 + 8h; in chunks of a pixel's two
-     * blocks, x loaded a step before it is used (xd). The last tile's
-     * epilogue follows the loop.
-     */
-    __half2 pk[DEFER ? 64 : 1];
-    constexpr int NCH = NB * 2;   /* chunks of a tile's epilogue: a pixel's two blocks each */
-    uint4 xd[2];
-    Tile qp = {};
-    auto d_load = [&](int c) {
-        const int i = c / (NB / 2), m = i / 2, h = i % 2, b0 = c % (NB / 2) * 2;
-        const __half *xq = a.x + (((int64_t)qp.n * a.Hx + (qp.y0 + 2 * wg + m) / a.fh) * a.Wx + (qp.x0 + warp * 16 + (lane >> 2) + 8 * h) / a.fw) * a.C +
-                           qp.c0 + 8 * qd + 32 * b0;
-        xd[0] = *(const uint4 *)xq;
-        xd[1] = *(const uint4 *)(xq + 32);
-    };
-    auto d_px = [&](int c, int kp) {
-        const int i = c / (NB / 2), m = i / 2, h = i % 2, b0 = c % (NB / 2) * 2;
-        __half *yq = y + (((int64_t)qp.n * a.H + qp.y0 + 2 * wg + m) * a.W + qp.x0 + warp * 16 + (lane >> 2) + 8 * h) * a.C + qp.c0 + 8 * qd;
-#pragma unroll
-        for (int bb = 0; bb < 2; ++bb) {
-            const int b = b0 + bb;
-            const float4 *cv = chv + (kp & 1) * 128 + 32 * b + 8 * qd;
-            const __half2 *xh = (const __half2 *)&xd[bb];
-            uint4 out;
-            __half2 *oh = (__half2 *)&out;
-#pragma unroll
-            for (int t2 = 0; t2 < 4; ++t2) {
-                const int j = 4 * b + t2;
-                const float4 v0c = cv[2 * t2], v1c = cv[2 * t2 + 1];
-                const float2 fx = __half22float2(xh[t2]);
-                const float2 gg = __half22float2(pk[DEFER ? (m * 16 + j) * 2 + h : 0]);
-                const float2 bt = GO ? make_float2(0.0f, 0.0f) : __half22float2(pk[DEFER ? (m * 16 + (j + 8) % 16) * 2 + h : 0]);
-                const float g0 = gg.x + v0c.z, g1 = gg.y + v1c.z, b0v = bt.x + v0c.w, b1v = bt.y + v1c.w;
-                float v0 = fmaf((fx.x - v0c.x) * v0c.y, 1.0f + g0, b0v), v1 = fmaf((fx.y - v1c.x) * v1c.y, 1.0f + g1, b1v);
-                if (a.act) {
-                    v0 = v0 < 0.0f ? v0 * a.slope : v0;
-                    v1 = v1 < 0.0f ? v1 * a.slope : v1;
-                }
-                oh[t2] = __floats2half2_rn(v0, v1);
-            }
-            *(uint4 *)(yq + 32 * b) = out;
-        }
-    };
     for (int k = 0; k < mine; ++k) {
         const Tile q = tile_of(k);
         if (t < (GO ? 128 : 64)) {   /* read during the main loop, used by the epilogue (after the consumers' barrier) */
@@ -738,17 +691,7 @@ static __global__ void __launch_bounds__(SP_THREADS, 1) k_wg_spade(const __grid_
             SP_ADD(c_wait);
             const uint32_t sa = sa0 + (r % SA) * G::A_SLOT, sb = sb0 + (g % SB) * G::B_SLOT;
             wg_step<BN, KC, AROWS>(acc0, acc1, sa, (2 * wg) * WS + sh, (2 * wg + 1) * WS + sh, sb, s == 0);
-            if (DEFER && k > 0 && s <= NCH) {   /* tile k - 1's epilogue, a chunk a step, its x loaded a step before */
-#pragma unroll
-                for (int c = 0; c <= NCH; ++c)
-                    if (s == c) {
-                        if (c > 0)
-                            d_px(c - 1, k - 1);
-                        if (c < NCH)
-                            d_load(c);
-                    }
-            }
-            if (!DEFER && a.prefetch && s == steps - 1) {
+            if (a.prefetch && s == steps - 1) {
                 epi_ptrs(q);
                 epi_load(0);
             }
@@ -766,20 +709,6 @@ static __global__ void __launch_bounds__(SP_THREADS, 1) k_wg_spade(const __grid_
         wg_fence(acc1);
         release(k * steps + steps - 1);
         nbar_sync(1, WG_THREADS);   /* the consumers: chv of this tile written */
-        if (DEFER) {
-#pragma unroll
-            for (int m = 0; m < 2; ++m)
-#pragma unroll
-                for (int j = 0; j < 16; ++j)
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const float *ac = m ? acc1 : acc0;
-                        pk[DEFER ? (m * 16 + j) * 2 + h : 0] = __floats2half2_rn(ac[4 * j + 2 * h], ac[4 * j + 2 * h + 1]);
-                    }
-            qp = q;
-            SP_ADD(c_epi);
-            continue;
-        }
 
         /*
          * Gamma in j = 4b .. 4b + 3, beta in j + 8 (b < 2), or gamma alone
@@ -824,13 +753,6 @@ static __global__ void __launch_bounds__(SP_THREADS, 1) k_wg_spade(const __grid_
             }
         }
         SP_ADD(c_epi);
-    }
-    if (DEFER && mine > 0) {
-#pragma unroll
-        for (int c = 0; c < NCH; ++c) {
-            d_load(c);
-            d_px(c, mine - 1);
-        }
     }
 #ifdef DITTO_SPADE_PROBE
     if (a.prof && (t == 0 || t == 128 || t == 64)) {
@@ -914,10 +836,8 @@ static bool wg_device(DittoBackend *be)
         WG_ATTR(160, 7, 0);
 #undef WG_ATTR
         ok = ok && cudaFuncSetAttribute(k_wg_conv_tc, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgTcCfg::SMEM) == cudaSuccess;
-        ok = ok && cudaFuncSetAttribute(k_wg_spade<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SpCfg::SMEM) == cudaSuccess;
-        ok = ok && cudaFuncSetAttribute(k_wg_spade<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SpCfg::SMEM) == cudaSuccess;
-        ok = ok && cudaFuncSetAttribute(k_wg_spade<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SpCfg::SMEM) == cudaSuccess;
-        ok = ok && cudaFuncSetAttribute(k_wg_spade<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SpCfg::SMEM) == cudaSuccess;
+        ok = ok && cudaFuncSetAttribute(k_wg_spade<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SpCfg::SMEM) == cudaSuccess;
+        ok = ok && cudaFuncSetAttribute(k_wg_spade<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SpCfg::SMEM) == cudaSuccess;
         cudaGetLastError();
         cu->wg_state = ok ? 1 : 2;
     }
@@ -1104,19 +1024,10 @@ int ditto_cuda_wg_spade(DittoBackend *be, const DittoWgSpade *s)
     const int64_t nw = (int64_t)(ditto_cuda_wg_spade_wbytes(s) / 16);
     k_sp_wprep<<<ditto_cuda_blocks(nw, 256), 256, 0, cu->stream>>>((const __half *)s->w, (__half *)s->wt, a.Ca, a.C, a.tiles, s->gamma_only, nw);
     DITTO_CUDA_LAUNCHED(be);
-    static int defer = -1;   /* DITTO_CUDA_SPDEFER=1: each tile's epilogue during the next tile's first steps (A/B) */
-    if (defer < 0) {
-        const char *e = getenv("DITTO_CUDA_SPDEFER");
-        defer = e && !strcmp(e, "1");
-    }
-    if (s->gamma_only && defer)
-        k_wg_spade<true, true><<<blocks, SP_THREADS, SpCfg::SMEM, cu->stream>>>(ma, (const __half *)s->wt, (__half *)s->y, a);
-    else if (s->gamma_only)
-        k_wg_spade<true, false><<<blocks, SP_THREADS, SpCfg::SMEM, cu->stream>>>(ma, (const __half *)s->wt, (__half *)s->y, a);
-    else if (defer)
-        k_wg_spade<false, true><<<blocks, SP_THREADS, SpCfg::SMEM, cu->stream>>>(ma, (const __half *)s->wt, (__half *)s->y, a);
+    if (s->gamma_only)
+        k_wg_spade<true><<<blocks, SP_THREADS, SpCfg::SMEM, cu->stream>>>(ma, (const __half *)s->wt, (__half *)s->y, a);
     else
-        k_wg_spade<false, false><<<blocks, SP_THREADS, SpCfg::SMEM, cu->stream>>>(ma, (const __half *)s->wt, (__half *)s->y, a);
+        k_wg_spade<false><<<blocks, SP_THREADS, SpCfg::SMEM, cu->stream>>>(ma, (const __half *)s->wt, (__half *)s->y, a);
     DITTO_CUDA_LAUNCHED(be);
     return 0;
 }
