@@ -28,6 +28,13 @@
  * half resolution, 4/9 of the multiply-adds, and one strided pass
  * interleaves them, adding the bias and applying the relu on the way; no
  * full-resolution label map is made.
+ *
+ * Merged mlp_shared (channels-last; DITTO_DECODER_MERGE): the SPADEs that
+ * read the same map run their mlp_shared as one convolution of many outputs
+ * (G_middle's twelve 128-output convolutions as one of 1536, each up
+ * block's three phase convolutions as one of 3 x 512), which the GPU runs
+ * far faster than narrow ones; each SPADE reads its channels of the output
+ * as a strided view. The per-SPADE weights are views of the merged ones.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -62,7 +69,9 @@ typedef struct DecSpade {
     int64_t c;
     bool phase;             /* in an up block: mlp_shared as the sub-pixel phase convolution */
     bool gamma_only;        /* norm_s: gb_w, gb_b are mlp_gamma's alone (beta goes through conv_s folded: DecBlock.beta_s_w) */
-    DittoTensor shared_w;   /* <spade>.mlp_shared.0.weight (128,256,3,3); phase: (4*128,256,2,2), parity (ry,rx) in rows (2ry+rx)*128.. */
+    int slot;               /* place among the SPADEs of one merged mlp_shared: its rows there, its channels of the output */
+    /* <spade>.mlp_shared.0.weight (128,256,3,3); phase: (4*128,256,2,2), parity (ry,rx) in rows (2ry+rx)*128..; rows of a merged one (load_shared) */
+    DittoTensor shared_w;
     DittoTensor shared_b;   /* <spade>.mlp_shared.0.bias (128); phase: added by phase_interleave (every parity the same) */
     DittoTensor gb_w;       /* <spade>.mlp_gamma.weight ; <spade>.mlp_beta.weight (2c,128,3,3); gamma_only (c,128,3,3) */
     DittoTensor gb_b;       /* <spade>.mlp_gamma.bias ; <spade>.mlp_beta.bias (2c); gamma_only (c) */
@@ -82,7 +91,16 @@ typedef struct DecBlock {
     DecSpade norm_0;        /* <block>.norm_0 (fin) */
     DecSpade norm_1;        /* <block>.norm_1 (fmid) */
     DecSpade norm_s;        /* <block>.norm_s (fin), learned shortcut only */
+    DittoTensor shared_w;   /* up blocks: the phase mlp_shared of norm_0, norm_1 [, norm_s] as one (3*4*128,256,2,2) */
 } DecBlock;
+
+/* The SPADEs whose mlp_shared read the same map, in slot order, with their keys (load). */
+#define DEC_MAX_SHARED (3 * DEC_MAX_MIDDLE)
+typedef struct DecShared {
+    int n;
+    DecSpade *s[DEC_MAX_SHARED];
+    char key[DEC_MAX_SHARED][96];
+} DecShared;
 
 struct DittoDecoder {
     DittoBackend *be;
@@ -100,12 +118,15 @@ struct DittoDecoder {
     DittoTensor fc_w;                   /* fc.weight (512,256,3,3) */
     DittoTensor fc_b;                   /* fc.bias (512) */
     DecBlock middle[DEC_MAX_MIDDLE];    /* G_middle_{i}: (512 -> 512) */
+    DittoTensor mid_shared_w;           /* G_middle_{i}.norm_{0,1}.mlp_shared.0.weight as one (12*128,256,3,3), block by block */
+    DittoTensor mid_shared_b;           /* their biases (12*128) */
     DecBlock up[DEC_MAX_UP];            /* up_0 (512 -> 256), up_1 (256 -> 64) */
     DittoTensor img_w;                  /* conv_img.0.weight (12,64,3,3) (conv_img.weight (3,64,3,3) without PixelShuffle) */
     DittoTensor img_b;                  /* conv_img.0.bias (12) */
     DittoTensor img_wp, img_bp;         /* CUDA f16: the same with zero outputs up to a multiple of 8 (16,64,3,3), (16) (img_pad) */
     size_t up_budget;                   /* bytes of up-block activations per chunk of items (0: DEC_UP_BUDGET) */
     int layout;                         /* -1 auto, 0 NCHW, 1 NHWC (ditto_decoder_set_layout) */
+    int merge;                          /* -1 env, 0 never, 1 where fused, 2 always (ditto_decoder_set_merge) */
 };
 
 void ditto_decoder_set_up_budget(DittoDecoder *m, size_t bytes)
@@ -116,6 +137,11 @@ void ditto_decoder_set_up_budget(DittoDecoder *m, size_t bytes)
 void ditto_decoder_set_layout(DittoDecoder *m, int nhwc)
 {
     m->layout = nhwc < 0 ? -1 : nhwc > 0;
+}
+
+void ditto_decoder_set_merge(DittoDecoder *m, int mode)
+{
+    m->merge = mode < 0 ? -1 : mode > 2 ? 2 : mode;
 }
 
 /* Channels-last forward: the set layout, else DITTO_DECODER_LAYOUT=nchw|nhwc (read once), else CUDA with f16 activations. */
@@ -166,19 +192,19 @@ static void phase_weights(void *ctx, const float *w, float *pw)
     }
 }
 
-static void load_spade(DittoLoader *l, DecSpade *s, int64_t c, int64_t hidden, int64_t label, bool phase, bool gamma_only, const char *key)
+/* A SPADE's gamma / beta convolutions; its mlp_shared joins set (bound by load_shared). */
+static void load_spade(DittoLoader *l, DecShared *set, DecSpade *s, int64_t c, int64_t hidden, bool phase, bool gamma_only, const char *key)
 {
     s->c = c;
     s->phase = phase;
     s->gamma_only = gamma_only;
-    if (phase) {
-        PhaseDims pd = { hidden, label };
-        ditto_loader_get_map(l, &s->shared_w, DITTO_SHAPE(hidden, label, 3, 3), DITTO_SHAPE(4 * hidden, label, 2, 2), phase_weights, &pd,
-                             "%s.mlp_shared.0.weight", key);
-    } else {
-        ditto_loader_get(l, &s->shared_w, DITTO_SHAPE(hidden, label, 3, 3), "%s.mlp_shared.0.weight", key);
+    if (set->n == DEC_MAX_SHARED) {
+        ditto_loader_fail(l, DITTO_ERR_INVAL, "more than %d SPADEs read one map ('%s')", DEC_MAX_SHARED, key);
+        return;
     }
-    ditto_loader_get(l, &s->shared_b, DITTO_SHAPE(hidden), "%s.mlp_shared.0.bias", key);
+    s->slot = set->n;
+    set->s[set->n] = s;
+    snprintf(set->key[set->n++], sizeof set->key[0], "%s", key);
     if (gamma_only) {   /* mlp_beta's keys are read by the fold into conv_s (load_block) */
         ditto_loader_get(l, &s->gb_w, DITTO_SHAPE(c, hidden, 3, 3), "%s.mlp_gamma.weight", key);
         ditto_loader_get(l, &s->gb_b, DITTO_SHAPE(c), "%s.mlp_gamma.bias", key);
@@ -227,8 +253,48 @@ static void load_img(DittoLoader *l, DittoDecoder *m, int64_t o, int64_t c, cons
     ditto_loader_get_map(l, &m->img_bp, DITTO_SHAPE(o), DITTO_SHAPE(pb.rows_p), pad_rows, &pb, "%s.bias", key);
 }
 
-/* SPADEResnetBlock at key with input channels fin; fmid and fout from conv_0 / conv_1; up: after a nearest x2 (sub-pixel SPADEs). */
-static void load_block(DittoDecoder *m, DittoLoader *l, DecBlock *b, int64_t fin, bool up, const char *key)
+/*
+ * The mlp_shared convolutions of set's SPADEs as one, w (n*128,256,3,3) or
+ * phase (n*4*128,256,2,2), in slot order, and b (n*128) its bias (not
+ * phase: phase_interleave adds each SPADE's own); each SPADE's shared_w
+ * (and shared_b) is its rows of them.
+ */
+static void load_shared(DittoDecoder *m, DittoLoader *l, DecShared *set, bool phase, DittoTensor *w, DittoTensor *b)
+{
+    if (l->err || !set->n)
+        return;
+    const int64_t hid = m->c_hidden, label = m->c_in, rows = phase ? 4 * hid : hid;
+    char wbuf[DEC_MAX_SHARED][128], bbuf[DEC_MAX_SHARED][128];
+    const char *wk[DEC_MAX_SHARED], *bk[DEC_MAX_SHARED];
+    for (int i = 0; i < set->n; i++) {
+        snprintf(wbuf[i], sizeof wbuf[i], "%s.mlp_shared.0.weight", set->key[i]);
+        snprintf(bbuf[i], sizeof bbuf[i], "%s.mlp_shared.0.bias", set->key[i]);
+        wk[i] = wbuf[i];
+        bk[i] = bbuf[i];
+    }
+    if (phase) {
+        PhaseDims pd = { hid, label };
+        ditto_loader_get_cat_map(l, w, set->n, wk, DITTO_SHAPE(hid, label, 3, 3), DITTO_SHAPE(rows, label, 2, 2), phase_weights, &pd);
+    } else {
+        ditto_loader_get_cat(l, w, set->n, wk, DITTO_SHAPE(hid, label, 3, 3));
+        ditto_loader_get_cat(l, b, set->n, bk, DITTO_SHAPE(hid));
+    }
+    for (int i = 0; i < set->n && !l->err; i++) {
+        DecSpade *s = set->s[i];
+        ditto_tensor_slice(w, 0, i * rows, (i + 1) * rows, 1, &s->shared_w);
+        if (phase)
+            ditto_loader_get(l, &s->shared_b, DITTO_SHAPE(hid), "%s", bk[i]);
+        else
+            ditto_tensor_slice(b, 0, i * hid, (i + 1) * hid, 1, &s->shared_b);
+    }
+}
+
+/*
+ * SPADEResnetBlock at key with input channels fin; fmid and fout from conv_0
+ * / conv_1; up: after a nearest x2 (sub-pixel SPADEs). Its SPADEs join set
+ * (norm_0, norm_1, norm_s).
+ */
+static void load_block(DittoDecoder *m, DittoLoader *l, DecShared *set, DecBlock *b, int64_t fin, bool up, const char *key)
 {
     const DittoCatalogEntry *e0 = ditto_loader_peek_rank(l, 4, "%s.conv_0.weight_orig", key);
     const DittoCatalogEntry *e1 = ditto_loader_peek_rank(l, 4, "%s.conv_1.weight_orig", key);
@@ -244,13 +310,13 @@ static void load_block(DittoDecoder *m, DittoLoader *l, DecBlock *b, int64_t fin
     ditto_loader_get(l, &b->conv_1_b, DITTO_SHAPE(b->fout), "%s.conv_1.bias", key);
     char sub[96];
     snprintf(sub, sizeof sub, "%s.norm_0", key);
-    load_spade(l, &b->norm_0, fin, m->c_hidden, m->c_in, up, false, sub);
+    load_spade(l, set, &b->norm_0, fin, m->c_hidden, up, false, sub);
     snprintf(sub, sizeof sub, "%s.norm_1", key);
-    load_spade(l, &b->norm_1, b->fmid, m->c_hidden, m->c_in, up, false, sub);
+    load_spade(l, set, &b->norm_1, b->fmid, m->c_hidden, up, false, sub);
     if (b->learned_shortcut) {
         ditto_loader_get_sn(l, &b->conv_s_w, DITTO_SHAPE(b->fout, fin, 1, 1), "%s.conv_s", key);
         snprintf(sub, sizeof sub, "%s.norm_s", key);
-        load_spade(l, &b->norm_s, fin, m->c_hidden, m->c_in, up, true, sub);
+        load_spade(l, set, &b->norm_s, fin, m->c_hidden, up, true, sub);
         char cs[128], bw[128], bb[128];
         snprintf(cs, sizeof cs, "%s.conv_s", key);
         snprintf(bw, sizeof bw, "%s.norm_s.mlp_beta.weight", key);
@@ -268,6 +334,7 @@ int ditto_decoder_load(DittoDecoder **out, DittoBackend *be, DittoCatalog *cat)
     m->be = be;
     m->act = be->act_dtype;
     m->layout = -1;
+    m->merge = -1;
     const char *db = getenv("DITTO_DECODER_BUDGET_MB");   /* up-block chunk budget for memory/speed measurements */
     if (db && atoi(db) > 0)
         m->up_budget = (size_t)atoi(db) << 20;
@@ -297,14 +364,19 @@ int ditto_decoder_load(DittoDecoder **out, DittoBackend *be, DittoCatalog *cat)
     /* fc: conv 3x3 */
     ditto_loader_get(&l, &m->fc_w, DITTO_SHAPE(m->c_fc, m->c_in, 3, 3), "fc.weight");
     ditto_loader_get(&l, &m->fc_b, DITTO_SHAPE(m->c_fc), "fc.bias");
+    /* mlp_shared, merged where they read the same map (load_shared): G_middle's SPADEs all, an up block's its own */
+    DecShared set = { 0 };
     for (int i = 0; i < m->nmiddle && !l.err; i++) {
         snprintf(key, sizeof key, "G_middle_%d", i);
-        load_block(m, &l, &m->middle[i], c_last, false, key);
+        load_block(m, &l, &set, &m->middle[i], c_last, false, key);
         c_last = m->middle[i].fout;
     }
+    load_shared(m, &l, &set, false, &m->mid_shared_w, &m->mid_shared_b);
     for (int i = 0; i < m->nup && !l.err; i++) {
         snprintf(key, sizeof key, "up_%d", i);
-        load_block(m, &l, &m->up[i], c_last, true, key);
+        set.n = 0;
+        load_block(m, &l, &set, &m->up[i], c_last, true, key);
+        load_shared(m, &l, &set, true, &m->up[i].shared_w, NULL);
         c_last = m->up[i].fout;
     }
     /* conv_img: Sequential(conv 3x3 -> 3 r^2, PixelShuffle(r)), or a plain conv to 3 channels */
@@ -379,18 +451,22 @@ static int new_act(DittoArena *ws, DittoDType dt, bool nhwc, int64_t B, int64_t 
  * bias[c]), an affine view of p: one strided pass into y, (B,2h,2w,C) or
  * (B,C,2h,2w), seen as (B,h,2,w,2,C) or (B,C,h,2,w,2), that also adds
  * mlp_shared's bias and applies its relu (no pass over p of their own).
+ * Channels-last p may be a channel slice of a wider tensor (pixels more
+ * than 4C apart: the merged phase convolution of a block's SPADEs).
  */
 static int phase_interleave(DittoBackend *be, bool nhwc, const DittoTensor *p, const DittoTensor *bias, DittoTensor *y)
 {
     const int64_t B = y->shape[0], h = dim_h(y, nhwc) / 2, w = dim_w(y, nhwc) / 2, C = y->shape[nhwc ? 3 : 1];
+    const bool p_ok = nhwc ? p->ndim == 4 && p->stride[3] == 1 && p->stride[2] >= 4 * C && p->stride[1] == (w + 1) * p->stride[2] &&
+                                 p->stride[0] == (h + 1) * p->stride[1]
+                           : ditto_tensor_is_contiguous(p);
     if (dim_h(y, nhwc) % 2 || dim_w(y, nhwc) % 2 || p->shape[0] != B || p->shape[nhwc ? 3 : 1] != 4 * C || dim_h(p, nhwc) != h + 1 ||
-        dim_w(p, nhwc) != w + 1 || p->dtype != y->dtype || !ditto_tensor_is_contiguous(p) || !ditto_tensor_is_contiguous(y) ||
-        ditto_tensor_numel(bias) != C)
+        dim_w(p, nhwc) != w + 1 || p->dtype != y->dtype || !p_ok || !ditto_tensor_is_contiguous(y) || ditto_tensor_numel(bias) != C)
         return ditto_fail(&be->log, DITTO_ERR_SHAPE, "decoder: sub-pixel interleave of mismatched tensors");
     int64_t shape[6], st[6];
     if (nhwc) {
-        const int64_t sw = 4 * C, sh = (w + 1) * sw;
-        const int64_t sh6[6] = { B, h, 2, w, 2, C }, st6[6] = { (h + 1) * sh, sh, sh + 2 * C, sw, sw + C, 1 };
+        const int64_t sw = p->stride[2], sh = p->stride[1];   /* 4C, (w+1) 4C when p is its own tensor */
+        const int64_t sh6[6] = { B, h, 2, w, 2, C }, st6[6] = { p->stride[0], sh, sh + 2 * C, sw, sw + C, 1 };
         memcpy(shape, sh6, sizeof shape);
         memcpy(st, st6, sizeof st);
     } else {
@@ -440,10 +516,13 @@ static int tap_act(DittoBackend *be, DittoArena *ws, bool nhwc, const DittoTap *
  * added by conv_s, which adds onto fold_y: resblock). Where the backend
  * runs the convolution and the modulation as one kernel (spade_conv, where
  * ditto_op_spade_conv_fused says so: on Hopper with f16 channels-last),
- * gb is never stored.
+ * gb is never stored. merged: the output of the merged mlp_shared
+ * convolution of this SPADE's set (channels-last), whose channels of slot
+ * s->slot stand in for its own mlp_shared (a view, no copy; phase: before
+ * the interleave, which still adds the bias).
  */
 static int spade(DittoBackend *be, DittoArena *ws, DittoDType act, bool nhwc, const DecSpade *s, const DittoTensor *x, const DittoTensor *seg,
-                 bool lrelu, DittoTensor *y, const DittoTensor *fold_w, DittoTensor *fold_y)
+                 const DittoTensor *merged, bool lrelu, DittoTensor *y, const DittoTensor *fold_w, DittoTensor *fold_y)
 {
     const int64_t B = y->shape[0], C = s->c, H = dim_h(y, nhwc), W = dim_w(y, nhwc);
     DittoConvParams pad1 = ditto_nn_conv_pad(1);
@@ -453,24 +532,36 @@ static int spade(DittoBackend *be, DittoArena *ws, DittoDType act, bool nhwc, co
     const DittoSpadeParams sp = { DEC_IN_EPS, lrelu, DEC_LRELU, nhwc, s->gamma_only };
     const int64_t gk = s->gamma_only ? 1 : 2;   /* gb's channels per channel of y */
     DittoArenaMark top = ditto_arena_mark(ws);
-    DittoTensor actv, gb, ph;
+    const int64_t rows = s->shared_w.shape[0];   /* mlp_shared's outputs: 128, phase 4*128 */
+    DittoTensor actv, gb, ph, mine, dense;
     int rc;
+    if (merged)
+        TRY(ditto_tensor_slice(merged, 3, s->slot * rows, (s->slot + 1) * rows, 1, &mine));   /* this SPADE's channels, a view */
     if (s->phase) {
-        const int64_t hid = s->shared_w.shape[0] / 4;
-        TRY(new_act(ws, act, nhwc, B, hid, H, W, &actv));
+        TRY(new_act(ws, act, nhwc, B, rows / 4, H, W, &actv));
         DittoArenaMark mk = ditto_arena_mark(ws);
-        TRY(new_act(ws, act, nhwc, B, 4 * hid, H / 2 + 1, W / 2 + 1, &ph));
-        TRY(ditto_op_conv(be, &pad1, seg, &s->shared_w, NULL, &ph));                       /* the 4 parities (B,4*128,H/2+1,W/2+1) */
-        TRY(phase_interleave(be, nhwc, &ph, &s->shared_b, &actv));                         /* relu(mlp_shared(x2(seg))) (B,128,H,W) */
+        if (!merged) {
+            TRY(new_act(ws, act, nhwc, B, rows, H / 2 + 1, W / 2 + 1, &ph));
+            TRY(ditto_op_conv(be, &pad1, seg, &s->shared_w, NULL, &ph));                   /* the 4 parities (B,4*128,H/2+1,W/2+1) */
+        }
+        TRY(phase_interleave(be, nhwc, merged ? &mine : &ph, &s->shared_b, &actv));        /* relu(mlp_shared(x2(seg))) (B,128,H,W) */
         ditto_arena_release(ws, mk);
+    } else if (merged) {
+        actv = mine;                                                                       /* relu(mlp_shared) (B,128,H,W), channels 128 slot.. */
     } else {
-        TRY(new_act(ws, act, nhwc, B, s->shared_w.shape[0], H, W, &actv));
+        TRY(new_act(ws, act, nhwc, B, rows, H, W, &actv));
         TRY(ditto_op_conv(be, &pad1_relu, seg, &s->shared_w, &s->shared_b, &actv));        /* relu(mlp_shared) (B,128,H,W) */
+    }
+    const bool strided = !ditto_tensor_is_contiguous(&actv);   /* a channel slice: spade_conv reads it, a plain conv does not */
+    if (s->gamma_only && strided) {
+        TRY(new_act(ws, act, nhwc, B, rows, H, W, &dense));
+        TRY(ditto_op_copy(be, &actv, &dense));                                             /* for the fold's plain conv (B,128,H,W) */
+        actv = dense;
     }
     if (s->gamma_only)
         TRY(ditto_op_conv(be, &pad1, &actv, fold_w, NULL, fold_y));                        /* W_s mlp_beta, no bias (B,fout,H,W) */
-    if (nhwc && ditto_op_spade_conv_fused(be, &sp, &actv, &s->gb_w, &s->gb_b, x, y)) {
-        TRY(ditto_op_spade_conv(be, &sp, &actv, &s->gb_w, &s->gb_b, x, y));                 /* the same, gamma / beta kept in registers */
+    if (nhwc && (strided || ditto_op_spade_conv_fused(be, &sp, &actv, &s->gb_w, &s->gb_b, x, y))) {
+        TRY(ditto_op_spade_conv(be, &sp, &actv, &s->gb_w, &s->gb_b, x, y));                 /* the same in one op (fused: gamma, beta in registers) */
         goto done;
     }
     TRY(new_act(ws, act, nhwc, B, gk * C, H, W, &gb));
@@ -489,10 +580,11 @@ done:
  * shortcut goes into y first and conv_1 adds onto it (accumulate), so the
  * sum costs no pass of its own. With a learned shortcut y must not alias x;
  * without one y may be x (updated in place; else x is copied, or upsampled,
- * into y).
+ * into y). merge (channels-last): the SPADEs' mlp_shared merged, hid the
+ * merged output of G_middle's (B,H,W,12*128) or, in an up block, made here.
  */
-static int resblock(DittoDecoder *m, DittoArena *ws, bool nhwc, const DecBlock *b, const DittoTensor *x, const DittoTensor *feature,
-                    DittoTensor *y)
+static int resblock(DittoDecoder *m, DittoArena *ws, bool nhwc, bool merge, const DittoTensor *hid, const DecBlock *b, const DittoTensor *x,
+                    const DittoTensor *feature, DittoTensor *y)
 {
     DittoBackend *be = m->be;
     const int64_t B = y->shape[0], H = dim_h(y, nhwc), W = dim_w(y, nhwc);
@@ -502,7 +594,7 @@ static int resblock(DittoDecoder *m, DittoArena *ws, bool nhwc, const DecBlock *
     DittoConvParams pad1_acc = pad1, pad0_acc = pad0;
     pad1_acc.accumulate = pad0_acc.accumulate = true;
     DittoArenaMark top = ditto_arena_mark(ws), mk;
-    DittoTensor seg = *feature, n_s, n_0, dx_0, n_1;
+    DittoTensor seg = *feature, n_s, n_0, dx_0, n_1, ph;
     int rc;
     if (b->learned_shortcut && y->data == x->data)
         return ditto_fail(&be->log, DITTO_ERR_INVAL, "decoder: a block with a learned shortcut cannot run in place");
@@ -518,6 +610,13 @@ static int resblock(DittoDecoder *m, DittoArena *ws, bool nhwc, const DecBlock *
         TRY(new_act(ws, m->act, nhwc, B, m->c_in, H / sf, W / sf, &seg));
         TRY(nhwc ? ditto_nn_upsample_last(be, feature, &seg) : ditto_op_upsample_nearest(be, feature, &seg));   /* (B,256,H/sf,W/sf) */
     }
+    /* merged up block: the phase convolutions of its 3 SPADEs as one, read by each through its slot, then gone with the block */
+    if (merge && b->norm_0.phase) {
+        TRY(new_act(ws, m->act, nhwc, B, b->shared_w.shape[0], H / 2 + 1, W / 2 + 1, &ph));
+        TRY(ditto_op_conv(be, &pad1, &seg, &b->shared_w, NULL, &ph));                      /* (B,3*4*128,H/2+1,W/2+1) */
+        hid = &ph;
+    }
+    const DittoTensor *mg = merge ? hid : NULL;
     /*
      * x_s = conv_s(norm_s(x)) if fin != fout, else x. conv_s (1x1, nothing
      * between) is linear, so its share of norm_s's beta is W_s mlp_beta(a) =
@@ -530,7 +629,7 @@ static int resblock(DittoDecoder *m, DittoArena *ws, bool nhwc, const DecBlock *
     if (b->learned_shortcut) {
         mk = ditto_arena_mark(ws);
         TRY(new_act(ws, m->act, nhwc, B, b->fin, H, W, &n_s));
-        TRY(spade(be, ws, m->act, nhwc, &b->norm_s, x, &seg, false, &n_s, &b->beta_s_w, y));   /* norm(x)(1+gamma) (B,fin,H,W); y */
+        TRY(spade(be, ws, m->act, nhwc, &b->norm_s, x, &seg, mg, false, &n_s, &b->beta_s_w, y));   /* norm(x)(1+gamma) (B,fin,H,W); y */
         TRY(ditto_op_conv(be, &pad0_acc, &n_s, &b->conv_s_w, &b->beta_s_b, y));            /* y += conv_s + W_s b_beta (B,fout,H,W) */
         ditto_arena_release(ws, mk);
     } else if (up) {
@@ -546,12 +645,12 @@ static int resblock(DittoDecoder *m, DittoArena *ws, bool nhwc, const DecBlock *
     TRY(new_act(ws, m->act, nhwc, B, b->fmid, H, W, &dx_0));
     mk = ditto_arena_mark(ws);
     TRY(new_act(ws, m->act, nhwc, B, b->fin, H, W, &n_0));
-    TRY(spade(be, ws, m->act, nhwc, &b->norm_0, x, &seg, true, &n_0, NULL, NULL));             /* lrelu(norm_0(x)) (B,fin,H,W) */
+    TRY(spade(be, ws, m->act, nhwc, &b->norm_0, x, &seg, mg, true, &n_0, NULL, NULL));         /* lrelu(norm_0(x)) (B,fin,H,W) */
     TRY(ditto_op_conv(be, &pad1, &n_0, &b->conv_0_w, NULL, &dx_0));                        /* (B,fmid,H,W), no bias */
     ditto_arena_release(ws, mk);
     /* out = x_s + conv_1(lrelu(norm_1(dx))): conv_1 accumulates onto x_s in y */
     TRY(new_act(ws, m->act, nhwc, B, b->fmid, H, W, &n_1));
-    TRY(spade(be, ws, m->act, nhwc, &b->norm_1, &dx_0, &seg, true, &n_1, NULL, NULL));         /* lrelu(norm_1(dx)) (B,fmid,H,W) */
+    TRY(spade(be, ws, m->act, nhwc, &b->norm_1, &dx_0, &seg, mg, true, &n_1, NULL, NULL));     /* lrelu(norm_1(dx)) (B,fmid,H,W) */
     TRY(ditto_op_conv(be, &pad1_acc, &n_1, &b->conv_1_w, &b->conv_1_b, y));                /* y += conv_1 (B,fout,H,W) */
 done:
     ditto_arena_release(ws, top);
@@ -559,18 +658,54 @@ done:
 }
 
 /*
+ * Whether this forward merges the mlp_shared convolutions that read one map
+ * (ditto_decoder_set_merge, else DITTO_DECODER_MERGE read once): channels-last
+ * only; in mode 1 where the first SPADE's spade_conv, as the merged forward
+ * calls it (a being a channel slice in G_middle), runs fused: the wide convolution
+ * pays off there. Probe tensors in ws, released. (B, H, W): the feature's.
+ */
+static bool dec_merge(DittoDecoder *m, DittoArena *ws, bool nhwc, int64_t B, int64_t H, int64_t W)
+{
+    static int env = -2;
+    if (env == -2) {
+        const char *e = getenv("DITTO_DECODER_MERGE");
+        env = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "2") ? 2 : 1;
+    }
+    const int mode = m->merge >= 0 ? m->merge : env;
+    if (!nhwc || mode == 0 || m->nmiddle + m->nup == 0)
+        return false;
+    if (mode == 2)
+        return true;
+    const bool mid = m->nmiddle > 0;
+    const DecBlock *b = mid ? &m->middle[0] : &m->up[0];
+    const DecSpade *s = &b->norm_0;
+    const int64_t hid = m->c_hidden, f = mid ? 1 : 2, pitch = mid ? m->mid_shared_w.shape[0] : hid;
+    const DittoSpadeParams sp = { DEC_IN_EPS, true, DEC_LRELU, true, false };
+    DittoArenaMark mk = ditto_arena_mark(ws);
+    DittoTensor all, a, x, y;
+    const bool fused = ditto_nn_new(ws, m->act, &all, DITTO_SHAPE(B, f * H, f * W, pitch)) >= 0 &&
+                       ditto_tensor_slice(&all, 3, 0, hid, 1, &a) >= 0 && new_act(ws, m->act, true, B, b->fin, H, W, &x) >= 0 &&
+                       new_act(ws, m->act, true, B, b->fin, f * H, f * W, &y) >= 0 &&
+                       ditto_op_spade_conv_fused(m->be, &sp, &a, &s->gb_w, &s->gb_b, &x, &y);
+    ditto_arena_release(ws, mk);
+    return fused;
+}
+
+/*
  * Items per chunk of up block i at output size (H, W) within budget bytes
  * (B with taps). Per item: seg at half size, y, conv_0 out, SPADE out and
  * scratch (hidden + 2 fin; the phase output, about hidden, is gone before
- * the 2 fin); x2(x) is never stored.
+ * the 2 fin); x2(x) is never stored. merge: the block's merged phase
+ * output (3 x 4 x 128 at (H/2+1, W/2+1)) too, there while its SPADEs run.
  */
-static int64_t up_chunk(const DittoDecoder *m, int i, int64_t B, int64_t H, int64_t W, size_t budget, const DittoTap *tap)
+static int64_t up_chunk(const DittoDecoder *m, int i, bool merge, int64_t B, int64_t H, int64_t W, size_t budget, const DittoTap *tap)
 {
     if (tap)
         return B;
     const DecBlock *b = &m->up[i];
     const int64_t ch = (m->c_in + 3) / 4 + b->fin + b->fout + b->fmid + m->c_hidden + 2 * b->fin;
-    const size_t per_item = (size_t)(ch * H * W) * ditto_dtype_size(m->act);
+    const int64_t ph = merge ? b->shared_w.shape[0] * (H / 2 + 1) * (W / 2 + 1) : 0;
+    const size_t per_item = (size_t)(ch * H * W + ph) * ditto_dtype_size(m->act);
     int64_t chunk = per_item ? (int64_t)(budget / per_item) : B;
     return chunk < 1 ? 1 : chunk > B ? B : chunk;
 }
@@ -596,6 +731,8 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
     const DittoConvParams pad1 = ditto_nn_conv_pad(1);
     DittoConvParams pad1_act = pad1;   /* convolutions on activations in the forward's layout */
     pad1_act.nhwc = nhwc;
+    DittoConvParams pad1_relu = pad1_act;
+    pad1_relu.relu = true;
     DittoArenaMark top = ditto_arena_mark(ws);
     DittoTensor feat = *feature, x, y, c_img, logits;
     char name[32];
@@ -612,19 +749,35 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
     TRY(ditto_op_conv(be, &pad1_act, &feat, &m->fc_w, &m->fc_b, &x));                        /* (B,512,64,64) */
     TRY(tap_act(be, ws, nhwc, tap, "fc_out", &x));
 
+    /*
+     * G_middle's SPADEs' mlp_shared merged (dec_merge): once for all blocks,
+     * kept while they run
+     */
+    const bool merge = dec_merge(m, ws, nhwc, B, H, W);
+    DittoArenaMark mid = ditto_arena_mark(ws);
+    DittoTensor hid = { 0 };
+    bool keep = false;   /* something the blocks made lies above hid */
+    if (merge && m->nmiddle) {
+        TRY(ditto_nn_new(ws, m->act, &hid, DITTO_SHAPE(B, H, W, m->mid_shared_w.shape[0])));
+        TRY(ditto_op_conv(be, &pad1_relu, &feat, &m->mid_shared_w, &m->mid_shared_b, &hid)); /* relu(mlp_shared) x 12 (B,12*128,64,64) */
+    }
+
     /* x = G_middle_i(x, seg): in place (conv_1 adds onto x); a learned shortcut needs a new tensor */
     for (int i = 0; i < m->nmiddle; i++) {
         const DecBlock *b = &m->middle[i];
         if (b->learned_shortcut) {
             TRY(new_act(ws, m->act, nhwc, B, b->fout, H, W, &y));
-            TRY(resblock(m, ws, nhwc, b, &x, &feat, &y));
+            TRY(resblock(m, ws, nhwc, merge, &hid, b, &x, &feat, &y));
             x = y;
+            keep = true;
         } else {
-            TRY(resblock(m, ws, nhwc, b, &x, &feat, &x));                                   /* (B,512,64,64) */
+            TRY(resblock(m, ws, nhwc, merge, &hid, b, &x, &feat, &x));                      /* (B,512,64,64) */
         }
         snprintf(name, sizeof name, "G_middle_%d_out", i);
         TRY(tap_act(be, ws, nhwc, tap, name, &x));
     }
+    if (!keep)
+        ditto_arena_release(ws, mid);
 
     /*
      * The up blocks on chunks of items (DEC_UP_BUDGET; everything when taps
@@ -637,7 +790,7 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
     for (int i = 0; i + 1 < m->nup; i++) {
         H *= 2;
         W *= 2;
-        const int64_t chunk = up_chunk(m, i, B, H, W, budget, tap);
+        const int64_t chunk = up_chunk(m, i, merge, B, H, W, budget, tap);
         TRY(new_act(ws, m->act, nhwc, B, m->up[i].fout, H, W, &y));
         for (int64_t i0 = 0; i0 < B; i0 += chunk) {
             const int64_t nb = B - i0 < chunk ? B - i0 : chunk;
@@ -646,7 +799,7 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
             TRY(ditto_tensor_slice(&x, 0, i0, i0 + nb, 1, &xc));
             TRY(ditto_tensor_slice(&feat, 0, i0, i0 + nb, 1, &featc));
             TRY(ditto_tensor_slice(&y, 0, i0, i0 + nb, 1, &yc));
-            TRY(resblock(m, ws, nhwc, &m->up[i], &xc, &featc, &yc));                        /* (B,256,128,128) from x2(x) for up_0 */
+            TRY(resblock(m, ws, nhwc, merge, NULL, &m->up[i], &xc, &featc, &yc));            /* (B,256,128,128) from x2(x) for up_0 */
             ditto_arena_release(ws, ck);
         }
         x = y;
@@ -656,7 +809,7 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
     const int last = m->nup - 1;
     H *= 2;
     W *= 2;
-    const int64_t chunk = up_chunk(m, last, B, H, W, budget, tap);
+    const int64_t chunk = up_chunk(m, last, merge, B, H, W, budget, tap);
     const DittoTensor xall = x;
     for (int64_t i0 = 0; i0 < B; i0 += chunk) {
         const int64_t nb = B - i0 < chunk ? B - i0 : chunk;
@@ -666,7 +819,7 @@ int ditto_decoder_forward(DittoDecoder *m, DittoArena *ws, const DittoTensor *fe
         TRY(ditto_tensor_slice(&feat, 0, i0, i0 + nb, 1, &featc));
         TRY(ditto_tensor_slice(img, 0, i0, i0 + nb, 1, &imgc));
         TRY(new_act(ws, m->act, nhwc, nb, m->up[last].fout, H, W, &y));
-        TRY(resblock(m, ws, nhwc, &m->up[last], &xc, &featc, &y));                          /* (B,64,256,256) for up_1 */
+        TRY(resblock(m, ws, nhwc, merge, NULL, &m->up[last], &xc, &featc, &y));              /* (B,64,256,256) for up_1 */
         x = y;
         snprintf(name, sizeof name, "up_%d_out", last);
         TRY(tap_act(be, ws, nhwc, tap, name, &x));

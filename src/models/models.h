@@ -104,6 +104,14 @@ void ditto_decoder_set_up_budget(DittoDecoder *m, size_t bytes);
  * (NHWC). Outputs agree within rounding (bit for bit on the CPU). For tests.
  */
 void ditto_decoder_set_layout(DittoDecoder *m, int nhwc);
+/*
+ * The SPADEs' mlp_shared convolutions that read the same map, merged into
+ * one per map (G_middle's twelve, each up block's three) in the channels-last
+ * forward: -1 DITTO_DECODER_MERGE (read once; unset: 1), 0 never, 1 where
+ * the backend runs spade_conv fused (CUDA f16 on Hopper), 2 always (any
+ * backend, channels-last only). Outputs agree within rounding. For tests.
+ */
+void ditto_decoder_set_merge(DittoDecoder *m, int mode);
 
 /*
  * Warp then decoder of items [a, a + n) of the batch tensors f_s, kp_source,

@@ -85,6 +85,14 @@ int ditto_loader_get_cat(DittoLoader *l, DittoTensor *out, int n, const char *co
 typedef void (*DittoLoaderMap)(void *ctx, const float *in, float *out);
 int ditto_loader_get_map(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape, int out_ndim, const int64_t *out_shape,
                          DittoLoaderMap fn, void *ctx, const char *fmt, ...) DITTO_LOADER_PRINTF(9, 10);
+/*
+ * ditto_loader_get_cat of keys mapped one by one: each key (exactly shape)
+ * goes through fn(ctx, in, out) to out_shape, and the n results are bound
+ * as ONE tensor concatenated along dim 0 in key order (dim 0 is
+ * n * out_shape[0]). The decoder's merged sub-pixel SPADE convolutions.
+ */
+int ditto_loader_get_cat_map(DittoLoader *l, DittoTensor *out, int n, const char *const *keys, int ndim, const int64_t *shape, int out_ndim,
+                             const int64_t *out_shape, DittoLoaderMap fn, void *ctx);
 /* Mark prefix+key as known without loading it (e.g. num_batches_tracked); missing is an error. */
 int ditto_loader_skip(DittoLoader *l, const char *fmt, ...) DITTO_LOADER_PRINTF(2, 3);
 /*

@@ -452,12 +452,32 @@ int ditto_op_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const Ditto
     CALL(DITTO_OP_SPADE_NORM, x, y, be->ops.spade_norm(be, p, x, gb, bias, y));
 }
 
-/* Whether contiguous (or channels-last) tensors a and b share bytes. */
+/* Bytes from t's first element to just past its last (strides not negative); 0 when empty. */
+static size_t span_bytes(const DittoTensor *t)
+{
+    if (ditto_tensor_numel(t) == 0)
+        return 0;
+    int64_t last = 0;
+    for (int i = 0; i < t->ndim; i++)
+        last += (t->shape[i] - 1) * t->stride[i];
+    return (size_t)(last + 1) * ditto_dtype_size(t->dtype);
+}
+
+/* Whether the address ranges of a and b (strides not negative) meet. */
 static bool overlaps(const DittoTensor *a, const DittoTensor *b)
 {
     const char *pa = a->data, *pb = b->data;
-    const size_t na = ditto_tensor_nbytes(a), nb = ditto_tensor_nbytes(b);
+    const size_t na = span_bytes(a), nb = span_bytes(b);
     return na && nb && pa < pb + nb && pb < pa + na;
+}
+
+/* A channels-last (N, H, W, C) slice of channels of a wider contiguous (N, H, W, lda): strides (H W lda, W lda, lda, 1), lda >= C. */
+static bool is_channel_slice(const DittoTensor *t)
+{
+    if (t->ndim != 4)
+        return false;
+    const int64_t lda = t->stride[2];
+    return t->stride[3] == 1 && lda >= t->shape[3] && t->stride[1] == t->shape[2] * lda && t->stride[0] == t->shape[1] * t->stride[1];
 }
 
 /*
@@ -477,9 +497,9 @@ static const char *spade_conv_problem(DittoBackend *be, const DittoSpadeParams *
     for (int i = 0; i < 5; i++)
         if (all[i] && (all[i]->device != be->device || !is_float(be, all[i])))
             return "a tensor is on the wrong device or not a float tensor of this backend";
-    if (!ditto_tensor_is_contiguous(a) || !ditto_tensor_is_contiguous(x) || !ditto_tensor_is_contiguous(y) ||
+    if ((!ditto_tensor_is_contiguous(a) && !is_channel_slice(a)) || !ditto_tensor_is_contiguous(x) || !ditto_tensor_is_contiguous(y) ||
         (bias && !ditto_tensor_is_contiguous(bias)) || (!ditto_tensor_is_contiguous(w) && !ditto_tensor_is_channels_last(w)))
-        return "a, x, y and bias must be contiguous, w contiguous or channels-last";
+        return "a contiguous or a channel slice of a wider channels-last tensor, x, y and bias contiguous, w contiguous or channels-last";
     *code = DITTO_ERR_SHAPE;
     *t1 = a, *t2 = y;
     if (a->ndim != 4 || y->ndim != 4 || x->ndim != 4 || w->ndim != 4)

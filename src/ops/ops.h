@@ -422,7 +422,9 @@ int ditto_op_spade_norm(struct DittoBackend *be, const DittoSpadeParams *p, cons
  * SPADE with its gamma / beta convolution: y = spade_norm(p, x, gb, bias)
  * with gb = conv(a, w), a 3x3 convolution with padding 1 and no bias (the
  * decoder's mlp_gamma ; mlp_beta). Channels-last only (p->nhwc): a (N, H,
- * W, Ca), w (K C, Ca, 3, 3) contiguous or channels-last (K = 2: gamma rows
+ * W, Ca) contiguous or a slice of channels of a contiguous (N, H, W, lda),
+ * strides (H W lda, W lda, lda, 1) with lda >= Ca (the decoder's merged
+ * mlp_shared output), w (K C, Ca, 3, 3) contiguous or channels-last (K = 2: gamma rows
  * then beta rows; 1 with p->gamma_only), bias (K C) or NULL, x (N, H / fh,
  * W / fw, C) for integer fh, fw (read nearest-upsampled), y (N, H, W, C),
  * not aliasing a or x. A backend may run it without storing gb

@@ -262,11 +262,14 @@ static void spade_case(TestCtx *c, int nd, const int64_t *sh, bool act, float of
  * wlast: w bound channels-last (the KRSC layout the decoder uses on CUDA,
  * which the fused CUDA kernel needs); sizes with W a multiple of 64, H of 4,
  * Ca of 64 and C of 64 (128 gamma only) take that kernel in fp16 mode. The
- * conv tolerances: gamma and beta are sums of 9 Ca products.
+ * conv tolerances: gamma and beta are sums of 9 Ca products. lda > Ca: a
+ * is channels [off, off + Ca) of an (N, H, W, lda) tensor (the decoder's
+ * merged mlp_shared output), the other channels NaN, so a read of them shows.
  */
 #define TOL_CONV_L2 2e-6
 #define TOL_CONV_MAX 2e-5
-static void spade_conv_case(TestCtx *c, int64_t N, int64_t H, int64_t W, int64_t Ca, int64_t C, int fh, int fw, bool act, int bias, bool wlast)
+static void spade_conv_case_at(TestCtx *c, int64_t N, int64_t H, int64_t W, int64_t Ca, int64_t C, int fh, int fw, bool act, int bias,
+                               bool wlast, int64_t lda, int64_t off)
 {
     const bool gonly = bias & SPADE_GAMMA_ONLY;
     const int64_t K = gonly ? 1 : 2, KC = K * C, Hx = H / fh, Wx = W / fw;
@@ -275,15 +278,25 @@ static void spade_conv_case(TestCtx *c, int64_t N, int64_t H, int64_t W, int64_t
     snprintf(name, sizeof name, "spade_conv (%lld,%lld,%lld,%lld) -> C %lld up %dx%d%s%s%s%s", (long long)N, (long long)H, (long long)W,
              (long long)Ca, (long long)C, fh, fw, act ? " lrelu 0.2" : "", bias == SPADE_BIAS ? " bias" : bias == SPADE_BIAS_F32 ? " bias f32" : "",
              gonly ? " gamma only" : "", wlast ? " w krsc" : "");
+    if (lda != Ca) {
+        const size_t k = strlen(name);
+        snprintf(name + k, sizeof name - k, " a channels %lld.. of %lld", (long long)off, (long long)lda);
+    }
     if (!test_selected(c, name))
         return;
-    TT *a = tt_new(c, DITTO_F32, 4, (const int64_t[]){ N, H, W, Ca }), *w = tt_new(c, DITTO_F32, 4, (const int64_t[]){ KC, Ca, 3, 3 });
+    TT *a = tt_new(c, DITTO_F32, 4, (const int64_t[]){ N, H, W, lda }), *w = tt_new(c, DITTO_F32, 4, (const int64_t[]){ KC, Ca, 3, 3 });
     TT *x = tt_new(c, DITTO_F32, 4, (const int64_t[]){ N, Hx, Wx, C }), *y = tt_new(c, DITTO_F32, 4, (const int64_t[]){ N, H, W, C });
     const float ws = 1.0f / sqrtf((float)(9 * Ca));   /* gamma, beta of order 1 */
     tt_fill_uniform(a, -1.0f, 1.0f);
     tt_fill_uniform(w, -ws, ws);
     tt_fill_uniform(x, -1.0f, 1.0f);
+    for (int64_t r = 0; r < N * H * W; r++)
+        for (int64_t ci = 0; ci < lda; ci++)
+            if (ci < off || ci >= off + Ca)
+                tt_f32(a)[r * lda + ci] = NAN;
     tt_to_dev(a);
+    DittoTensor av;
+    ditto_tensor_slice(&a->dev, 3, off, off + Ca, 1, &av);
     tt_to_dev(w);
     tt_to_dev(x);
     tt_to_dev(y);
@@ -317,7 +330,7 @@ static void spade_conv_case(TestCtx *c, int64_t N, int64_t H, int64_t W, int64_t
                         const int64_t iy = py + ky - 1, ix = px + kx - 1;
                         if (iy < 0 || iy >= H || ix < 0 || ix >= W)
                             continue;
-                        const float *ap = ah + ((n * H + iy) * W + ix) * Ca, *wp = wh + o * Ca * 9 + ky * 3 + kx;
+                        const float *ap = ah + ((n * H + iy) * W + ix) * lda + off, *wp = wh + o * Ca * 9 + ky * 3 + kx;
                         for (int64_t ci = 0; ci < Ca; ci++)
                             g += (double)ap[ci] * wp[ci * 9];
                     }
@@ -341,9 +354,9 @@ static void spade_conv_case(TestCtx *c, int64_t N, int64_t H, int64_t W, int64_t
         }
     }
     DittoSpadeParams p = { 1e-5f, act, 0.2f, true, gonly };
-    int rc = ditto_op_spade_conv(c->be, &p, &a->dev, &wv, bt ? &bt->dev : NULL, &x->dev, &y->dev);
+    int rc = ditto_op_spade_conv(c->be, &p, &av, &wv, bt ? &bt->dev : NULL, &x->dev, &y->dev);
     if (c->verbose)
-        printf("  %s: %s\n", name, ditto_op_spade_conv_fused(c->be, &p, &a->dev, &wv, bt ? &bt->dev : NULL, &x->dev, &y->dev) ? "fused" : "not fused");
+        printf("  %s: %s\n", name, ditto_op_spade_conv_fused(c->be, &p, &av, &wv, bt ? &bt->dev : NULL, &x->dev, &y->dev) ? "fused" : "not fused");
     op_check(c, name, rc, y, ref, TOL_CONV_L2, TOL_CONV_MAX);
     free(ref);
     free(gb);
@@ -353,6 +366,11 @@ static void spade_conv_case(TestCtx *c, int64_t N, int64_t H, int64_t W, int64_t
     tt_free(x);
     tt_free(y);
     tt_free(bt);
+}
+
+static void spade_conv_case(TestCtx *c, int64_t N, int64_t H, int64_t W, int64_t Ca, int64_t C, int fh, int fw, bool act, int bias, bool wlast)
+{
+    spade_conv_case_at(c, N, H, W, Ca, C, fh, fw, act, bias, wlast, Ca, 0);
 }
 
 static void spade_conv_negative(TestCtx *c)
@@ -386,6 +404,31 @@ static void spade_conv_negative(TestCtx *c)
     expect_rc(c, "spade_conv negative: y over a", ditto_op_spade_conv(c->be, &sp, &a2->dev, &w->dev, NULL, &x2->dev, &ya), DITTO_ERR_INVAL);
     const bool fused = ditto_op_spade_conv_fused(c->be, &sn, &a->dev, &w->dev, NULL, &x->dev, &y->dev);
     test_report(c, "spade_conv negative: NCHW not fused", !fused, "fused query %s", fused ? "true" : "false");
+    /*
+     * a as channels [2, 7) of a (2,4,6,9) tensor: taken; as the first 6
+     * columns of a (2,4,12,5) one, or the first 4 rows of a (2,8,6,5) one
+     * (the rows' pitch no multiple of the pixels'): rejected
+     */
+    TT *aw = tt_new(c, DITTO_F32, 4, (const int64_t[]){ 2, 4, 6, 9 }), *ac = tt_new(c, DITTO_F32, 4, (const int64_t[]){ 2, 4, 12, 5 });
+    TT *ah = tt_new(c, DITTO_F32, 4, (const int64_t[]){ 2, 8, 6, 5 });
+    tt_fill_uniform(aw, -1.0f, 1.0f);
+    tt_fill_uniform(ac, -1.0f, 1.0f);
+    tt_fill_uniform(ah, -1.0f, 1.0f);
+    tt_to_dev(aw);
+    tt_to_dev(ac);
+    tt_to_dev(ah);
+    DittoTensor as, acol, arow;
+    ditto_tensor_slice(&aw->dev, 3, 2, 7, 1, &as);
+    ditto_tensor_slice(&ac->dev, 2, 0, 6, 1, &acol);
+    ditto_tensor_slice(&ah->dev, 1, 0, 4, 1, &arow);
+    expect_rc(c, "spade_conv negative: a a channel slice ok", ditto_op_spade_conv(c->be, &sp, &as, &w->dev, NULL, &x->dev, &y->dev), 0);
+    expect_rc(c, "spade_conv negative: a columns of a wider tensor", ditto_op_spade_conv(c->be, &sp, &acol, &w->dev, NULL, &x->dev, &y->dev),
+              DITTO_ERR_INVAL);
+    expect_rc(c, "spade_conv negative: a rows of a taller tensor", ditto_op_spade_conv(c->be, &sp, &arow, &w->dev, NULL, &x->dev, &y->dev),
+              DITTO_ERR_INVAL);
+    tt_free(aw);
+    tt_free(ac);
+    tt_free(ah);
     tt_free(a);
     tt_free(a2);
     tt_free(w);
@@ -589,6 +632,10 @@ void test_ops_norm(TestCtx *c)
     spade_conv_case(c, 1, 4, 192, 128, 64, 2, 2, true, SPADE_NO_BIAS, true);           /* three 64-pixel segments a row */
     spade_conv_case(c, 1, 8, 128, 64, 128, 2, 2, true, SPADE_BIAS | SPADE_GAMMA_ONLY, true); /* an up block's norm_s: 128 channels of x at half size a tile */
     spade_conv_case(c, 1, 4, 64, 64, 64, 1, 1, true, SPADE_BIAS, false);               /* w not channels-last: not fused */
+    /* a a channel slice (the decoder's merged mlp_shared): generic sizes, then the fused kernel's with pitches of 192 and 384 */
+    spade_conv_case_at(c, 2, 5, 7, 6, 4, 1, 1, true, SPADE_BIAS, false, 13, 5);
+    spade_conv_case_at(c, 2, 4, 64, 64, 64, 1, 1, true, SPADE_BIAS, true, 192, 64);
+    spade_conv_case_at(c, 1, 8, 64, 128, 128, 2, 2, true, SPADE_BIAS | SPADE_GAMMA_ONLY, true, 384, 256);
     /* more tiles (4 rows x 64 pixels x 64 channels) than an H200 has SMs: the persistent grid's second round (GPU only: a 2.6 G MAC reference) */
     if (c->be->device != DITTO_DEVICE_CPU) {
         spade_conv_case(c, 1, 68, 128, 64, 256, 1, 2, true, SPADE_BIAS, true);

@@ -419,7 +419,8 @@ static bool same_values(TestCtx *c, const char *label, const float *got, const f
  * The three runs of a layout comparison: ref (channels-first, taps t0), got
  * (channels-last, taps t1) and chunked (channels-last in chunks): got and
  * every tap the same values as ref's (exact: see same_values), chunked the
- * same bits as got. Frees the runs and the taps.
+ * same bits as got. Frees the runs and the taps. (merge_compare: ref
+ * unmerged, got and chunked merged, all channels-last.)
  */
 static void report_layouts(TestCtx *c, const char *cname, const char *out, const char *chunks, bool exact, int rc0, int rc1, int rc2,
                            TT *ref, TT *got, TT *chunked, TapStore *t0, TapStore *t1)
@@ -427,7 +428,7 @@ static void report_layouts(TestCtx *c, const char *cname, const char *out, const
     char label[96];
     snprintf(label, sizeof label, "%s.%s", cname, out);
     if (rc0 < 0 || rc1 < 0 || rc2 < 0) {
-        test_report(c, label, false, "forward rc: channels-first %d, channels-last %d, channels-last chunked %d", rc0, rc1, rc2);
+        test_report(c, label, false, "forward rc: reference %d, under test %d, under test chunked %d", rc0, rc1, rc2);
     } else {
         tt_to_host(ref);
         tt_to_host(got);
@@ -438,7 +439,7 @@ static void report_layouts(TestCtx *c, const char *cname, const char *out, const
         bool names = t0->n == t1->n && t0->n > 0;
         for (int i = 0; names && i < t0->n; i++)
             names = !strcmp(t0->name[i], t1->name[i]) && t0->numel[i] == t1->numel[i];
-        test_report(c, label, names, "%d intermediates reported channels-first, %d channels-last, same names and sizes", t0->n, t1->n);
+        test_report(c, label, names, "%d intermediates reported by the reference run, %d by the one under test, same names and sizes", t0->n, t1->n);
         for (int i = 0; names && i < t0->n; i++) {
             snprintf(label, sizeof label, "%s.tap.%s", cname, t0->name[i]);
             same_values(c, label, t1->data[i], t0->data[i], t0->numel[i], exact);
@@ -446,7 +447,7 @@ static void report_layouts(TestCtx *c, const char *cname, const char *out, const
         snprintf(label, sizeof label, "%s.%s", cname, chunks);
         double max_d = 0;
         size_t diff = item_diff(tt_f32(got), 0, tt_f32(chunked), n, &max_d);
-        test_report(c, label, diff == 0, "%zu values differ from the unchunked channels-last run (max |diff| %.3g)", diff, max_d);
+        test_report(c, label, diff == 0, "%zu values differ from the unchunked run under test (max |diff| %.3g)", diff, max_d);
     }
     tap_store_free(t0);
     tap_store_free(t1);
@@ -466,6 +467,7 @@ static void layout_compare(TestCtx *c, DittoArena *ws, DittoDecoder *g, TT *feat
     TT *ref = tt_new(c, DITTO_F32, 4, shape), *got = tt_new(c, DITTO_F32, 4, shape), *chunked = tt_new(c, DITTO_F32, 4, shape);
     TapStore t0 = { c, 0, { { 0 } }, { 0 }, { 0 } }, t1 = { c, 0, { { 0 } }, { 0 }, { 0 } };
     DittoTap tap0 = { tap_store, &t0 }, tap1 = { tap_store, &t1 };
+    ditto_decoder_set_merge(g, 0);   /* the layouts alone (merge_compare: the merged mlp_shared) */
     ditto_decoder_set_layout(g, 0);
     int rc0 = ditto_decoder_forward(g, ws, &feat->dev, &ref->dev, &tap0);
     ditto_decoder_set_layout(g, 1);
@@ -474,14 +476,53 @@ static void layout_compare(TestCtx *c, DittoArena *ws, DittoDecoder *g, TT *feat
     int rc2 = ditto_decoder_forward(g, ws, &feat->dev, &chunked->dev, NULL);
     ditto_decoder_set_up_budget(g, 0);
     ditto_decoder_set_layout(g, -1);
+    ditto_decoder_set_merge(g, -1);
     report_layouts(c, cname, "img", "up_chunks_of_1", true, rc0, rc1, rc2, ref, got, chunked, &t0, &t1);
+}
+
+/*
+ * The channels-last forward with the SPADEs' mlp_shared merged (forced, any
+ * backend) against it unmerged, with taps, and merged in up chunks of one
+ * item: the same values within float32 rounding (one wide convolution may
+ * sum in another order than several narrow ones; how many values differ at
+ * all is reported), chunked the same bits as unchunked. A SPADE reading
+ * another's channels, or a parity misplaced, is far outside.
+ */
+static void merge_compare(TestCtx *c, DittoArena *ws, DittoDecoder *g, TT *feat, const char *cname)
+{
+    int64_t shape[4];
+    if (ditto_decoder_out_shape(g, &feat->dev, shape) < 0) {
+        test_report(c, cname, false, "out_shape failed");
+        return;
+    }
+    TT *ref = tt_new(c, DITTO_F32, 4, shape), *got = tt_new(c, DITTO_F32, 4, shape), *chunked = tt_new(c, DITTO_F32, 4, shape);
+    TapStore t0 = { c, 0, { { 0 } }, { 0 }, { 0 } }, t1 = { c, 0, { { 0 } }, { 0 }, { 0 } };
+    DittoTap tap0 = { tap_store, &t0 }, tap1 = { tap_store, &t1 };
+    ditto_decoder_set_layout(g, 1);
+    ditto_decoder_set_merge(g, 0);
+    int rc0 = ditto_decoder_forward(g, ws, &feat->dev, &ref->dev, &tap0);
+    ditto_decoder_set_merge(g, 2);
+    int rc1 = ditto_decoder_forward(g, ws, &feat->dev, &got->dev, &tap1);
+    ditto_decoder_set_up_budget(g, 1);
+    int rc2 = ditto_decoder_forward(g, ws, &feat->dev, &chunked->dev, NULL);
+    ditto_decoder_set_up_budget(g, 0);
+    ditto_decoder_set_merge(g, -1);
+    ditto_decoder_set_layout(g, -1);
+    if (rc0 >= 0 && rc1 >= 0 && tt_to_host(ref) >= 0 && tt_to_host(got) >= 0) {
+        char label[96];
+        double max_d = 0;
+        const size_t n = (size_t)ditto_tensor_numel(&ref->host), diff = item_diff(tt_f32(ref), 0, tt_f32(got), n, &max_d);
+        snprintf(label, sizeof label, "%s.bits", cname);
+        test_report(c, label, true, "%zu of %zu values of img differ from the unmerged forward (max |diff| %.3g)", diff, n, max_d);
+    }
+    report_layouts(c, cname, "img", "up_chunks_of_1", false, rc0, rc1, rc2, ref, got, chunked, &t0, &t1);
 }
 
 /* The small synthetic decoder (channels multiples of 8) on a non-square input of 3 items. */
 static void test_decoder_layout(TestCtx *c, DittoArena *ws)
 {
     const char *cname = "decoder_layout_synthetic";
-    if (!test_selected(c, cname))
+    if (!test_selected(c, cname) && !test_selected(c, "decoder_merge_synthetic"))
         return;
     DittoCatalog *cat = NULL;
     DittoDecoder *g = NULL;
@@ -496,7 +537,10 @@ static void test_decoder_layout(TestCtx *c, DittoArena *ws)
     TT *feat = tt_new(c, DITTO_F32, 4, (int64_t[]){ 3, 64, 6, 5 });
     tt_fill_normal(feat, 0, 1);
     tt_to_dev(feat);
-    layout_compare(c, ws, g, feat, cname);
+    if (test_selected(c, cname))
+        layout_compare(c, ws, g, feat, cname);
+    if (test_selected(c, "decoder_merge_synthetic"))
+        merge_compare(c, ws, g, feat, "decoder_merge_synthetic");
     tt_free(feat);
     ditto_decoder_free(&g);
 }
@@ -1156,12 +1200,15 @@ int main(int argc, char **argv)
             test_decoder_case(&c, &ws, g, "decoder_b1");
             test_decoder_case(&c, &ws, g, "decoder_b3");
             /* the fixture decoder's odd channel counts: every channels-last op on its general path */
-            DittoCatalog *io = test_selected(&c, "decoder_layout_fixture") ? fixture_try_open(&g_fx, "decoder_b3.io.pth") : NULL;
+            const bool want = test_selected(&c, "decoder_layout_fixture") || test_selected(&c, "decoder_merge_fixture");
+            DittoCatalog *io = want ? fixture_try_open(&g_fx, "decoder_b3.io.pth") : NULL;
             TT *feat = io ? io_input(&c, io, "feature") : NULL;
-            if (feat)
+            if (feat && test_selected(&c, "decoder_layout_fixture"))
                 layout_compare(&c, &ws, g, feat, "decoder_layout_fixture");
             else if (test_selected(&c, "decoder_layout_fixture"))
                 test_report(&c, "decoder_layout_fixture", false, "cannot read decoder_b3.io.pth");
+            if (feat && test_selected(&c, "decoder_merge_fixture"))
+                merge_compare(&c, &ws, g, feat, "decoder_merge_fixture");
             tt_free(feat);
             ditto_catalog_close(&io);
         }

@@ -5,6 +5,7 @@
  * Work is split over independent rows/planes with the pool.
  */
 #include <math.h>
+#include <string.h>
 
 #include "backend/cpu/cpu.h"
 #include "core/log.h"
@@ -209,22 +210,31 @@ static int cpu_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const Dit
 /*
  * spade_conv as its definition: gb = conv(a, w) into float scratch, then
  * spade_norm, so it gives the bits of the two ops (the oracle of the fused
- * GPU kernel). Never fused here.
+ * GPU kernel). Never fused here. a as a channel slice (row pitch lda > Ca)
+ * is copied out first: the conv reads contiguous rows.
  */
 static int cpu_spade_conv(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *a, const DittoTensor *w, const DittoTensor *bias,
                           const DittoTensor *x, DittoTensor *y)
 {
-    const int64_t N = y->shape[0], H = y->shape[1], W = y->shape[2], KC = w->shape[0];
-    const int64_t n = N * H * W * KC;
+    const int64_t N = y->shape[0], H = y->shape[1], W = y->shape[2], KC = w->shape[0], Ca = a->shape[3], lda = a->stride[2];
+    const int64_t n = N * H * W * KC, na = ditto_tensor_is_contiguous(a) ? 0 : N * H * W * Ca;
     if (n == 0)
         return 0;
-    float *gs = ditto_malloc_aligned(sizeof(float) * (size_t)n);
+    float *gs = ditto_malloc_aligned(sizeof(float) * (size_t)(n + na));
     if (!gs)
-        return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op spade_conv: cannot allocate %lld floats for gamma / beta", (long long)n);
-    DittoTensor gb = ditto_tensor(gs, DITTO_F32, 4, (const int64_t[]){ N, H, W, KC });
+        return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op spade_conv: cannot allocate %lld floats for gamma / beta", (long long)(n + na));
+    DittoTensor gb = ditto_tensor(gs, DITTO_F32, 4, (const int64_t[]){ N, H, W, KC }), ac = *a;
     gb.device = y->device;
+    if (na) {   /* (N H W, lda) rows -> (N H W, Ca) */
+        float *ad = gs + n;
+        const float *as = a->data;
+        for (int64_t r = 0; r < N * H * W; r++)
+            memcpy(ad + r * Ca, as + r * lda, sizeof(float) * (size_t)Ca);
+        ac.data = ad;
+        ditto_tensor_set_contiguous(&ac);
+    }
     const DittoConvParams cp = { .pad_begin = { 1, 1 }, .pad_end = { 1, 1 }, .nhwc = true };
-    int rc = be->ops.conv(be, &cp, a, w, NULL, &gb);
+    int rc = be->ops.conv(be, &cp, &ac, w, NULL, &gb);
     if (rc >= 0)
         rc = cpu_spade_norm(be, p, x, &gb, bias, y);
     ditto_free_aligned(gs);

@@ -973,7 +973,7 @@ bool ditto_cuda_wg_spade_fits(DittoBackend *be, const DittoWgSpade *s)
            s->C % (s->gamma_only ? 128 : 64) == 0 && s->fh > 0 && s->fw > 0 && s->H % s->fh == 0 && s->W % s->fw == 0 &&
            s->N * (s->H / WG_ROWS) * (s->W / 64) * tiles <= INT32_MAX && s->N * s->C <= INT32_MAX / 2 && s->H <= INT32_MAX &&
            s->W <= INT32_MAX && s->Ca * 9 * s->C * 2 <= INT32_MAX && s->N * (s->H / WG_ROWS) * (s->W / 64) * tiles * (s->Ca / SP_BK) * 9 <= INT32_MAX &&
-           ((uintptr_t)s->a | (uintptr_t)s->w | (uintptr_t)s->x | (uintptr_t)s->y) % 16 == 0;
+           s->lda >= s->Ca && s->lda % 8 == 0 && ((uintptr_t)s->a | (uintptr_t)s->w | (uintptr_t)s->x | (uintptr_t)s->y) % 16 == 0;
 }
 
 size_t ditto_cuda_wg_spade_wbytes(const DittoWgSpade *s)
@@ -988,10 +988,14 @@ int ditto_cuda_wg_spade(DittoBackend *be, const DittoWgSpade *s)
     DittoCuda *cu = ditto_cuda(be);
     EncodeTiledFn enc = encode_tiled();
     CUtensorMap ma;
-    /* a: (Ca, W, H, 1, N) innermost first; boxes of 16 channels x WS pixels x 4 rows, zeros outside (the padding) */
+    /*
+     * a: (Ca, W, H, 1, N) innermost first, pixels lda apart (a channel slice
+     * of a wider tensor when lda > Ca); boxes of 16 channels x WS pixels x 4
+     * rows, zeros outside (the padding)
+     */
     const cuuint64_t da[5] = { (cuuint64_t)s->Ca, (cuuint64_t)s->W, (cuuint64_t)s->H, 1, (cuuint64_t)s->N };
-    const cuuint64_t sx[4] = { (cuuint64_t)(s->Ca * 2), (cuuint64_t)(s->Ca * 2 * s->W), (cuuint64_t)(s->Ca * 2 * s->W * s->H),
-                               (cuuint64_t)(s->Ca * 2 * s->W * s->H) };
+    const cuuint64_t sx[4] = { (cuuint64_t)(s->lda * 2), (cuuint64_t)(s->lda * 2 * s->W), (cuuint64_t)(s->lda * 2 * s->W * s->H),
+                               (cuuint64_t)(s->lda * 2 * s->W * s->H) };
     const cuuint32_t ba[5] = { 16, SpCfg::WS, SP_BOXR, 1, 1 }, one[5] = { 1, 1, 1, 1, 1 };
     CUresult r = enc(&ma, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 5, (void *)s->a, da, sx, ba, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
                      CU_TENSOR_MAP_SWIZZLE_32B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);

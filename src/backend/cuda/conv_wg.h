@@ -31,7 +31,7 @@ typedef struct DittoWgConv {
  * beta) or 128 (gamma only).
  */
 typedef struct DittoWgSpade {
-    const void *a;        /* (N, H, W, Ca) f16: the SPADE's hidden activation */
+    const void *a;        /* (N, H, W, Ca) f16, rows lda apart: the SPADE's hidden activation (lda > Ca: a channel slice) */
     const void *w;        /* (K C, 3, 3, Ca) f16 (KRSC): gamma rows [0, C), then beta rows */
     const void *bias;     /* (K C) f32 or f16, or NULL */
     bool bias_f16, gamma_only, act;
@@ -41,6 +41,7 @@ typedef struct DittoWgSpade {
     void *y;              /* (N, H, W, C) f16 */
     void *wt;             /* ditto_cuda_wg_spade_wbytes of scratch, 16-byte aligned: w laid out for the kernel */
     int64_t N, H, W, Ca, C, fh, fw;
+    int64_t lda;          /* a's row pitch in elements: >= Ca, a multiple of 8 */
 } DittoWgSpade;
 
 #ifdef DITTO_HAVE_WG

@@ -753,7 +753,7 @@ typedef struct SpcArgs {
     bool ah, wh, bh, xh, yh, gamma_only, act;
     float slope;
     double eps;
-    int64_t N, H, W, Ca, C, Rx, ws[4];
+    int64_t N, H, W, Ca, lda, C, Rx, ws[4];   /* lda: a's row pitch (>= Ca: a channel slice) */
     SpadeUp up;               /* x's positions from y's */
 } SpcArgs;
 
@@ -774,7 +774,7 @@ static __global__ void k_spade_conv_generic(SpcArgs a)
                     const int64_t iy = py + ky - 1, ix = px + kx - 1;
                     if (iy < 0 || iy >= a.H || ix < 0 || ix >= a.W)
                         continue;
-                    const int64_t ab = ((n * a.H + iy) * a.W + ix) * a.Ca, wb = c * a.ws[0] + ky * a.ws[2] + kx * a.ws[3];
+                    const int64_t ab = ((n * a.H + iy) * a.W + ix) * a.lda, wb = c * a.ws[0] + ky * a.ws[2] + kx * a.ws[3];
                     for (int64_t ca = 0; ca < a.Ca; ca++) {
                         const float av = ditto_ld(a.a, ab + ca, a.ah);
                         g = fmaf(av, ditto_ld(a.w, wb + ca * a.ws[1], a.wh), g);
@@ -802,7 +802,7 @@ static bool spade_conv_wg(DittoBackend *be, const DittoSpadeParams *p, const Dit
     s->bias = bias ? bias->data : NULL;
     s->bias_f16 = is_h(bias);
     s->gamma_only = p->gamma_only, s->act = p->act, s->slope = p->slope;
-    s->N = y->shape[0], s->H = y->shape[1], s->W = y->shape[2], s->C = y->shape[3], s->Ca = a->shape[3];
+    s->N = y->shape[0], s->H = y->shape[1], s->W = y->shape[2], s->C = y->shape[3], s->Ca = a->shape[3], s->lda = a->stride[2];
     s->fh = y->shape[1] / x->shape[1], s->fw = y->shape[2] / x->shape[2];
     return ditto_cuda_wg_spade_fits(be, s);
 }
@@ -844,7 +844,7 @@ static int cuda_spade_conv(DittoBackend *be, const DittoSpadeParams *p, const Di
     k.a = a->data, k.w = w->data, k.bias = bias ? bias->data : NULL, k.x = x->data, k.y = y->data;
     k.ah = is_h(a), k.wh = is_h(w), k.bh = is_h(bias), k.xh = is_h(x), k.yh = is_h(y);
     k.gamma_only = p->gamma_only, k.act = p->act, k.slope = p->slope, k.eps = p->eps;
-    k.N = y->shape[0], k.H = y->shape[1], k.W = y->shape[2], k.C = y->shape[3], k.Ca = a->shape[3];
+    k.N = y->shape[0], k.H = y->shape[1], k.W = y->shape[2], k.C = y->shape[3], k.Ca = a->shape[3], k.lda = a->stride[2];
     k.Rx = x->shape[1] * x->shape[2];
     k.up = spade_up(x, y, 1);
     for (int i = 0; i < 4; i++)
