@@ -540,6 +540,19 @@ typedef struct SpArgs {
     int prefetch;       /* the epilogue's first x loads issued with the tile's last step (1; DITTO_CUDA_SPPF=0, A/B) */
 } SpArgs;
 
+/*
+ * The epilogue's per-channel values (float4: mean, rstd, biases) of tile
+ * channel c at chv slot sp_chv(c): within a block of 32 channels, channel
+ * 8q + m at 4m + q. A warp's load of channel 32b + 8(l%4) + m then reads 4
+ * consecutive slots (64 bytes, one shared-memory wavefront) instead of 4
+ * slots 128 bytes apart in the same banks (16 wavefronts: ncu found 76% of
+ * the kernel's shared-load wavefronts were such conflicts).
+ */
+static __device__ __forceinline__ int sp_chv(int c)
+{
+    return (c & ~31) | ((c & 7) << 2) | ((c >> 3) & 3);
+}
+
 #define SP_THREADS (WG_THREADS + 128)   /* two consumer warpgroups and a loader warpgroup (registers moved by setmaxnreg) */
 
 static __device__ __forceinline__ void mb_init_n(uint32_t b, int n)
@@ -679,7 +692,7 @@ static __global__ void __launch_bounds__(SP_THREADS, 1) k_wg_spade(const __grid_
             v.y = a.stat[a.NC + q.n * a.C + c];
             v.z = a.bias ? ditto_ld(a.bias, c, a.bias_f16) : 0.0f;
             v.w = a.bias && !GO ? ditto_ld(a.bias, a.C + c, a.bias_f16) : 0.0f;
-            chv[(k & 1) * 128 + t] = v;
+            chv[(k & 1) * 128 + sp_chv(t)] = v;
         }
         for (int s = 0; s < steps; ++s) {
             const int g = k * steps + s, tap = s % TAPS, r = g / TAPS;
@@ -725,7 +738,7 @@ static __global__ void __launch_bounds__(SP_THREADS, 1) k_wg_spade(const __grid_
 #pragma unroll
             for (int bb = 0; bb < 2; ++bb) {
                 const int b = b0 + bb;
-                const float4 *cv = chv + (k & 1) * 128 + 32 * b + 8 * qd;
+                const float4 *cv = chv + (k & 1) * 128 + 32 * b + qd;   /* channel 32b + 8qd + m at 32b + 4m + qd (sp_chv) */
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     const int h = i % 2;
@@ -736,7 +749,7 @@ static __global__ void __launch_bounds__(SP_THREADS, 1) k_wg_spade(const __grid_
 #pragma unroll
                     for (int t2 = 0; t2 < 4; ++t2) {
                         const int j = 4 * b + t2;
-                        const float4 v0c = cv[2 * t2], v1c = cv[2 * t2 + 1];
+                        const float4 v0c = cv[8 * t2], v1c = cv[8 * t2 + 4];
                         const float2 fx = __half22float2(xh[t2]);
                         const float g0 = ac[4 * j + 2 * h] + v0c.z, g1 = ac[4 * j + 2 * h + 1] + v1c.z;
                         const float b0v = (GO ? 0.0f : ac[(4 * (j + 8) + 2 * h) % 64]) + v0c.w;
