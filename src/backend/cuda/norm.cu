@@ -374,14 +374,19 @@ static __global__ void k_spade_h8(const __half *x, const __half *gb, const void 
 /*
  * part (2, splits, N*C): sum of d and of d^2, d = x - x[n, 0, c], over the
  * split's positions (set-minor, so k_spade_nhwc_final's reads of one split
- * are coalesced). grid (splits, C/64, N), 256 threads.
+ * are coalesced). grid (splits, C/64, N), 256 threads. Acc: a thread's 16
+ * positions summed in float (d of two f16 values, and d^2, lose at most a
+ * float rounding each), then in double; double throughout was bound by the
+ * float -> double conversions (18.7 us for G_middle's 8 x 64 x 64 x 512,
+ * 1.8 TB/s; ncu, PERF.md session 30).
  */
+template <typename Acc>
 static __global__ void k_spade_nhwc_stats(const __half *x, double *part, int64_t R, int64_t C, int splits)
 {
     __shared__ double sh[2][32][SPN_TILE + 1];
     const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
     const int64_t n = blockIdx.z, cv = (int64_t)blockIdx.y * 8 + tx;   /* this lane's 8-channel vector */
-    double s1[8], s2[8];
+    Acc s1[8], s2[8];
 #pragma unroll
     for (int k = 0; k < 8; k++)
         s1[k] = s2[k] = 0.0;
@@ -403,7 +408,7 @@ static __global__ void k_spade_nhwc_stats(const __half *x, double *part, int64_t
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 float2 f = __half22float2(h[j]);
-                double d0 = (double)f.x - piv[2 * j], d1 = (double)f.y - piv[2 * j + 1];
+                Acc d0 = (Acc)f.x - (Acc)piv[2 * j], d1 = (Acc)f.y - (Acc)piv[2 * j + 1];
                 s1[2 * j] += d0;
                 s1[2 * j + 1] += d1;
                 s2[2 * j] = fma(d0, d0, s2[2 * j]);
@@ -413,8 +418,8 @@ static __global__ void k_spade_nhwc_stats(const __half *x, double *part, int64_t
     }
 #pragma unroll
     for (int k = 0; k < 8; k++) {
-        sh[0][ty][tx * 8 + k] = s1[k];
-        sh[1][ty][tx * 8 + k] = s2[k];
+        sh[0][ty][tx * 8 + k] = (double)s1[k];
+        sh[1][ty][tx * 8 + k] = (double)s2[k];
     }
     __syncthreads();
     if (threadIdx.x < 2 * SPN_TILE) {
@@ -661,7 +666,15 @@ static int nhwc_stats(DittoBackend *be, const __half *x, int64_t N, int64_t Rx, 
     double *part = (double *)ws;
     *stat = (float *)(ws + part_bytes);
     dim3 grid((unsigned)splits, (unsigned)((C + SPN_TILE - 1) / SPN_TILE), (unsigned)N);
-    k_spade_nhwc_stats<<<grid, 256, 0, st>>>(x, part, Rx, C, (int)splits);
+    static int f32 = -1;   /* DITTO_CUDA_SPSTAT32=0: every position's deviation in double (A/B) */
+    if (f32 < 0) {
+        const char *e = getenv("DITTO_CUDA_SPSTAT32");
+        f32 = !(e && !strcmp(e, "0"));
+    }
+    if (f32)
+        k_spade_nhwc_stats<float><<<grid, 256, 0, st>>>(x, part, Rx, C, (int)splits);
+    else
+        k_spade_nhwc_stats<double><<<grid, 256, 0, st>>>(x, part, Rx, C, (int)splits);
     DITTO_CUDA_LAUNCHED(be);
     k_spade_nhwc_final<<<(unsigned)((NC + 31) / 32), dim3(32, SPF_GROUPS), 0, st>>>(x, part, *stat, Rx, C, NC, (int)splits, eps);
     DITTO_CUDA_LAUNCHED(be);
