@@ -355,9 +355,10 @@ static __global__ void k_spade_h8(const __half *x, const __half *gb, const void 
 
 /*
  * spade_norm channels-last, f16 x, gb, y, C a multiple of 8, 16-byte
- * aligned: x (N, R, C), gb (N, R, 2C). The statistics of k_spade_h8 (sums of
- * deviations from the plane's first value x[n, 0, c] and of their squares,
- * in double) in three kernels:
+ * aligned: x (N, R, C), gb (N, R, 2C). The statistics as k_spade_h8 forms
+ * them (sums of deviations from the plane's first value x[n, 0, c] and of
+ * their squares, in double; here a thread's 16 positions first in float) in
+ * three kernels:
  *  - k_spade_nhwc_stats: a block per (SPN_ROWS positions, SPN_TILE
  *    channels, item); 8 lanes of 8 channels by 32 rows, coalesced rows;
  *    writes the block's two sums per channel;
