@@ -270,34 +270,60 @@ static void key_of(DittoLoader *l, char *buf, size_t n, const char *fmt, ...)
     va_end(ap);
 }
 
-int ditto_loader_get_cat(DittoLoader *l, DittoTensor *out, int n, const char *const *keys, int ndim, const int64_t *shape)
+/*
+ * The n keys (each exactly shape) bound as one tensor concatenated along
+ * dim 0 in key order: each read straight into its rows, or (fn) mapped there
+ * from shape to out_shape. ditto_loader_get_cat and _get_cat_map.
+ */
+static int get_cat_parts(DittoLoader *l, DittoTensor *out, int n, const char *const *keys, int ndim, const int64_t *shape, int out_ndim,
+                         const int64_t *out_shape, DittoLoaderMap fn, void *ctx)
 {
     memset(out, 0, sizeof *out);
     if (l->err)
         return l->err;
-    if (n < 1 || ndim < 1 || ndim > DITTO_MAX_DIMS)
+    if (n < 1 || ndim < 1 || ndim > DITTO_MAX_DIMS || out_ndim < 1 || out_ndim > DITTO_MAX_DIMS)
         return ditto_loader_fail(l, DITTO_ERR_INVAL, "bad concatenation of %d tensors", n);
-    DittoTensor part = ditto_tensor(NULL, DITTO_F32, ndim, shape);
-    size_t numel = (size_t)ditto_tensor_numel(&part);
-    float *all = ditto_malloc_aligned(numel * (size_t)n * sizeof(float) + 1);
+    int64_t per = 1;   /* values of one part as bound */
+    for (int i = 0; i < out_ndim; i++) {
+        if (out_shape[i] < 1 || per > INT64_MAX / out_shape[i])
+            return ditto_loader_fail(l, DITTO_ERR_INVAL, "bad shape of a concatenated parameter ('%s')", keys[0]);
+        per *= out_shape[i];
+    }
+    if (per > (int64_t)(SIZE_MAX / sizeof(float) - 1) / n || out_shape[0] > INT64_MAX / n)
+        return ditto_loader_fail(l, DITTO_ERR_INVAL, "concatenation of %d tensors ('%s'...) is too large", n, keys[0]);
+    float *all = ditto_malloc_aligned((size_t)(per * n) * sizeof(float) + 1);
     if (!all)
         return ditto_loader_fail(l, DITTO_ERR_NOMEM, "out of memory for parameters");
     for (int i = 0; i < n && !l->err; i++) {
         char key[256];
         key_of(l, key, sizeof key, "%s", keys[i]);
         DittoCatalogEntry *e = expect(l, key, ndim, shape);
-        int rc = e ? ditto_catalog_read_f32(l->cat, e, all + numel * (size_t)i) : 0;   /* straight into its rows */
-        if (rc < 0)
-            ditto_loader_fail(l, rc, "cannot read '%s'", e->name);
+        if (!e)
+            break;
+        if (fn) {
+            float *in = read_host(l, e);
+            if (in)
+                fn(ctx, in, all + per * i);   /* straight into its rows */
+            ditto_free_aligned(in);
+        } else {
+            int rc = ditto_catalog_read_f32(l->cat, e, all + per * i);
+            if (rc < 0)
+                ditto_loader_fail(l, rc, "cannot read '%s'", e->name);
+        }
     }
     if (!l->err) {
         int64_t cat_shape[DITTO_MAX_DIMS];
-        memcpy(cat_shape, shape, sizeof(int64_t) * (size_t)ndim);
+        memcpy(cat_shape, out_shape, sizeof(int64_t) * (size_t)out_ndim);
         cat_shape[0] *= n;
-        bind(l, out, ndim, cat_shape, all, l->dtype);
+        bind(l, out, out_ndim, cat_shape, all, l->dtype);
     }
     ditto_free_aligned(all);
     return l->err;
+}
+
+int ditto_loader_get_cat(DittoLoader *l, DittoTensor *out, int n, const char *const *keys, int ndim, const int64_t *shape)
+{
+    return get_cat_parts(l, out, n, keys, ndim, shape, ndim, shape, NULL, NULL);
 }
 
 int ditto_loader_get_map(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape, int out_ndim, const int64_t *out_shape,
@@ -335,39 +361,7 @@ int ditto_loader_get_map(DittoLoader *l, DittoTensor *out, int ndim, const int64
 int ditto_loader_get_cat_map(DittoLoader *l, DittoTensor *out, int n, const char *const *keys, int ndim, const int64_t *shape, int out_ndim,
                              const int64_t *out_shape, DittoLoaderMap fn, void *ctx)
 {
-    memset(out, 0, sizeof *out);
-    if (l->err)
-        return l->err;
-    if (n < 1 || ndim < 1 || ndim > DITTO_MAX_DIMS || out_ndim < 1 || out_ndim > DITTO_MAX_DIMS)
-        return ditto_loader_fail(l, DITTO_ERR_INVAL, "bad mapped concatenation of %d tensors", n);
-    int64_t per = 1;   /* values of one mapped part */
-    for (int i = 0; i < out_ndim; i++) {
-        if (out_shape[i] < 1 || per > INT64_MAX / out_shape[i])
-            return ditto_loader_fail(l, DITTO_ERR_INVAL, "bad shape of a mapped parameter ('%s')", keys[0]);
-        per *= out_shape[i];
-    }
-    if (per > (int64_t)(SIZE_MAX / sizeof(float) - 1) / n || out_shape[0] > INT64_MAX / n)
-        return ditto_loader_fail(l, DITTO_ERR_INVAL, "mapped concatenation of %d tensors ('%s'...) is too large", n, keys[0]);
-    float *all = ditto_malloc_aligned((size_t)(per * n) * sizeof(float) + 1);
-    if (!all)
-        return ditto_loader_fail(l, DITTO_ERR_NOMEM, "out of memory for parameters");
-    for (int i = 0; i < n && !l->err; i++) {
-        char key[256];
-        key_of(l, key, sizeof key, "%s", keys[i]);
-        DittoCatalogEntry *e = expect(l, key, ndim, shape);
-        float *in = e ? read_host(l, e) : NULL;
-        if (in)
-            fn(ctx, in, all + per * i);   /* straight into its rows */
-        ditto_free_aligned(in);
-    }
-    if (!l->err) {
-        int64_t cat_shape[DITTO_MAX_DIMS];
-        memcpy(cat_shape, out_shape, sizeof(int64_t) * (size_t)out_ndim);
-        cat_shape[0] *= n;
-        bind(l, out, out_ndim, cat_shape, all, l->dtype);
-    }
-    ditto_free_aligned(all);
-    return l->err;
+    return get_cat_parts(l, out, n, keys, ndim, shape, out_ndim, out_shape, fn, ctx);
 }
 
 int ditto_loader_skip(DittoLoader *l, const char *fmt, ...)

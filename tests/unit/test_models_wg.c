@@ -456,8 +456,14 @@ static void report_layouts(TestCtx *c, const char *cname, const char *out, const
     tt_free(chunked);
 }
 
-/* Forward feat through g in NCHW and NHWC layouts (with taps), and NHWC with up chunks of one item: the same values. */
-static void layout_compare(TestCtx *c, DittoArena *ws, DittoDecoder *g, TT *feat, const char *cname)
+/*
+ * Forward feat through g as ref (layout, merge: ditto_decoder_set_layout /
+ * _set_merge) and as got, both with taps, and as got in up chunks of one
+ * item; report_layouts compares them (exact or within float32 rounding).
+ * count: also report how many values of img differ at all.
+ */
+static void decoder_runs(TestCtx *c, DittoArena *ws, DittoDecoder *g, TT *feat, const char *cname, int ref_layout, int ref_merge, int got_layout,
+                         int got_merge, bool exact, bool count)
 {
     int64_t shape[4];
     if (ditto_decoder_out_shape(g, &feat->dev, shape) < 0) {
@@ -467,17 +473,31 @@ static void layout_compare(TestCtx *c, DittoArena *ws, DittoDecoder *g, TT *feat
     TT *ref = tt_new(c, DITTO_F32, 4, shape), *got = tt_new(c, DITTO_F32, 4, shape), *chunked = tt_new(c, DITTO_F32, 4, shape);
     TapStore t0 = { c, 0, { { 0 } }, { 0 }, { 0 } }, t1 = { c, 0, { { 0 } }, { 0 }, { 0 } };
     DittoTap tap0 = { tap_store, &t0 }, tap1 = { tap_store, &t1 };
-    ditto_decoder_set_merge(g, 0);   /* the layouts alone (merge_compare: the merged mlp_shared) */
-    ditto_decoder_set_layout(g, 0);
+    ditto_decoder_set_layout(g, ref_layout);
+    ditto_decoder_set_merge(g, ref_merge);
     int rc0 = ditto_decoder_forward(g, ws, &feat->dev, &ref->dev, &tap0);
-    ditto_decoder_set_layout(g, 1);
+    ditto_decoder_set_layout(g, got_layout);
+    ditto_decoder_set_merge(g, got_merge);
     int rc1 = ditto_decoder_forward(g, ws, &feat->dev, &got->dev, &tap1);
     ditto_decoder_set_up_budget(g, 1);
     int rc2 = ditto_decoder_forward(g, ws, &feat->dev, &chunked->dev, NULL);
     ditto_decoder_set_up_budget(g, 0);
     ditto_decoder_set_layout(g, -1);
     ditto_decoder_set_merge(g, -1);
-    report_layouts(c, cname, "img", "up_chunks_of_1", true, rc0, rc1, rc2, ref, got, chunked, &t0, &t1);
+    if (count && rc0 >= 0 && rc1 >= 0 && tt_to_host(ref) >= 0 && tt_to_host(got) >= 0) {
+        char label[96];
+        double max_d = 0;
+        const size_t n = (size_t)ditto_tensor_numel(&ref->host), diff = item_diff(tt_f32(ref), 0, tt_f32(got), n, &max_d);
+        snprintf(label, sizeof label, "%s.bits", cname);
+        test_report(c, label, true, "%zu of %zu values of img differ from the reference forward (max |diff| %.3g)", diff, n, max_d);
+    }
+    report_layouts(c, cname, "img", "up_chunks_of_1", exact, rc0, rc1, rc2, ref, got, chunked, &t0, &t1);
+}
+
+/* Forward feat through g in NCHW and NHWC layouts (with taps), and NHWC with up chunks of one item: the same values (merge off: the layouts alone). */
+static void layout_compare(TestCtx *c, DittoArena *ws, DittoDecoder *g, TT *feat, const char *cname)
+{
+    decoder_runs(c, ws, g, feat, cname, 0, 0, 1, 0, true, false);
 }
 
 /*
@@ -490,32 +510,7 @@ static void layout_compare(TestCtx *c, DittoArena *ws, DittoDecoder *g, TT *feat
  */
 static void merge_compare(TestCtx *c, DittoArena *ws, DittoDecoder *g, TT *feat, const char *cname)
 {
-    int64_t shape[4];
-    if (ditto_decoder_out_shape(g, &feat->dev, shape) < 0) {
-        test_report(c, cname, false, "out_shape failed");
-        return;
-    }
-    TT *ref = tt_new(c, DITTO_F32, 4, shape), *got = tt_new(c, DITTO_F32, 4, shape), *chunked = tt_new(c, DITTO_F32, 4, shape);
-    TapStore t0 = { c, 0, { { 0 } }, { 0 }, { 0 } }, t1 = { c, 0, { { 0 } }, { 0 }, { 0 } };
-    DittoTap tap0 = { tap_store, &t0 }, tap1 = { tap_store, &t1 };
-    ditto_decoder_set_layout(g, 1);
-    ditto_decoder_set_merge(g, 0);
-    int rc0 = ditto_decoder_forward(g, ws, &feat->dev, &ref->dev, &tap0);
-    ditto_decoder_set_merge(g, 2);
-    int rc1 = ditto_decoder_forward(g, ws, &feat->dev, &got->dev, &tap1);
-    ditto_decoder_set_up_budget(g, 1);
-    int rc2 = ditto_decoder_forward(g, ws, &feat->dev, &chunked->dev, NULL);
-    ditto_decoder_set_up_budget(g, 0);
-    ditto_decoder_set_merge(g, -1);
-    ditto_decoder_set_layout(g, -1);
-    if (rc0 >= 0 && rc1 >= 0 && tt_to_host(ref) >= 0 && tt_to_host(got) >= 0) {
-        char label[96];
-        double max_d = 0;
-        const size_t n = (size_t)ditto_tensor_numel(&ref->host), diff = item_diff(tt_f32(ref), 0, tt_f32(got), n, &max_d);
-        snprintf(label, sizeof label, "%s.bits", cname);
-        test_report(c, label, true, "%zu of %zu values of img differ from the unmerged forward (max |diff| %.3g)", diff, n, max_d);
-    }
-    report_layouts(c, cname, "img", "up_chunks_of_1", false, rc0, rc1, rc2, ref, got, chunked, &t0, &t1);
+    decoder_runs(c, ws, g, feat, cname, 1, 0, 1, 2, false, true);
 }
 
 /* The small synthetic decoder (channels multiples of 8) on a non-square input of 3 items. */

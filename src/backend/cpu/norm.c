@@ -5,7 +5,6 @@
  * Work is split over independent rows/planes with the pool.
  */
 #include <math.h>
-#include <string.h>
 
 #include "backend/cpu/cpu.h"
 #include "core/log.h"
@@ -216,7 +215,7 @@ static int cpu_spade_norm(DittoBackend *be, const DittoSpadeParams *p, const Dit
 static int cpu_spade_conv(DittoBackend *be, const DittoSpadeParams *p, const DittoTensor *a, const DittoTensor *w, const DittoTensor *bias,
                           const DittoTensor *x, DittoTensor *y)
 {
-    const int64_t N = y->shape[0], H = y->shape[1], W = y->shape[2], KC = w->shape[0], Ca = a->shape[3], lda = a->stride[2];
+    const int64_t N = y->shape[0], H = y->shape[1], W = y->shape[2], KC = w->shape[0], Ca = a->shape[3];
     const int64_t n = N * H * W * KC, na = ditto_tensor_is_contiguous(a) ? 0 : N * H * W * Ca;
     if (n == 0)
         return 0;
@@ -225,16 +224,15 @@ static int cpu_spade_conv(DittoBackend *be, const DittoSpadeParams *p, const Dit
         return ditto_fail(&be->log, DITTO_ERR_NOMEM, "op spade_conv: cannot allocate %lld floats for gamma / beta", (long long)(n + na));
     DittoTensor gb = ditto_tensor(gs, DITTO_F32, 4, (const int64_t[]){ N, H, W, KC }), ac = *a;
     gb.device = y->device;
-    if (na) {   /* (N H W, lda) rows -> (N H W, Ca) */
-        float *ad = gs + n;
-        const float *as = a->data;
-        for (int64_t r = 0; r < N * H * W; r++)
-            memcpy(ad + r * Ca, as + r * lda, sizeof(float) * (size_t)Ca);
-        ac.data = ad;
-        ditto_tensor_set_contiguous(&ac);
+    int rc = 0;
+    if (na) {   /* (N, H, W, Ca) rows lda apart -> contiguous, after gb */
+        ac = ditto_tensor(gs + n, DITTO_F32, 4, a->shape);
+        ac.device = a->device;
+        rc = be->ops.copy(be, a, &ac);
     }
     const DittoConvParams cp = { .pad_begin = { 1, 1 }, .pad_end = { 1, 1 }, .nhwc = true };
-    int rc = be->ops.conv(be, &cp, &ac, w, NULL, &gb);
+    if (rc >= 0)
+        rc = be->ops.conv(be, &cp, &ac, w, NULL, &gb);
     if (rc >= 0)
         rc = cpu_spade_norm(be, p, x, &gb, bias, y);
     ditto_free_aligned(gs);
