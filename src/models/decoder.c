@@ -72,7 +72,7 @@ typedef struct DecSpade {
     int slot;               /* place among the SPADEs of one merged mlp_shared: its rows there, its channels of the output */
     /* <spade>.mlp_shared.0.weight (128,256,3,3); phase: (4*128,256,2,2), parity (ry,rx) in rows (2ry+rx)*128..; rows of a merged one (load_shared) */
     DittoTensor shared_w;
-    DittoTensor shared_b;   /* <spade>.mlp_shared.0.bias (128); phase: added by phase_interleave (every parity the same) */
+    DittoTensor shared_b;   /* <spade>.mlp_shared.0.bias (128); phase: added by ditto_nn_phase_interleave (every parity the same) */
     DittoTensor gb_w;       /* <spade>.mlp_gamma.weight ; <spade>.mlp_beta.weight (2c,128,3,3); gamma_only (c,128,3,3) */
     DittoTensor gb_b;       /* <spade>.mlp_gamma.bias ; <spade>.mlp_beta.bias (2c); gamma_only (c) */
 } DecSpade;
@@ -156,42 +156,6 @@ static bool dec_nhwc(const DittoDecoder *m)
 
 /* ---- load ---- */
 
-/*
- * Sub-pixel taps of a 3x3 convolution after a nearest x2 upsampling: output
- * row 2q + r reads upsampled rows 2q + r - 1 + k (k = 0..2), i.e. source row
- * q + floor((r - 1 + k) / 2), which is window row t = that - q - r + 1 of a
- * 2x2 window starting at source row q + r - 1 (t in {0, 1}).
- */
-static int phase_tap(int r, int k)
-{
-    const int num = r - 1 + k;   /* -1 .. 2 */
-    const int d = num < 0 ? -1 : num / 2;
-    return d - r + 1;
-}
-
-typedef struct PhaseDims {
-    int64_t o, c;            /* mlp_shared's outputs and inputs */
-} PhaseDims;
-
-/* (O, C, 3, 3) -> (4O, C, 2, 2): for parity (ry, rx), rows (2ry + rx)O.., the 3x3 taps summed onto their window taps (in double). */
-static void phase_weights(void *ctx, const float *w, float *pw)
-{
-    const PhaseDims *d = ctx;
-    for (int ry = 0; ry < 2; ry++)
-    for (int rx = 0; rx < 2; rx++)
-    for (int64_t o = 0; o < d->o; o++)
-    for (int64_t c = 0; c < d->c; c++) {
-        double acc[2][2] = { { 0, 0 }, { 0, 0 } };
-        const float *src = w + (o * d->c + c) * 9;
-        for (int ky = 0; ky < 3; ky++)
-            for (int kx = 0; kx < 3; kx++)
-                acc[phase_tap(ry, ky)][phase_tap(rx, kx)] += src[ky * 3 + kx];
-        float *dst = pw + (((int64_t)(2 * ry + rx) * d->o + o) * d->c + c) * 4;
-        for (int t = 0; t < 4; t++)
-            dst[t] = (float)acc[t / 2][t % 2];
-    }
-}
-
 /* A SPADE's gamma / beta convolutions; its mlp_shared joins set (bound by load_shared). */
 static void load_spade(DittoLoader *l, DecShared *set, DecSpade *s, int64_t c, int64_t hidden, bool phase, bool gamma_only, const char *key)
 {
@@ -256,7 +220,7 @@ static void load_img(DittoLoader *l, DittoDecoder *m, int64_t o, int64_t c, cons
 /*
  * The mlp_shared convolutions of set's SPADEs as one, w (n*128,256,3,3) or
  * phase (n*4*128,256,2,2), in slot order, and b (n*128) its bias (not
- * phase: phase_interleave adds each SPADE's own); each SPADE's shared_w
+ * phase: ditto_nn_phase_interleave adds each SPADE's own); each SPADE's shared_w
  * (and shared_b) is its rows of them.
  */
 static void load_shared(DittoDecoder *m, DittoLoader *l, DecShared *set, bool phase, DittoTensor *w, DittoTensor *b)
@@ -273,8 +237,8 @@ static void load_shared(DittoDecoder *m, DittoLoader *l, DecShared *set, bool ph
         bk[i] = bbuf[i];
     }
     if (phase) {
-        PhaseDims pd = { hid, label };
-        ditto_loader_get_cat_map(l, w, set->n, wk, DITTO_SHAPE(hid, label, 3, 3), DITTO_SHAPE(rows, label, 2, 2), phase_weights, &pd);
+        DittoPhaseDims pd = { hid, label, 1 };
+        ditto_loader_get_cat_map(l, w, set->n, wk, DITTO_SHAPE(hid, label, 3, 3), DITTO_SHAPE(rows, label, 2, 2), ditto_nn_phase_weights, &pd);
     } else {
         ditto_loader_get_cat(l, w, set->n, wk, DITTO_SHAPE(hid, label, 3, 3));
         ditto_loader_get_cat(l, b, set->n, bk, DITTO_SHAPE(hid));
@@ -443,46 +407,6 @@ static int new_act(DittoArena *ws, DittoDType dt, bool nhwc, int64_t B, int64_t 
     return nhwc ? ditto_nn_new(ws, dt, t, DITTO_SHAPE(B, H, W, C)) : ditto_nn_new(ws, dt, t, DITTO_SHAPE(B, C, H, W));
 }
 
-/*
- * The hidden activation of a sub-pixel SPADE from its phase convolution's
- * output p (without bias), (B,h+1,w+1,4C) channels-last or (B,4C,h+1,w+1):
- * parity (ry, rx) sits in channels (2ry + rx)C.. at window offset (ry, rx),
- * so y[b, 2qy+ry, 2qx+rx, c] = relu(p[b, qy+ry, qx+rx, (2ry+rx)C + c] +
- * bias[c]), an affine view of p: one strided pass into y, (B,2h,2w,C) or
- * (B,C,2h,2w), seen as (B,h,2,w,2,C) or (B,C,h,2,w,2), that also adds
- * mlp_shared's bias and applies its relu (no pass over p of their own).
- * Channels-last p may be a channel slice of a wider tensor (pixels more
- * than 4C apart: the merged phase convolution of a block's SPADEs).
- */
-static int phase_interleave(DittoBackend *be, bool nhwc, const DittoTensor *p, const DittoTensor *bias, DittoTensor *y)
-{
-    const int64_t B = y->shape[0], h = dim_h(y, nhwc) / 2, w = dim_w(y, nhwc) / 2, C = y->shape[nhwc ? 3 : 1];
-    const bool p_ok = nhwc ? p->ndim == 4 && p->stride[3] == 1 && p->stride[2] >= 4 * C && p->stride[1] == (w + 1) * p->stride[2] &&
-                                 p->stride[0] == (h + 1) * p->stride[1]
-                           : ditto_tensor_is_contiguous(p);
-    if (dim_h(y, nhwc) % 2 || dim_w(y, nhwc) % 2 || p->shape[0] != B || p->shape[nhwc ? 3 : 1] != 4 * C || dim_h(p, nhwc) != h + 1 ||
-        dim_w(p, nhwc) != w + 1 || p->dtype != y->dtype || !p_ok || !ditto_tensor_is_contiguous(y) || ditto_tensor_numel(bias) != C)
-        return ditto_fail(&be->log, DITTO_ERR_SHAPE, "decoder: sub-pixel interleave of mismatched tensors");
-    int64_t shape[6], st[6];
-    if (nhwc) {
-        const int64_t sw = p->stride[2], sh = p->stride[1];   /* 4C, (w+1) 4C when p is its own tensor */
-        const int64_t sh6[6] = { B, h, 2, w, 2, C }, st6[6] = { p->stride[0], sh, sh + 2 * C, sw, sw + C, 1 };
-        memcpy(shape, sh6, sizeof shape);
-        memcpy(st, st6, sizeof st);
-    } else {
-        const int64_t sh = w + 1, sc = (h + 1) * sh;
-        const int64_t sh6[6] = { B, C, h, 2, w, 2 }, st6[6] = { 4 * C * sc, sc, sh, sh + 2 * C * sc, 1, 1 + C * sc };
-        memcpy(shape, sh6, sizeof shape);
-        memcpy(st, st6, sizeof st);
-    }
-    DittoTensor pv = ditto_tensor(p->data, p->dtype, 6, shape), yv = ditto_tensor(y->data, y->dtype, 6, shape);
-    memcpy(pv.stride, st, sizeof st);
-    pv.device = p->device;
-    yv.device = y->device;
-    const DittoUnaryParams relu = { DITTO_UNARY_RELU, 0.0f, 0.0f };
-    return ditto_op_bias_unary(be, &relu, nhwc ? 5 : 1, &pv, bias, &yv);
-}
-
 /* Report activation x under name, as (B,C,H,W): channels-last ones through a contiguous NCHW copy in scratch. */
 static int tap_act(DittoBackend *be, DittoArena *ws, bool nhwc, const DittoTap *tap, const char *name, const DittoTensor *x)
 {
@@ -544,7 +468,7 @@ static int spade(DittoBackend *be, DittoArena *ws, DittoDType act, bool nhwc, co
             TRY(new_act(ws, act, nhwc, B, rows, H / 2 + 1, W / 2 + 1, &ph));
             TRY(ditto_op_conv(be, &pad1, seg, &s->shared_w, NULL, &ph));                   /* the 4 parities (B,4*128,H/2+1,W/2+1) */
         }
-        TRY(phase_interleave(be, nhwc, merged ? &mine : &ph, &s->shared_b, &actv));        /* relu(mlp_shared(x2(seg))) (B,128,H,W) */
+        TRY(ditto_nn_phase_interleave(be, nhwc, merged ? &mine : &ph, &s->shared_b, &actv));        /* relu(mlp_shared(x2(seg))) (B,128,H,W) */
         ditto_arena_release(ws, mk);
     } else if (merged) {
         actv = mine;                                                                       /* relu(mlp_shared) (B,128,H,W), channels 128 slot.. */

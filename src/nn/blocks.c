@@ -158,6 +158,107 @@ int ditto_nn_upsample_last(DittoBackend *be, const DittoTensor *x, DittoTensor *
     return ditto_op_copy(be, &xv, &yv);
 }
 
+/*
+ * Output row 2q + r reads upsampled rows 2q + r - 1 + k (k = 0..2), i.e.
+ * source row q + floor((r - 1 + k) / 2): window row t = that - q - r + 1 of
+ * the 2x2 window starting at source row q + r - 1 (t in {0, 1}).
+ */
+static int phase_tap(int r, int k)
+{
+    const int num = r - 1 + k;   /* -1 .. 2 */
+    const int d = num < 0 ? -1 : num / 2;
+    return d - r + 1;
+}
+
+void ditto_nn_phase_weights(void *ctx, const float *w, float *pw)
+{
+    const DittoPhaseDims *d = ctx;
+    for (int ry = 0; ry < 2; ry++)
+    for (int rx = 0; rx < 2; rx++)
+    for (int64_t o = 0; o < d->o; o++)
+    for (int64_t c = 0; c < d->c; c++)
+    for (int64_t z = 0; z < d->kd; z++) {
+        double acc[2][2] = { { 0, 0 }, { 0, 0 } };
+        const float *src = w + ((o * d->c + c) * d->kd + z) * 9;
+        for (int ky = 0; ky < 3; ky++)
+            for (int kx = 0; kx < 3; kx++)
+                acc[phase_tap(ry, ky)][phase_tap(rx, kx)] += src[ky * 3 + kx];
+        float *dst = pw + ((((int64_t)(2 * ry + rx) * d->o + o) * d->c + c) * d->kd + z) * 4;
+        for (int t = 0; t < 4; t++)
+            dst[t] = (float)acc[t / 2][t % 2];
+    }
+}
+
+/* The 4-D case: p (B,h+1,w+1,4C) [channel slice] or (B,4C,h+1,w+1), y (B,2h,2w,C) or (B,C,2h,2w); bias along c_axis of the 6-D view. */
+static int interleave_4d(DittoBackend *be, bool nhwc, const DittoTensor *p, const DittoTensor *bias, DittoTensor *y)
+{
+    const int64_t B = y->shape[0], h = y->shape[nhwc ? 1 : 2] / 2, w = y->shape[nhwc ? 2 : 3] / 2, C = y->shape[nhwc ? 3 : 1];
+    const bool p_ok = nhwc ? p->stride[3] == 1 && p->stride[2] >= 4 * C && p->stride[1] == (w + 1) * p->stride[2] &&
+                                 p->stride[0] == (h + 1) * p->stride[1]
+                           : ditto_tensor_is_contiguous(p);
+    if (y->shape[nhwc ? 1 : 2] % 2 || y->shape[nhwc ? 2 : 3] % 2 || p->shape[0] != B || p->shape[nhwc ? 3 : 1] != 4 * C ||
+        p->shape[nhwc ? 1 : 2] != h + 1 || p->shape[nhwc ? 2 : 3] != w + 1 || !p_ok)
+        return ditto_fail(&be->log, DITTO_ERR_SHAPE, "sub-pixel interleave: mismatched tensors");
+    int64_t shape[6], st[6];
+    if (nhwc) {
+        const int64_t sw = p->stride[2], sh = p->stride[1];   /* 4C, (w+1) 4C when p is its own tensor */
+        const int64_t sh6[6] = { B, h, 2, w, 2, C }, st6[6] = { p->stride[0], sh, sh + 2 * C, sw, sw + C, 1 };
+        memcpy(shape, sh6, sizeof shape);
+        memcpy(st, st6, sizeof st);
+    } else {
+        const int64_t sh = w + 1, sc = (h + 1) * sh;
+        const int64_t sh6[6] = { B, C, h, 2, w, 2 }, st6[6] = { 4 * C * sc, sc, sh, sh + 2 * C * sc, 1, 1 + C * sc };
+        memcpy(shape, sh6, sizeof shape);
+        memcpy(st, st6, sizeof st);
+    }
+    DittoTensor pv = ditto_tensor(p->data, p->dtype, 6, shape), yv = ditto_tensor(y->data, y->dtype, 6, shape);
+    memcpy(pv.stride, st, sizeof st);
+    pv.device = p->device;
+    yv.device = y->device;
+    const DittoUnaryParams relu = { DITTO_UNARY_RELU, 0.0f, 0.0f };
+    return ditto_op_bias_unary(be, &relu, nhwc ? 5 : 1, &pv, bias, &yv);
+}
+
+int ditto_nn_phase_interleave(DittoBackend *be, bool nhwc, const DittoTensor *p, const DittoTensor *bias, DittoTensor *y)
+{
+    const int nd = y->ndim;
+    if ((nd != 4 && nd != 5) || p->ndim != nd || p->dtype != y->dtype || !ditto_tensor_is_contiguous(y) ||
+        ditto_tensor_numel(bias) != y->shape[nhwc ? nd - 1 : 1] || (nd == 5 && !ditto_tensor_is_contiguous(p)))
+        return ditto_fail(&be->log, DITTO_ERR_SHAPE, "sub-pixel interleave: mismatched tensors");
+    if (nd == 4)
+        return interleave_4d(be, nhwc, p, bias, y);
+    if (p->shape[0] != y->shape[0] || p->shape[nhwc ? 1 : 2] != y->shape[nhwc ? 1 : 2])
+        return ditto_fail(&be->log, DITTO_ERR_SHAPE, "sub-pixel interleave: mismatched tensors");
+    const int64_t B = y->shape[0], D = y->shape[nhwc ? 1 : 2];
+    if (nhwc) {   /* (B,D,..) as (B*D,..) */
+        DittoTensor pv, yv;
+        DITTO_TRY(ditto_tensor_reshape(p, DITTO_SHAPE(B * D, p->shape[2], p->shape[3], p->shape[4]), &pv));
+        DITTO_TRY(ditto_tensor_reshape(y, DITTO_SHAPE(B * D, y->shape[2], y->shape[3], y->shape[4]), &yv));
+        return interleave_4d(be, true, &pv, bias, &yv);
+    }
+    /*
+     * (B,4C,D,h+1,w+1) -> (B,C,D,2h,2w): an item at a time, (C,D,h,2,w,2)
+     * (batch and channel cannot share a view axis: the parity blocks lie
+     * between an item's channels)
+     */
+    const int64_t C = y->shape[1], h = y->shape[3] / 2, w = y->shape[4] / 2;
+    if (y->shape[3] % 2 || y->shape[4] % 2 || p->shape[1] != 4 * C || p->shape[3] != h + 1 || p->shape[4] != w + 1)
+        return ditto_fail(&be->log, DITTO_ERR_SHAPE, "sub-pixel interleave: mismatched tensors");
+    const int64_t sd = (h + 1) * (w + 1), sc = D * sd;
+    const int64_t shape[6] = { C, D, h, 2, w, 2 }, st[6] = { sc, sd, w + 1, w + 1 + 2 * C * sc, 1, 1 + C * sc };
+    const DittoUnaryParams relu = { DITTO_UNARY_RELU, 0.0f, 0.0f };
+    const size_t es = ditto_dtype_size(y->dtype);
+    for (int64_t b = 0; b < B; b++) {
+        DittoTensor pv = ditto_tensor((char *)p->data + (size_t)(b * 4 * C * sc) * es, p->dtype, 6, shape);
+        DittoTensor yv = ditto_tensor((char *)y->data + (size_t)(b * C * D * 4 * h * w) * es, y->dtype, 6, shape);
+        memcpy(pv.stride, st, sizeof st);
+        pv.device = p->device;
+        yv.device = y->device;
+        DITTO_TRY(ditto_op_bias_unary(be, &relu, 0, &pv, bias, &yv));
+    }
+    return 0;
+}
+
 int ditto_nn_layout_forced(int set, const char *env, const char *first, const char *last, int *cache)
 {
     if (set >= 0)
