@@ -216,6 +216,20 @@ static int bind(DittoLoader *l, DittoTensor *out, int ndim, const int64_t *shape
     return 0;
 }
 
+/* fn(ctx, in, out) into a float32 host buffer of out_shape, then bound like bind. */
+static int bind_mapped(DittoLoader *l, DittoTensor *out, int out_ndim, const int64_t *out_shape, DittoLoaderMap fn, void *ctx,
+                       const float *in)
+{
+    DittoTensor t = ditto_tensor(NULL, DITTO_F32, out_ndim, out_shape);
+    float *mapped = ditto_malloc_aligned((size_t)ditto_tensor_numel(&t) * sizeof(float) + 1);
+    if (!mapped)
+        return ditto_loader_fail(l, DITTO_ERR_NOMEM, "out of memory for parameters");
+    fn(ctx, in, mapped);
+    bind(l, out, out_ndim, out_shape, mapped, l->dtype);
+    ditto_free_aligned(mapped);
+    return l->err;
+}
+
 static float *read_host(DittoLoader *l, const DittoCatalogEntry *e)
 {
     float *h = ditto_malloc_aligned((size_t)ditto_catalog_entry_numel(e) * sizeof(float));
@@ -345,15 +359,7 @@ int ditto_loader_get_map(DittoLoader *l, DittoTensor *out, int ndim, const int64
     float *in = read_host(l, e);
     if (!in)
         return l->err;
-    DittoTensor t = ditto_tensor(NULL, DITTO_F32, out_ndim, out_shape);
-    float *mapped = ditto_malloc_aligned((size_t)ditto_tensor_numel(&t) * sizeof(float) + 1);
-    if (!mapped) {
-        ditto_loader_fail(l, DITTO_ERR_NOMEM, "out of memory for parameters");
-    } else {
-        fn(ctx, in, mapped);
-        bind(l, out, out_ndim, out_shape, mapped, l->dtype);
-    }
-    ditto_free_aligned(mapped);
+    bind_mapped(l, out, out_ndim, out_shape, fn, ctx, in);
     ditto_free_aligned(in);
     return l->err;
 }
@@ -518,11 +524,18 @@ int ditto_loader_get_bn(DittoLoader *l, DittoBatchNorm *bn, int64_t c, const cha
 int ditto_loader_get_conv_bn(DittoLoader *l, DittoTensor *w, DittoTensor *b, int ndim, const int64_t *shape, double eps, const char *conv_w,
                              const char *conv_b, const char *bn)
 {
+    return ditto_loader_get_conv_bn_map(l, w, b, ndim, shape, eps, conv_w, conv_b, bn, 0, NULL, NULL, NULL);
+}
+
+int ditto_loader_get_conv_bn_map(DittoLoader *l, DittoTensor *w, DittoTensor *b, int ndim, const int64_t *shape, double eps,
+                                 const char *conv_w, const char *conv_b, const char *bn, int out_ndim, const int64_t *out_shape,
+                                 DittoLoaderMap fn, void *ctx)
+{
     memset(w, 0, sizeof *w);
     memset(b, 0, sizeof *b);
     if (l->err)
         return l->err;
-    if (ndim < 2 || ndim > DITTO_MAX_DIMS)
+    if (ndim < 2 || ndim > DITTO_MAX_DIMS || (fn && (out_ndim < 1 || out_ndim > DITTO_MAX_DIMS)))
         return ditto_loader_fail(l, DITTO_ERR_INVAL, "'%s': a convolution weight needs 2 to %d dims", conv_w, DITTO_MAX_DIMS);
     const int64_t out = shape[0];
     int64_t per = 1;
@@ -558,8 +571,13 @@ int ditto_loader_get_conv_bn(DittoLoader *l, DittoTensor *w, DittoTensor *b, int
                 hw[o * per + k] = (float)((double)hw[o * per + k] * sc);
             fb[o] = (float)(((hb ? (double)hb[o] : 0.0) - (double)hn[2][o]) * sc + (double)hn[1][o]);
         }
-        bind(l, w, ndim, shape, hw, l->dtype);
-        bind(l, b, 1, &out, fb, l->dtype);
+        if (fn) {   /* the folded weight through fn (rounded to float once before it) */
+            bind_mapped(l, w, out_ndim, out_shape, fn, ctx, hw);
+        } else {
+            bind(l, w, ndim, shape, hw, l->dtype);
+        }
+        if (!l->err)
+            bind(l, b, 1, &out, fb, l->dtype);
     }
     ditto_free_aligned(fb);
     ditto_free_aligned(hw);

@@ -128,6 +128,10 @@ int ditto_loader_get_bn(DittoLoader *l, DittoBatchNorm *bn, int64_t c, const cha
  */
 int ditto_loader_get_conv_bn(DittoLoader *l, DittoTensor *w, DittoTensor *b, int ndim, const int64_t *shape, double eps, const char *conv_w,
                              const char *conv_b, const char *bn);
+/* The same, the folded weight (float32, shape) then mapped by fn(ctx, in, out) to out_shape before it is bound (the warp's sub-pixel up blocks). */
+int ditto_loader_get_conv_bn_map(DittoLoader *l, DittoTensor *w, DittoTensor *b, int ndim, const int64_t *shape, double eps,
+                                 const char *conv_w, const char *conv_b, const char *bn, int out_ndim, const int64_t *out_shape,
+                                 DittoLoaderMap fn, void *ctx);
 /* Log "FILE: message (loading the NETWORK)" and make err sticky (first error wins). Returns l->err. */
 int ditto_loader_fail(DittoLoader *l, int err, const char *fmt, ...) DITTO_LOADER_PRINTF(3, 4);
 /* Every checkpoint key under the prefix must have been bound or skipped. Returns l->err. */
