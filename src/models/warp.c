@@ -55,7 +55,8 @@ struct DittoWarp {
     DittoTensor compress_b;             /* compress.bias (4) [folded with norm.*] */
     DittoBatchNorm compress_norm;       /* norm.* (4); unset when folded */
     DittoConvBn down[WARP_MAX_BLOCKS];  /* hourglass.encoder.down_blocks.{i}.{conv,norm}: (64,110,3,3,3) ... */
-    DittoConvBn up[WARP_MAX_BLOCKS];    /* hourglass.decoder.up_blocks.{i}.{conv,norm}: (512,1024,3,3,3) ... */
+    DittoConvBn up[WARP_MAX_BLOCKS];    /* hourglass.decoder.up_blocks.{i}.{conv,norm}: (512,1024,3,3,3) ...; up_phase: (4*64,256,3,2,2) for dec 3 */
+    bool up_phase[WARP_MAX_BLOCKS];     /* up block j as a sub-pixel convolution (folded norms; see up_block) */
     DittoConvBn hg_out;                 /* hourglass.decoder.{conv,norm}: (142,142,3,3,3) */
     DittoTensor mask_w;                 /* mask.weight (22,142,7,7,7) */
     DittoTensor mask_b;                 /* mask.bias (22) */
@@ -269,7 +270,30 @@ static int pad_conv(DittoWarp *m, const DittoTensor *w, const DittoTensor *b, in
     return 0;
 }
 
-static int g_force_pad = -1;
+static int g_force_pad = -1, g_force_phase = -1;
+
+void ditto_warp_force_phase(int plain)
+{
+    g_force_phase = plain < 0 ? -1 : plain;
+}
+
+/*
+ * Which up blocks run as sub-pixel convolutions (folded norms only): those
+ * after the first `plain` (the deepest). Default 2 (H200, PERF.md session
+ * 31: dec 2-4 at 16x16-64x64 run 1.5-2.9x faster in their sub-pixel form;
+ * dec 1's (4x4 -> 5x5 phases of 1024 outputs) ran 177 against 113 us on
+ * cuDNN, and dec 0's saves no multiply-adds: a 2x2 map's phase output is
+ * 3x3). ditto_warp_force_phase, else DITTO_WARP_PHASE (read once).
+ */
+static bool up_phase(bool folded, int j)
+{
+    static int env = -2;
+    if (env == -2) {
+        const char *e = getenv("DITTO_WARP_PHASE");
+        env = e && *e >= '0' && *e <= '9' ? atoi(e) : 2;
+    }
+    return folded && j >= (g_force_phase >= 0 ? g_force_phase : env);
+}
 
 void ditto_warp_force_channel_pad(int on)
 {
@@ -361,7 +385,20 @@ int ditto_warp_load_ex(DittoWarp **out, DittoBackend *be, DittoCatalog *cat, boo
         /* input: the deepest encoder output, then [previous up block, skip] */
         int64_t in = j ? m->c_dec[j - 1] + m->c_enc[n - 1 - j] : m->c_enc[n - 1];
         snprintf(key, sizeof key, "dense_motion_network.hourglass.decoder.up_blocks.%d", j);
-        load_conv_bn(&l, &m->up[j], 3, m->c_dec[j], in, key);
+        m->up_phase[j] = up_phase(fold_bn, j);
+        if (m->up_phase[j]) {   /* the folded weight's sub-pixel form (4 c_dec, in, 3, 2, 2) */
+            char cw[160], cb[160], bn[160];
+            snprintf(cw, sizeof cw, "%s.conv.weight", key);
+            snprintf(cb, sizeof cb, "%s.conv.bias", key);
+            snprintf(bn, sizeof bn, "%s.norm", key);
+            DittoPhaseDims pd = { m->c_dec[j], in, 3 };
+            memset(&m->up[j].norm, 0, sizeof m->up[j].norm);
+            m->up[j].folded = true;
+            ditto_loader_get_conv_bn_map(&l, &m->up[j].weight, &m->up[j].bias, DITTO_SHAPE(m->c_dec[j], in, 3, 3, 3), DITTO_BN_EPS, cw, cb, bn,
+                                         DITTO_SHAPE(4 * m->c_dec[j], in, 3, 2, 2), ditto_nn_phase_weights, &pd);
+        } else {
+            load_conv_bn(&l, &m->up[j], 3, m->c_dec[j], in, key);
+        }
     }
     load_conv_bn(&l, &m->hg_out, 3, m->c_pred, m->c_pred, "dense_motion_network.hourglass.decoder");
     ditto_loader_get(&l, &m->mask_w, DITTO_SHAPE(K1, m->c_pred, 7, 7, 7), "dense_motion_network.mask.weight");
@@ -528,17 +565,37 @@ done:
     return rc;
 }
 
-/* UpBlock3d j (nearest x(1,2,2), conv, BN, ReLU), then cat = [that, skip]: (B,1024,16,2,2) -> (B,512+512,16,4,4) for j=0. */
+/*
+ * UpBlock3d j (nearest x(1,2,2), conv, BN, ReLU), then cat = [that, skip]:
+ * (B,1024,16,2,2) -> (B,512+512,16,4,4) for j=0. Sub-pixel (up_phase): the
+ * conv reads cur as it is, with kernel (3,2,2) and 4 c_dec outputs at
+ * (h/2 + 1, w/2 + 1) (ditto_nn_phase_weights), and the interleave adds the
+ * folded bias and applies the ReLU: no upsampled copy, 12 of the 27 taps
+ * per output (the MACs of dec 1-4 fall to 0.56-0.69 of the plain form's,
+ * their outputs 4x wider).
+ */
 static int up_block(DittoWarp *m, DittoArena *ws, bool nhwc, int j, const DittoTensor *cur, const DittoTensor *skip, DittoTensor *cat)
 {
     const int64_t B = cur->shape[0], D = hg_d(cur, nhwc), h = hg_h(skip, nhwc), w = hg_w(skip, nhwc);
     DittoArenaMark mk = ditto_arena_mark(ws);
     DittoTensor u, tn;
     int rc;
-    TRY(hg_new(m, ws, nhwc, B, hg_c(cur, nhwc), D, h, w, &u));
     TRY(hg_new(m, ws, nhwc, B, m->c_dec[j], D, h, w, &tn));
-    TRY(nhwc ? ditto_nn_upsample_last(m->be, cur, &u) : ditto_op_upsample_nearest(m->be, cur, &u));
-    TRY(hg_conv(m, ws, nhwc, &m->up[j], &u, &tn));
+    if (m->up_phase[j]) {
+        if (h != 2 * hg_h(cur, nhwc) || w != 2 * hg_w(cur, nhwc)) {
+            rc = ditto_fail(&m->be->log, DITTO_ERR_SHAPE, "warp network: hourglass up block %d needs its skip at twice its input's size", j);
+            goto done;
+        }
+        DittoConvParams pad1 = ditto_nn_conv_pad(1);
+        pad1.nhwc = nhwc;
+        TRY(hg_new(m, ws, nhwc, B, 4 * m->c_dec[j], D, h / 2 + 1, w / 2 + 1, &u));
+        TRY(ditto_op_conv(m->be, &pad1, cur, &m->up[j].weight, NULL, &u));           /* the 4 parities (B,4*64,16,17,17) for dec 3 */
+        TRY(ditto_nn_phase_interleave(m->be, nhwc, &u, &m->up[j].bias, &tn));         /* relu(conv(x2(cur)) + b) (B,64,16,32,32) */
+    } else {
+        TRY(hg_new(m, ws, nhwc, B, hg_c(cur, nhwc), D, h, w, &u));
+        TRY(nhwc ? ditto_nn_upsample_last(m->be, cur, &u) : ditto_op_upsample_nearest(m->be, cur, &u));
+        TRY(hg_conv(m, ws, nhwc, &m->up[j], &u, &tn));
+    }
     TRY(ditto_op_concat(m->be, nhwc ? 4 : 1, 2, (const DittoTensor *const[]){ &tn, skip }, cat));
 done:
     ditto_arena_release(ws, mk);

@@ -71,6 +71,15 @@ void ditto_warp_set_layout(DittoWarp *m, int nhwc);
  */
 void ditto_warp_force_channel_pad(int on);
 
+/*
+ * Hourglass up blocks that networks loaded from now on run plain (nearest
+ * x2, then the 3x3x3 convolution), the deepest first; the rest run as
+ * sub-pixel convolutions (folded norms only). 0: none plain, 99: all, -1:
+ * the default (DITTO_WARP_PHASE, else 2). For the test that the sub-pixel
+ * form computes the plain one's function.
+ */
+void ditto_warp_force_phase(int plain);
+
 /* Whether m was loaded with the hourglass's odd channel counts padded. */
 bool ditto_warp_channels_padded(const DittoWarp *m);
 

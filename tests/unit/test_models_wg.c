@@ -568,6 +568,20 @@ static void warp_layout_compare(TestCtx *c, DittoArena *ws, DittoWarp *w, TT *f_
     report_layouts(c, cname, "out", "chunks_of_1_groups_of_2", exact, rc0, rc1, rc2, ref, got, chunked, &t0, &t1);
 }
 
+/* Random inputs of the small synthetic warp, n items at 16 x 8 x 8, on the device: f_s (n,8,16,8,8), kp_s and kp_d (n,21,3). */
+static void small_warp_inputs(TestCtx *c, int64_t n, TT **f_s, TT **kp_s, TT **kp_d)
+{
+    *f_s = tt_new(c, DITTO_F32, 5, (int64_t[]){ n, 8, 16, 8, 8 });
+    *kp_s = tt_new(c, DITTO_F32, 3, (int64_t[]){ n, 21, 3 });
+    *kp_d = tt_new(c, DITTO_F32, 3, (int64_t[]){ n, 21, 3 });
+    tt_fill_normal(*f_s, 0, 1);
+    tt_fill_uniform(*kp_s, -0.8f, 0.8f);
+    tt_fill_uniform(*kp_d, -0.8f, 0.8f);
+    tt_to_dev(*f_s);
+    tt_to_dev(*kp_s);
+    tt_to_dev(*kp_d);
+}
+
 /*
  * The small synthetic warp (hourglass input 66 channels, output 74) on 3
  * items at 16 x 8 x 8: as loaded (its weights are too narrow to be stored
@@ -578,14 +592,8 @@ static void warp_layout_compare(TestCtx *c, DittoArena *ws, DittoWarp *w, TT *f_
  */
 static void test_warp_layout(TestCtx *c, DittoArena *ws)
 {
-    TT *f_s = tt_new(c, DITTO_F32, 5, (int64_t[]){ 3, 8, 16, 8, 8 });
-    TT *kp_s = tt_new(c, DITTO_F32, 3, (int64_t[]){ 3, 21, 3 }), *kp_d = tt_new(c, DITTO_F32, 3, (int64_t[]){ 3, 21, 3 });
-    tt_fill_normal(f_s, 0, 1);
-    tt_fill_uniform(kp_s, -0.8f, 0.8f);
-    tt_fill_uniform(kp_d, -0.8f, 0.8f);
-    tt_to_dev(f_s);
-    tt_to_dev(kp_s);
-    tt_to_dev(kp_d);
+    TT *f_s, *kp_s, *kp_d;
+    small_warp_inputs(c, 3, &f_s, &kp_s, &kp_d);
     for (int pad = 0; pad < 2; pad++) {
         const char *cname = pad ? "warp_layout_synthetic_padded" : "warp_layout_synthetic";
         if (!test_selected(c, cname))
@@ -609,6 +617,64 @@ static void test_warp_layout(TestCtx *c, DittoArena *ws)
         warp_layout_compare(c, ws, w, f_s, kp_s, kp_d, cname, !pad);
         ditto_warp_free(&w);
     }
+    tt_free(f_s);
+    tt_free(kp_s);
+    tt_free(kp_d);
+}
+
+/*
+ * The hourglass's up blocks as sub-pixel convolutions (ditto_warp_force_phase
+ * 0: every block, 2: all but the two deepest) against the plain nearest x2
+ * and 3x3x3 convolution (99), in both layouts: the same function, within
+ * float32 rounding (the sub-pixel weights sum taps in double, then round
+ * once).
+ */
+static void test_warp_phase(TestCtx *c, DittoArena *ws)
+{
+    const char *cname = "warp_phase_synthetic";
+    if (!test_selected(c, cname))
+        return;
+    TT *f_s, *kp_s, *kp_d;
+    small_warp_inputs(c, 2, &f_s, &kp_s, &kp_d);
+    DittoWarp *w[3] = { NULL, NULL, NULL };
+    int rc = 0;
+    for (int mode = 0; mode < 3 && rc == 0; mode++) {
+        DittoCatalog *cat = NULL;
+        rc = ditto_synthetic_catalog_size(&cat, DITTO_NET_WARP, DITTO_SYNTH_SMALL, 7, &c->be->log);
+        ditto_warp_force_phase(mode == 0 ? 99 : mode == 1 ? 0 : 2);
+        if (rc == 0)
+            rc = ditto_warp_load(&w[mode], c->be, cat);
+        ditto_warp_force_phase(-1);
+        ditto_catalog_close(&cat);
+    }
+    int64_t shape[4];
+    if (rc < 0 || ditto_warp_out_shape(w[0], &f_s->dev, shape) < 0) {
+        test_report(c, cname, false, "cannot load the small synthetic warp network: rc %d", rc);
+    } else {
+        for (int nhwc = 0; nhwc < 2; nhwc++) {
+            TT *out[3];
+            int rcs[3];
+            for (int mode = 0; mode < 3; mode++) {
+                out[mode] = tt_new(c, DITTO_F32, 4, shape);
+                ditto_warp_set_layout(w[mode], nhwc);
+                rcs[mode] = ditto_warp_forward(w[mode], ws, &f_s->dev, &kp_s->dev, &kp_d->dev, &out[mode]->dev, NULL);
+                ditto_warp_set_layout(w[mode], -1);
+                tt_to_host(out[mode]);
+            }
+            for (int mode = 1; mode < 3; mode++) {
+                char label[96];
+                snprintf(label, sizeof label, "%s.%s.%s", cname, nhwc ? "ndhwc" : "ncdhw", mode == 1 ? "all" : "all_but_2");
+                if (rcs[0] < 0 || rcs[mode] < 0)
+                    test_report(c, label, false, "forward rc: plain %d, sub-pixel %d", rcs[0], rcs[mode]);
+                else
+                    same_values(c, label, tt_f32(out[mode]), tt_f32(out[0]), (size_t)ditto_tensor_numel(&out[0]->host), false);
+            }
+            for (int mode = 0; mode < 3; mode++)
+                tt_free(out[mode]);
+        }
+    }
+    for (int mode = 0; mode < 3; mode++)
+        ditto_warp_free(&w[mode]);
     tt_free(f_s);
     tt_free(kp_s);
     tt_free(kp_d);
@@ -1218,6 +1284,7 @@ int main(int argc, char **argv)
     }
     test_decoder_layout(&c, &ws);
     test_warp_layout(&c, &ws);
+    test_warp_phase(&c, &ws);
     test_loader_channels_last(&c);
     test_loader_sn_product(&c);
     test_full_size(&c);
