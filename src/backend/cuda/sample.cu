@@ -570,12 +570,14 @@ static __device__ __forceinline__ void motion_kps(const MotionArgs &a, int64_t n
  * element offset (the next channels are a.ysc apart). The same values
  * either way.
  */
-static __device__ __forceinline__ int64_t motion_head(const MotionArgs &a, int64_t t, int64_t vol, int64_t c1, float S[3], int64_t *n)
+template <typename I>
+static __device__ __forceinline__ int64_t motion_head(const MotionArgs &a, I t, I vol, int64_t c1, float S[3], int64_t *n)
 {
-    const int64_t K1 = a.K + 1;
-    const int64_t m = a.mfast ? t % K1 : t / vol % K1, p = a.mfast ? t / K1 % vol : t % vol;
+    const I K1 = (I)(a.K + 1);
+    const I q = a.mfast ? t / K1 : t / vol;   /* the index divisions in I: 32-bit ones cost a fraction of 64-bit ones */
+    const int64_t m = a.mfast ? t - q * K1 : q % K1, p = a.mfast ? q % vol : t - q * vol;
     float kd[3], ks[3], ad, as;
-    *n = a.mfast ? t / K1 / vol : t / vol / K1;
+    *n = a.mfast ? q / vol : q / K1;
     motion_kps(a, *n, m, kd, ks);
     motion_point(a.grid + p * 3, kd, ks, a.a, S, &ad, &as);
     const int64_t yb = *n * a.ysn + m * c1 * a.ysc + p * a.ysp;
@@ -593,7 +595,7 @@ static __global__ void motion_input_kernel(const __grid_constant__ MotionArgs a)
     GRID_LOOP(t, a.total) {
         float S[3], w[8];
         int64_t n, base;
-        const int64_t yb = motion_head(a, t, vol, c1, S, &n);
+        const int64_t yb = motion_head<int64_t>(a, t, vol, c1, S, &n);
         const unsigned valid = point_taps(S, true, false, a.D, a.H, a.W, &base, w);
         const int64_t xn = n * a.c * vol + base;
         for (int64_t j = 0; j < a.c; j++)
@@ -617,13 +619,15 @@ static __global__ void k_feat_c4(const __half *x, __half *xt, int64_t vol, int64
     }
 }
 
+/* I: the point index type, uint32_t whenever a.total fits (launch side) */
+template <typename I>
 static __global__ void motion_input_c4_kernel(const __grid_constant__ MotionArgs a, const __half *xt)
 {
     const int64_t HW = a.H * a.W, vol = a.D * HW;
-    GRID_LOOP(t, a.total) {
+    for (I t = (I)(blockIdx.x * blockDim.x + threadIdx.x); t < (I)a.total; t += (I)(gridDim.x * blockDim.x)) {
         float S[3], w[8];
         int64_t n, base;
-        const int64_t yb = motion_head(a, t, vol, 5, S, &n);
+        const int64_t yb = motion_head<I>(a, t, (I)vol, 5, S, &n);
         const unsigned valid = point_taps(S, true, false, a.D, a.H, a.W, &base, w);
         const int64_t xn = n * vol + base;
         float acc[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
@@ -665,7 +669,11 @@ static int cuda_motion_input(DittoBackend *be, const DittoMotionParams *p, const
         k_feat_c4<<<ditto_cuda_blocks(nt, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>((const __half *)a.x, (__half *)ws, vol,
                                                                                                          nt);
         DITTO_CUDA_LAUNCHED(be);
-        motion_input_c4_kernel<<<ditto_cuda_blocks(a.total, SAMPLE_THREADS), SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(a, (const __half *)ws);
+        const unsigned blocks = ditto_cuda_blocks(a.total, SAMPLE_THREADS);
+        if (a.total + (int64_t)blocks * SAMPLE_THREADS < ((int64_t)1 << 32))   /* t and t + the grid's stride fit in 32 bits */
+            motion_input_c4_kernel<uint32_t><<<blocks, SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(a, (const __half *)ws);
+        else
+            motion_input_c4_kernel<int64_t><<<blocks, SAMPLE_THREADS, 0, ditto_cuda(be)->stream>>>(a, (const __half *)ws);
         DITTO_CUDA_LAUNCHED(be);
         return 0;
     }
