@@ -368,10 +368,17 @@ int ditto_op_conv(DittoBackend *be, const DittoConvParams *p, const DittoTensor 
     if (!ditto_tensor_is_contiguous(w) && !ditto_tensor_is_channels_last(w))
         return ditto_fail(&be->log, DITTO_ERR_INVAL, "op conv: w %s must be contiguous or channels-last", SHAPE(w));
     DITTO_TRY(check_contig(be, DITTO_OP_CONV, "y", y));
+    if (p->y_first && (!p->nhwc || p->accumulate))
+        return bad_arg(be, DITTO_OP_CONV, "y_first needs nhwc and no accumulate");
     int64_t shape[DITTO_MAX_DIMS];
     int rc = ditto_conv_out_shape(p, x, w, shape);
     if (rc < 0)
         return bad_shape(be, DITTO_OP_CONV, "x and w (or params) do not form a convolution", x, w);
+    if (p->y_first) {   /* (N,out...,O) -> (N,O,out...) */
+        const int64_t o = shape[x->ndim - 1];
+        memmove(shape + 2, shape + 1, sizeof(int64_t) * (size_t)(x->ndim - 2));
+        shape[1] = o;
+    }
     if (y->ndim != x->ndim || memcmp(shape, y->shape, sizeof(int64_t) * (size_t)x->ndim)) {
         DittoTensor want = ditto_tensor(NULL, y->dtype, x->ndim, shape);
         return bad_shape(be, DITTO_OP_CONV, "y shape (got, expected)", y, &want);

@@ -142,6 +142,7 @@ typedef struct DittoConvParams {
     bool nhwc;               /* 2-D or 3-D: x (N,[D,]H,W,C), y (N,[OD,]OH,OW,O) channels-last; w stays (O,C/groups,k...) */
     bool relu;               /* y = max(0, conv + bias) */
     bool accumulate;         /* y = conv + bias + y (y holds a residual on entry; relu after the sum) */
+    bool y_first;            /* with nhwc, not accumulate: y stays channels-first (N,O,out...) (the warp's heads) */
 } DittoConvParams;
 
 typedef struct DittoNormParams {

@@ -91,7 +91,9 @@ static void transpose_f32(const float *x, float *y, int64_t n, int64_t a, int64_
  * ... wlast: w passed channels-last, (O, C/groups, k...) with the strides of
  * a contiguous (O, k..., C/groups) copy (what the CUDA f16 models load).
  */
-static void conv_case_w(TestCtx *c, const ConvCase *cc, bool bias, bool relu, bool nhwc, bool acc, bool wlast, const char *suffix)
+/* ... yfirst (with nhwc, not acc): y channels-first (N,O,*out) (DittoConvParams.y_first). */
+static void conv_case_x(TestCtx *c, const ConvCase *cc, bool bias, bool relu, bool nhwc, bool acc, bool wlast, bool yfirst,
+                        const char *suffix)
 {
     char name[200], sx[DITTO_SHAPE_STR_MAX], sw[DITTO_SHAPE_STR_MAX];
     int nd = cc->ns + 2;
@@ -106,16 +108,20 @@ static void conv_case_w(TestCtx *c, const ConvCase *cc, bool bias, bool relu, bo
     snprintf(name, sizeof name, "conv%dd %s x%s w%s%s%s%s%s%s%s", cc->ns, cc->tag, ditto_shape_str(xsh, nd, sx, sizeof sx),
              ditto_shape_str(wsh, nd, sw, sizeof sw), bias ? " bias" : "", relu ? " relu" : "", nhwc ? " nhwc" : "",
              acc ? " accumulate" : "", wlast ? " w-last" : "", suffix);
+    if (yfirst)
+        snprintf(name + strlen(name), sizeof name - strlen(name), " y-first");
     if (!test_selected(c, name))
         return;
     if (nhwc) {   /* (N,C,*sp) -> (N,*sp,C) */
         const int64_t xc = xsh[1], yc = ysh[1];
         for (int i = 1; i < nd - 1; i++) {
             xsh[i] = xsh[i + 1];
-            ysh[i] = ysh[i + 1];
+            if (!yfirst)
+                ysh[i] = ysh[i + 1];
         }
         xsh[nd - 1] = xc;
-        ysh[nd - 1] = yc;
+        if (!yfirst)
+            ysh[nd - 1] = yc;
     }
     TT *x = tt_new(c, DITTO_F32, nd, xsh), *w = tt_new(c, DITTO_F32, nd, wsh), *y = tt_new(c, DITTO_F32, nd, ysh);
     TT *b = bias ? tt_new(c, DITTO_F32, 1, &cc->O) : NULL;
@@ -145,7 +151,7 @@ static void conv_case_w(TestCtx *c, const ConvCase *cc, bool bias, bool relu, bo
         for (int64_t n = 0; n < cc->N; n++)
             for (int64_t o = 0; o < cc->O; o++)
                 for (int64_t q = 0; q < OHW; q++)
-                    ref[(n * OHW + q) * cc->O + o] = rn[(n * cc->O + o) * OHW + q];
+                    ref[yfirst ? (n * cc->O + o) * OHW + q : (n * OHW + q) * cc->O + o] = rn[(n * cc->O + o) * OHW + q];
         free(xn);
         free(rn);
     } else {
@@ -159,7 +165,7 @@ static void conv_case_w(TestCtx *c, const ConvCase *cc, bool bias, bool relu, bo
     if (relu)
         for (int64_t i = 0; i < ny; i++)
             ref[i] = ref[i] > 0 ? ref[i] : 0;
-    DittoConvParams p = { .groups = cc->groups, .nhwc = nhwc, .relu = relu, .accumulate = acc };
+    DittoConvParams p = { .groups = cc->groups, .nhwc = nhwc, .relu = relu, .accumulate = acc, .y_first = yfirst };
     for (int i = 0; i < cc->ns; i++) {
         p.stride[i] = cc->s[i];
         p.pad_begin[i] = cc->pb[i];
@@ -189,6 +195,11 @@ static void conv_case_w(TestCtx *c, const ConvCase *cc, bool bias, bool relu, bo
     tt_free(wl);
     tt_free(y);
     tt_free(b);
+}
+
+static void conv_case_w(TestCtx *c, const ConvCase *cc, bool bias, bool relu, bool nhwc, bool acc, bool wlast, const char *suffix)
+{
+    conv_case_x(c, cc, bias, relu, nhwc, acc, wlast, false, suffix);
 }
 
 static void conv_case_acc(TestCtx *c, const ConvCase *cc, bool bias, bool relu, bool nhwc, bool acc, const char *suffix)
@@ -302,6 +313,27 @@ static const ConvCase nhwc_cases[] = {
     { "3x3x3 p1 C112 O32 W64 (wgmma, taps as columns)", 3, 1, 112, 32, { 2, 4, 64 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
     { "3x3x3 p1 C128 O32 W64 (wgmma, taps as columns)", 3, 2, 128, 32, { 2, 8, 64 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
     { "3x3x3 p1 C40 O24 D1 W64 (wgmma, taps as columns)", 3, 3, 40, 24, { 1, 4, 64 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
+};
+
+/*
+ * Channels-last x with a channels-first y (y_first: the warp's mask head on
+ * the hourglass's channels-last output), and kernels over the whole depth
+ * without depth padding (the occlusion head on it; O = 1 also with a
+ * channels-last y). CUDA f16: the depth split reading x's slices (sm_90:
+ * the wgmma kernel for rows of 64; else cuDNN, or the scratch and transpose
+ * where it would unfold), the tap GEMM over depth slices, else the scratch.
+ */
+static const ConvCase yfirst_cases[] = {
+    { "7x7x7 p3 C48 O22 W64 (mask, channels-last)", 3, 2, 48, 22, { 3, 4, 64 }, { 7, 7, 7 }, { 0 }, { 3, 3, 3 }, { 3, 3, 3 }, { 0 }, 0 },
+    { "7x7x7 p3 C16 O22 (mask, channels-last)", 3, 2, 16, 22, { 4, 6, 9 }, { 7, 7, 7 }, { 0 }, { 3, 3, 3 }, { 3, 3, 3 }, { 0 }, 0 },
+    { "3x3x3 p1 C16 O22", 3, 2, 16, 22, { 3, 5, 6 }, { 3, 3, 3 }, { 0 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0 }, 0 },
+    { "3x3 p1 c8", 2, 3, 16, 24, { 9, 7 }, { 3, 3 }, { 0 }, { 1, 1 }, { 1, 1 }, { 0 }, 0 },
+    { "4x7x7 p(0,3,3) C16 O1 (occlusion over the depth)", 3, 3, 16, 1, { 4, 9, 12 }, { 4, 7, 7 }, { 0 }, { 0, 3, 3 }, { 0, 3, 3 }, { 0 }, 0 },
+    { "5x3x5 p(0,1,2) C24 O3 (over the depth)", 3, 2, 24, 3, { 5, 6, 7 }, { 5, 3, 5 }, { 0 }, { 0, 1, 2 }, { 0, 1, 2 }, { 0 }, 0 },
+};
+static const ConvCase depth_kernel_cases[] = {
+    { "4x7x7 p(0,3,3) C16 O1 (occlusion over the depth)", 3, 3, 16, 1, { 4, 9, 12 }, { 4, 7, 7 }, { 0 }, { 0, 3, 3 }, { 0, 3, 3 }, { 0 }, 0 },
+    { "16x7x7 p(0,3,3) C48 O1 W64 (occlusion over the depth)", 3, 2, 48, 1, { 16, 5, 64 }, { 16, 7, 7 }, { 0 }, { 0, 3, 3 }, { 0, 3, 3 }, { 0 }, 0 },
 };
 
 /* NCHW cases run again with relu, one per CUDA strategy (cuDNN NCHW, channels-last transposes, small O, depth split). */
@@ -541,6 +573,16 @@ static void conv_negative(TestCtx *c)
         expect_rc(c, "conv negative: nhwc x in NCHW order", ditto_op_conv(c->be, &pl, &x->dev, &w->dev, NULL, &yl->dev), DITTO_ERR_SHAPE);
         expect_rc(c, "conv negative: nhwc y in NCHW order", ditto_op_conv(c->be, &pl, &xl->dev, &w->dev, NULL, &y->dev), DITTO_ERR_SHAPE);
         expect_rc(c, "conv negative: nhwc 1-D", ditto_op_conv(c->be, &pl1, &x3->dev, &w3->dev, NULL, &y3->dev), DITTO_ERR_SHAPE);
+        /* y_first: y channels-first (1,4,9,9), with nhwc only, never with accumulate */
+        DittoConvParams pf = pl;
+        pf.y_first = true;
+        expect_rc(c, "conv negative: y_first with a channels-last y", ditto_op_conv(c->be, &pf, &xl->dev, &w->dev, NULL, &yl->dev),
+                  DITTO_ERR_SHAPE);
+        pf.accumulate = true;
+        expect_rc(c, "conv negative: y_first with accumulate", ditto_op_conv(c->be, &pf, &xl->dev, &w->dev, NULL, &y->dev), DITTO_ERR_INVAL);
+        pf = p1;
+        pf.y_first = true;
+        expect_rc(c, "conv negative: y_first without nhwc", ditto_op_conv(c->be, &pf, &x->dev, &w->dev, NULL, &y->dev), DITTO_ERR_INVAL);
         tt_free(xl);
         tt_free(yl);
         tt_free(x3);
@@ -586,6 +628,20 @@ void test_ops_conv(TestCtx *c)
     }
     for (size_t i = 0; i < sizeof small_o_cases / sizeof *small_o_cases; i++)
         conv_case_w(c, &small_o_cases[i], true, false, false, true, true, "");
+    for (size_t i = 0; i < sizeof yfirst_cases / sizeof *yfirst_cases; i++) {
+        if (beyond_f32_tol(c, &yfirst_cases[i], 8192))
+            continue;
+        for (int k = 0; k < 4; k++)
+            conv_case_x(c, &yfirst_cases[i], k & 1, k & 2, true, false, false, true, "");
+        conv_case_x(c, &yfirst_cases[i], true, false, true, false, true, true, "");
+    }
+    for (size_t i = 0; i < sizeof depth_kernel_cases / sizeof *depth_kernel_cases; i++) {
+        if (beyond_f32_tol(c, &depth_kernel_cases[i], 8192))
+            continue;
+        for (int k = 0; k < 8; k++)
+            conv_case_x(c, &depth_kernel_cases[i], k & 1, k & 2, true, k & 4, false, false, "");
+        conv_case_x(c, &depth_kernel_cases[i], true, false, true, false, true, false, "");
+    }
     /* every NCHW strategy with relu, and with accumulate (with and without bias and relu) */
     for (size_t i = 0; i < sizeof relu_cases / sizeof *relu_cases; i++) {
         if (beyond_f32_tol(c, &relu_cases[i], 8192))

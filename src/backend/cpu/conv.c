@@ -411,8 +411,9 @@ static void relu_inplace(DittoBackend *be, float *y, int64_t n)
 
 /*
  * Channels-last (p->nhwc): x (and with p->accumulate y) transposed into NCHW
- * scratch, the NCHW code, the result transposed back, so every value is the
- * NCHW path's. relu after the bias (and the residual).
+ * scratch, the NCHW code, the result transposed back (p->y_first: written
+ * in place), so every value is the NCHW path's. relu after the bias (and
+ * the residual).
  */
 static int cpu_conv_w(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w,
                       const DittoTensor *bias, DittoTensor *y);
@@ -447,13 +448,13 @@ static int cpu_conv_w(DittoBackend *be, const DittoConvParams *p, const DittoTen
     }
     /* (N, *in, C) and (N, *out, O): 2-D or 3-D */
     const int nd = x->ndim;
-    const int64_t N = x->shape[0], C = x->shape[nd - 1], O = y->shape[nd - 1];
+    const int64_t N = x->shape[0], C = x->shape[nd - 1], O = y->shape[p->y_first ? 1 : nd - 1];
     int64_t vin = 1, vout = 1, xsh[5] = { N, C }, ysh[5] = { N, O };
     for (int i = 1; i < nd - 1; i++) {
         vin *= x->shape[i];
-        vout *= y->shape[i];
+        vout *= y->shape[p->y_first ? i + 1 : i];
         xsh[i + 1] = x->shape[i];
-        ysh[i + 1] = y->shape[i];
+        ysh[i + 1] = y->shape[p->y_first ? i + 1 : i];
     }
     const int64_t nx = N * C * vin, ny = N * O * vout;
     float *xs = ditto_malloc_aligned(sizeof(float) * (size_t)(nx + ny + 1));
@@ -467,6 +468,14 @@ static int cpu_conv_w(DittoBackend *be, const DittoConvParams *p, const DittoTen
     ditto_cpu_transpose(be, x->data, xs, N, vin, C);     /* (N, vol, C) -> (N, C, vol) */
     if (p->accumulate)
         ditto_cpu_transpose(be, y->data, ys, N, vout, O);   /* the residual: (N, ovol, O) -> (N, O, ovol) */
+    if (p->y_first) {   /* y is already the NCHW result's layout (no accumulate) */
+        q.y_first = false;
+        int rc = conv_nchw(be, &q, &xt, w, bias, y);
+        if (rc >= 0 && p->relu)
+            relu_inplace(be, y->data, ny);
+        ditto_free_aligned(xs);
+        return rc;
+    }
     int rc = conv_nchw(be, &q, &xt, w, bias, &yt);
     if (rc >= 0) {
         if (p->relu)

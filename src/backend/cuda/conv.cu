@@ -1799,6 +1799,56 @@ static __global__ void k_tap_sum(const float *z, const void *bias, bool bh, bool
     y[i] = __float2half_rn(accum ? t + __half2float(y[i]) : t);
 }
 
+/*
+ * The tap GEMM's calls once its weights wt are in place: items of x in
+ * rounds of per, each item `splits` GEMMs in one batched call, Z_r^T (P, Tp)
+ * = x_r^T (P, K) * Wt_r (K, Tp), x_r at r * sx in the item (column-major:
+ * (P, K) with ld lda, or with xt (K, P) with ld lda, transposed), Wt_r at r
+ * * K * Tp; then k_tap_sum of each round into y (N, O, H, W).
+ */
+typedef struct TapRun {
+    const ConvGeom *g;
+    int64_t H, W, Hin, Win, item, per;   /* item: x's elements per item */
+    int K, splits, lda;
+    long long sx;
+    bool xt;
+} TapRun;
+
+static int tap_run(DittoBackend *be, const TapRun *r, const DittoTensor *x, const __half *wt, float *z, const DittoTensor *bias, bool accum,
+                   DittoTensor *y)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    const ConvGeom *g = r->g;
+    const int kh = (int)g->k[1], kw = (int)g->k[2], O = (int)g->O, Tp = (kh * kw * O + 7) / 8 * 8, P = (int)(r->Hin * r->Win);
+    const float one = 1.0f, zero = 0.0f;
+    const void *bp = bias ? bias->data : NULL;
+    const bool bh = bias && bias->dtype == DITTO_F16;
+    for (int64_t n0 = 0; n0 < g->N; n0 += r->per) {
+        const int64_t nr = g->N - n0 < r->per ? g->N - n0 : r->per;
+        for (int64_t n = 0; n < nr; n++) {
+            const __half *xn = (const __half *)x->data + (n0 + n) * r->item;
+            DITTO_CUBLAS_CHECK(be, cublasGemmStridedBatchedEx(cu->cublas, r->xt ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_T, P, Tp, r->K, &one, xn,
+                                                              CUDA_R_16F, r->lda, r->sx, wt, CUDA_R_16F, Tp, (long long)r->K * Tp, &zero,
+                                                              z + n * (int64_t)r->splits * P * Tp, CUDA_R_32F, P, (long long)P * Tp, r->splits,
+                                                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        }
+        const int64_t total = nr * O * r->H * r->W;
+        __half *yr = (__half *)y->data + n0 * O * r->H * r->W;
+#define TG_SUM(KSV)                                                                                                              \
+    k_tap_sum<KSV><<<(unsigned)((total + TS_X - 1) / TS_X), dim3(TS_X, kh), 0, cu->stream>>>(                                    \
+        z, bp, bh, accum, yr, O, (int)r->H, (int)r->W, (int)r->Hin, (int)r->Win, kh, kw, (int)g->pb[1], (int)g->pb[2], Tp, r->splits, total)
+        if (kh == 7 && kw == 7)
+            TG_SUM(7);
+        else if (kh == 3 && kw == 3)
+            TG_SUM(3);
+        else
+            TG_SUM(0);
+#undef TG_SUM
+        DITTO_CUDA_LAUNCHED(be);
+    }
+    return 0;
+}
+
 static int conv_tap_gemm(DittoBackend *be, const ConvGeom *g, int64_t H, int64_t W, int64_t Hin, int64_t Win, const DittoTensor *x,
                          const DittoTensor *w, const DittoTensor *bias, bool accum, DittoTensor *y)
 {
@@ -1810,37 +1860,64 @@ static int conv_tap_gemm(DittoBackend *be, const ConvGeom *g, int64_t H, int64_t
     char *ws;
     DITTO_TRY(ditto_cuda_workspace(be, wt_bytes + (size_t)per * z_item, (void **)&ws));
     __half *wt = (__half *)ws;
-    float *z = (float *)(ws + wt_bytes);
     k_tap_w<<<ditto_cuda_blocks((int64_t)C * Tp, 256), 256, 0, cu->stream>>>((const __half *)w->data, wt, C, O, kk, Tp);
     DITTO_CUDA_LAUNCHED(be);
-    const float one = 1.0f, zero = 0.0f;
-    const void *bp = bias ? bias->data : NULL;
-    const bool bh = bias && bias->dtype == DITTO_F16;
-    for (int64_t n0 = 0; n0 < g->N; n0 += per) {
-        const int64_t nr = g->N - n0 < per ? g->N - n0 : per;
-        for (int64_t n = 0; n < nr; n++) {
-            /* column-major, range r: Z_r^T (P, Tp) = x_r^T (P, Kc) * Wt_r (Kc, Tp); x_r is (P, Kc), Wt_r (Tp, Kc) column-major */
-            const __half *xn = (const __half *)x->data + (n0 + n) * (int64_t)C * P;
-            DITTO_CUBLAS_CHECK(be, cublasGemmStridedBatchedEx(cu->cublas, CUBLAS_OP_N, CUBLAS_OP_T, P, Tp, Kc, &one, xn, CUDA_R_16F, P,
-                                                              (long long)Kc * P, wt, CUDA_R_16F, Tp, (long long)Kc * Tp, &zero,
-                                                              z + n * (int64_t)splits * P * Tp, CUDA_R_32F, P, (long long)P * Tp, splits,
-                                                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        }
-        const int64_t total = nr * O * H * W;
-        __half *yr = (__half *)y->data + n0 * O * H * W;
-#define TG_SUM(KSV)                                                                                                              \
-    k_tap_sum<KSV><<<(unsigned)((total + TS_X - 1) / TS_X), dim3(TS_X, kh), 0, cu->stream>>>(                                    \
-        z, bp, bh, accum, yr, O, (int)H, (int)W, (int)Hin, (int)Win, kh, kw, (int)g->pb[1], (int)g->pb[2], Tp, splits, total)
-        if (kh == 7 && kw == 7)
-            TG_SUM(7);
-        else if (kh == 3 && kw == 3)
-            TG_SUM(3);
-        else
-            TG_SUM(0);
-#undef TG_SUM
-        DITTO_CUDA_LAUNCHED(be);
+    /* range r: x_r (P, Kc) column-major, the item's channels r * Kc.. */
+    const TapRun r = { g, H, W, Hin, Win, (int64_t)C * P, per, Kc, splits, P, (long long)Kc * P, false };
+    return tap_run(be, &r, x, wt, (float *)(ws + wt_bytes), bias, accum, y);
+}
+
+/*
+ * A 3-D convolution whose kernel spans the whole depth, unpadded there (out
+ * depth 1), on a channels-last x (N, D, H, W, C): the occlusion head read
+ * from the hourglass's channels-last output, the 2-D form's 2272 input
+ * channels (c, d) being D slices of C channels. conv_tap_gemm with the depth
+ * slices as its channel ranges: per item one batched call of D GEMMs, Z_d
+ * (Tp, P) = Wt_d^T (Tp, C) * x_d (C, P) reading the slice's (P, C) rows as
+ * they are, then k_tap_sum adds the D partial Z's (the same calls for every
+ * item). y (N, O, H, W): channels-first, or channels-last when O is 1.
+ */
+static bool tap_fold_fits(const ConvGeom *g)
+{
+    if (!tap_gemm_on() || g->ns != 3 || g->G != 1 || g->C % 8 || g->C > INT_MAX || g->k[0] != g->in[0] || g->pb[0] || g->pe[0] ||
+        g->k[1] * g->k[2] < 9 || g->k[1] > SO_KMAX || g->k[2] > SO_KMAX || g->in[0] > 65535)
+        return false;
+    for (int i = 0; i < 3; i++)
+        if (g->s[i] != 1 || g->d[i] != 1)
+            return false;
+    const int64_t tp = (g->k[1] * g->k[2] * g->O + 7) / 8 * 8, P = g->in[1] * g->in[2];
+    return tp <= TG_MAX_T && P * g->C <= INT_MAX && g->N * g->O * g->out_vol / 32 < INT_MAX &&
+           (size_t)(P * tp) * (size_t)g->in[0] * sizeof(float) <= TG_Z_BYTES;
+}
+
+/* wt (D, C, Tp) from w (O, C, D, kk), contiguous or krsc ((O, D, kk, C) memory): wt[(d * C + c) * Tp + t * O + o] = w[o, c, d, t], zero past kk * O */
+static __global__ void k_tap_w_fold(const __half *w, bool krsc, __half *wt, int64_t C, int D, int O, int kk, int Tp)
+{
+    const int64_t n = (int64_t)D * C * Tp;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t dc = i / Tp, c = dc % C;
+        const int j = (int)(i - dc * Tp), d = (int)(dc / C), t = j / O, o = j - t * O;
+        wt[i] = t < kk ? w[krsc ? (((int64_t)o * D + d) * kk + t) * C + c : (((int64_t)o * C + c) * D + d) * kk + t] : __float2half(0.0f);
     }
-    return 0;
+}
+
+static int conv_tap_fold(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias,
+                         bool accum, DittoTensor *y)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    const int kk = (int)(g->k[1] * g->k[2]), O = (int)g->O, D = (int)g->in[0];
+    const int Tp = (kk * O + 7) / 8 * 8, P = (int)(g->in[1] * g->in[2]), C = (int)g->C;
+    const size_t wt_bytes = ((size_t)D * C * Tp * sizeof(__half) + 255) & ~(size_t)255, z_item = (size_t)D * P * Tp * sizeof(float);
+    const int64_t per = (int64_t)(TG_Z_BYTES / z_item) < g->N ? (int64_t)(TG_Z_BYTES / z_item) : g->N;   /* items a round */
+    char *ws;
+    DITTO_TRY(ditto_cuda_workspace(be, wt_bytes + (size_t)per * z_item, (void **)&ws));
+    __half *wt = (__half *)ws;
+    k_tap_w_fold<<<ditto_cuda_blocks((int64_t)D * C * Tp, 256), 256, 0, cu->stream>>>((const __half *)w->data, w_krsc(w), wt, C, D, O, kk,
+                                                                                     Tp);
+    DITTO_CUDA_LAUNCHED(be);
+    /* slice d: x_d the (P, C) rows as they are, (C, P) column-major with ld C */
+    const TapRun r = { g, g->out[1], g->out[2], g->in[1], g->in[2], (int64_t)D * P * C, per, C, D, C, (long long)P * C, true };
+    return tap_run(be, &r, x, wt, (float *)(ws + wt_bytes), bias, accum, y);
 }
 
 /*
@@ -2355,18 +2432,25 @@ static int64_t unfold_slices(int64_t D)
  * nhwc: x (N, D, H, W, C) with C a multiple of 8 and y (N, D, H, W, O)
  * channels-last (not unfolded): x's slices are the 2-D input as they are.
  */
+/* The depth split's 2-D convolution over slices as conv_wg.cu's (*wc), true where that kernel runs it (its own reads of the rows: no unfolding). */
+static bool depth_split_wg(DittoBackend *be, const ConvGeom *g, bool nhwc, DittoWgConv *wc)
+{
+    const int64_t cp = round8(g->C), o2p = round8(g->k[0] * g->O);
+    memset(wc, 0, sizeof *wc);
+    wc->N = g->in[0], wc->D = 1, wc->H = g->in[1], wc->W = g->in[2], wc->C = cp, wc->O = o2p, wc->ldy = o2p;
+    wc->kd = 1, wc->kh = (int)g->k[1], wc->kw = (int)g->k[2];
+    return (!nhwc || cp == g->C) && wg_fits(be, wc);
+}
+
+/* y_nhwc: y (N, D, H, W, O) channels-last, else (N, O, D, H, W) (nhwc x with a channels-first y: the warp's mask head) */
 static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias,
-                            bool accum, bool relu, bool nhwc, DittoTensor *y)
+                            bool accum, bool relu, bool nhwc, bool y_nhwc, DittoTensor *y)
 {
     DittoCuda *cu = ditto_cuda(be);
     const int64_t D = g->in[0], HW = g->in[1] * g->in[2], kd = g->k[0], o2 = kd * g->O;
     const int64_t cp = round8(g->C), o2p = round8(o2);
-    /* the 2-D convolution over slices on the wgmma kernel where it fits (its own reads of the rows: no unfolding) */
     DittoWgConv wc;
-    memset(&wc, 0, sizeof wc);
-    wc.N = D, wc.D = 1, wc.H = g->in[1], wc.W = g->in[2], wc.C = cp, wc.O = o2p, wc.ldy = o2p;
-    wc.kd = 1, wc.kh = (int)g->k[1], wc.kw = (int)g->k[2];
-    const bool wg = (!nhwc || cp == g->C) && wg_fits(be, &wc);
+    const bool wg = depth_split_wg(be, g, nhwc, &wc);
     const bool unfold = !nhwc && !wg && depth_unfold(g);
     if (nhwc && cp != g->C)
         return ditto_fail(&be->log, DITTO_ERR_UNSUPPORTED, "op conv: the channels-last depth split needs C a multiple of 8");
@@ -2495,11 +2579,11 @@ static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTens
         }
         if (np == 1 && g->O % 2 == 0 && HW % COMB_P == 0 && comb_smem(g->O, kd) <= 48 * 1024) {
             k_depth_combine_t<<<dim3((unsigned)(HW / COMB_P), (unsigned)(cnt * D)), COMB_T, comb_smem(g->O, kd), cu->stream>>>(
-                zk[0], (int)width[0], bp, bh, accum, relu, nhwc, yi, (int)g->O, (int)kd, (int)g->pb[0], (int)D, HW);
+                zk[0], (int)width[0], bp, bh, accum, relu, y_nhwc, yi, (int)g->O, (int)kd, (int)g->pb[0], (int)D, HW);
         } else {
             const int64_t npos = cnt * D * HW;
             k_depth_combine<<<ditto_cuda_blocks(npos, 256), 256, 0, cu->stream>>>(zk[0], (int)width[0], zk[1], (int)width[1], bp, bh, accum,
-                                                                                  relu, nhwc, yi, (int)g->O, (int)kd, (int)g->pb[0], (int)D,
+                                                                                  relu, y_nhwc, yi, (int)g->O, (int)kd, (int)g->pb[0], (int)D,
                                                                                   HW, npos);
         }
         DITTO_CUDA_LAUNCHED(be);
@@ -2667,7 +2751,7 @@ static int conv_nchw(DittoBackend *be, const DittoConvParams *p, const DittoTens
         return bias_act(be, y, NULL, p->relu, false, g.O, g.out_vol);
     }
     if (f16 && mode == 2 && g.C > 0 && g.in_vol > 0 && depth_split_fits(&g)) {
-        return conv_depth_split(be, &g, x, w, bias, p->accumulate, p->relu, false, y);
+        return conv_depth_split(be, &g, x, w, bias, p->accumulate, p->relu, false, false, y);
     }
     if (f16 && mode > 0 && g.G == 1 && !asym && g.C > 0 && g.in_vol > 0)
         return conv_nhwc(be, &g, x, w, bias, p->relu, p->accumulate, y, mode >= 2);
@@ -3341,6 +3425,40 @@ static int conv_nhwc_generic(DittoBackend *be, const DittoConvParams *p, const C
 }
 
 static int cuda_conv(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w,
+                     const DittoTensor *bias, DittoTensor *y);
+
+/*
+ * y_first where no strategy writes it: the convolution channels-last into
+ * stream-ordered scratch (a graph records the allocation), then one
+ * transpose into y.
+ */
+static int conv_y_first(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias,
+                        DittoTensor *y)
+{
+    DittoCuda *cu = ditto_cuda(be);
+    const int nd = y->ndim;
+    int64_t sh[5] = { y->shape[0] };
+    for (int i = 2; i < nd; i++)
+        sh[i - 1] = y->shape[i];
+    sh[nd - 1] = y->shape[1];
+    void *buf = NULL;
+    if (cudaMallocAsync(&buf, (size_t)ditto_tensor_numel(y) * ditto_dtype_size(y->dtype) + 16, cu->stream) != cudaSuccess)
+        return ditto_cuda_fail(be, cudaGetLastError(), "cudaMallocAsync (conv y_first scratch)", __FILE__, __LINE__);
+    DittoTensor yl = ditto_tensor(buf, y->dtype, nd, sh), yv;
+    yl.device = y->device;
+    DittoConvParams q = *p;
+    q.y_first = false;
+    static const int to_first4[4] = { 0, 3, 1, 2 }, to_first5[5] = { 0, 4, 1, 2, 3 };
+    int rc = cuda_conv(be, &q, x, w, bias, &yl);
+    if (!rc)
+        rc = ditto_tensor_permute(&yl, nd == 5 ? to_first5 : to_first4, &yv);
+    if (!rc)
+        rc = be->ops.copy(be, &yv, y);
+    cudaFreeAsync(buf, cu->stream);
+    return rc;
+}
+
+static int cuda_conv(DittoBackend *be, const DittoConvParams *p, const DittoTensor *x, const DittoTensor *w,
                      const DittoTensor *bias, DittoTensor *y)
 {
     DittoDType dt = x->dtype;
@@ -3354,14 +3472,20 @@ static int cuda_conv(DittoBackend *be, const DittoConvParams *p, const DittoTens
     /* the geometry from NCHW-ordered views of the channels-last x, y (shapes only), 2-D or 3-D */
     static const int to_nchw4[4] = { 0, 3, 1, 2 }, to_nchw5[5] = { 0, 4, 1, 2, 3 };
     const int *to_nchw = x->ndim == 5 ? to_nchw5 : to_nchw4;
-    DittoTensor xl, yl;
+    DittoTensor xl, yl = *y;
     DITTO_TRY(ditto_tensor_permute(x, to_nchw, &xl));
-    DITTO_TRY(ditto_tensor_permute(y, to_nchw, &yl));
+    if (!p->y_first)
+        DITTO_TRY(ditto_tensor_permute(y, to_nchw, &yl));
     ConvGeom g;
     conv_geom(p, &xl, w, &yl, &g);
     if (g.N * g.O * g.out_vol == 0)
         return 0;
     const int mode = conv_mode();
+    /* the kernel over the whole depth (the occlusion head on the hourglass's output): the tap GEMM over depth slices */
+    if (x->dtype == DITTO_F16 && (g.O == 1 || p->y_first) && tap_fold_fits(&g) && ((uintptr_t)x->data % 16) == 0) {
+        DITTO_TRY(conv_tap_fold(be, &g, x, w, bias, p->accumulate, y));
+        return bias_act(be, y, NULL, p->relu, false, g.O, g.out_vol);
+    }
     /*
      * 3-D, up to 32 outputs at 3x3x3 over rows of 64: the wgmma kernel with
      * the taps as columns (the hourglass's 128 -> 32: 102 against 139 us a
@@ -3369,12 +3493,19 @@ static int cuda_conv(DittoBackend *be, const DittoConvParams *p, const DittoTens
      * DITTO_CUDA_WGTC=0 (A/B)
      */
     DittoWgConv wc;
-    if (mode == 2 && g.O <= 32 && wg_tc_on() && nhwc_direct_fits(&g, x, y) && wg_direct(be, &g, x, w, bias, p->relu, p->accumulate, y, &wc))
+    if (mode == 2 && !p->y_first && g.O <= 32 && wg_tc_on() && nhwc_direct_fits(&g, x, y) &&
+        wg_direct(be, &g, x, w, bias, p->relu, p->accumulate, y, &wc))
         return conv_nhwc_direct(be, &g, x, w, bias, p->relu, p->accumulate, y, true);
-    /* 3-D, few outputs: the depth split reads the channels-last slices as they are (as conv_nchw's, not unfolded) */
+    /*
+     * 3-D, few outputs: the depth split reads the channels-last slices as
+     * they are (on the wgmma kernel, or cuDNN where conv_nchw's would not
+     * unfold them), y in either layout
+     */
     if (mode == 2 && x->dtype == DITTO_F16 && g.ns == 3 && g.C > 0 && g.C % 8 == 0 && g.in_vol > 0 && depth_split_fits(&g) &&
-        !depth_unfold(&g) && ((uintptr_t)x->data | (uintptr_t)y->data) % 16 == 0)
-        return conv_depth_split(be, &g, x, w, bias, p->accumulate, p->relu, true, y);
+        (!depth_unfold(&g) || depth_split_wg(be, &g, true, &wc)) && ((uintptr_t)x->data | (uintptr_t)y->data) % 16 == 0)
+        return conv_depth_split(be, &g, x, w, bias, p->accumulate, p->relu, true, !p->y_first, y);
+    if (p->y_first)
+        return conv_y_first(be, p, x, w, bias, y);
     if (mode > 0 && nhwc_direct_fits(&g, x, y))
         return conv_nhwc_direct(be, &g, x, w, bias, p->relu, p->accumulate, y, mode >= 2);
     return conv_nhwc_generic(be, p, &g, x, w, bias, y);
