@@ -31,7 +31,8 @@
  * last f16 geometry is tuned once (tune_engines): the legacy plan against
  * the graph API's heuristic engines (conv_graph.h, mode A), timed on hashed
  * operands behind a spin (no host gaps), keeping the faster; an engine
- * only when it gives the same bits per item as its one-item plan. The
+ * only when it gives the same bits per item as its one-item plan, and a
+ * legacy plan that does not timed as what runs, item by item. The
  * choice holds for the geometry at every item count and is kept on disk
  * (engine_file_append), so later processes run the same kernels.
  * DITTO_CUDNN_ENGINES selects it.
@@ -894,6 +895,21 @@ static float tune_margin(void)
     return (float)pct / 100.0f;
 }
 
+/*
+ * Tuning counts what a choice really runs: a plan whose batch changes bits
+ * per item runs item by item, so its time is that of its one-item plan per
+ * item (H200: the legacy 8-item plans of the hourglass's 3x3x3 convolutions
+ * at 8x8 and 4x4 differ per item; item by item they take 1.5-1.7x their
+ * batched time). DITTO_CUDA_TUNE_BYITEM=0 times the batch as before (A/B).
+ */
+static bool tune_by_item(void)
+{
+    static int on = -1;
+    if (on < 0)
+        on = env_int("DITTO_CUDA_TUNE_BYITEM", 0, 1, 1);
+    return on;
+}
+
 /* End of a timed sequence begun at e0: record e1, free ws, *ms = mean of TUNE_RUNS (-1 when a run failed). */
 static int tune_end(DittoBackend *be, cudaEvent_t e0, cudaEvent_t e1, void *ws, bool ran, float *ms)
 {
@@ -977,7 +993,8 @@ static int tune_engines(DittoBackend *be, const ConvGeom *g, int64_t cp, int64_t
     const int64_t nw = op * cp * g->k_vol, nx = n * t.item_x, ny = n * t.item_y;
     char *buf = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
-    ConvPlan legacy, cand, one;
+    ConvPlan legacy, cand, one, lone;
+    memset(&lone, 0, sizeof lone);
     memset(&legacy, 0, sizeof legacy);
     memset(&cand, 0, sizeof cand);
     memset(&one, 0, sizeof one);
@@ -1026,6 +1043,21 @@ static int tune_engines(DittoBackend *be, const ConvGeom *g, int64_t cp, int64_t
         if (again >= 0.0f && (ms_legacy < 0.0f || again < ms_legacy))
             ms_legacy = again;
     }
+    /* a legacy plan that changes bits per item runs item by item: n times its one-item time is what it costs */
+    if (!rc && n > 1 && ms_legacy >= 0.0f && tune_by_item()) {
+        bool same = false;
+        rc = plan_setup_legacy(be, g, DITTO_F16, 1, true, &lone);
+        if (!rc)
+            rc = same_per_item(be, &legacy, &lone, n, &t, &same);
+        if (!rc && !same) {
+            float m1 = -1.0f;
+            rc = time_plan(be, &lone, &t, e0, e1, &m1);
+            ditto_log(&be->log, DITTO_LOG_DEBUG, "conv:   legacy %lld-item plan differs per item: %.1f us item by item",
+                      (long long)n, 1000.0 * n * m1);
+            if (m1 >= 0.0f)
+                ms_legacy = (float)n * m1;
+        }
+    }
     /* fastest first among the engines within the margin of the legacy plan, until one keeps its bits per item */
     while (!rc) {
         int best = -1;
@@ -1071,6 +1103,7 @@ static int tune_engines(DittoBackend *be, const ConvGeom *g, int64_t cp, int64_t
     }
 done:
     plan_destroy(&legacy);
+    plan_destroy(&lone);
     if (e0)
         cudaEventDestroy(e0);
     if (e1)
@@ -3059,7 +3092,7 @@ static int64_t fused_check_items(const ConvGeom *g)
 
 /*
  * Choose e (key set) for kind epi at n items: the unfused plan u and its
- * pass against each fused candidate (the heuristics' engines for the relu
+ * pass (u1's n times over when u runs item by item) against each fused candidate (the heuristics' engines for the relu
  * kinds, then the legacy call), the fastest candidate under the unfused time
  * that keeps its bits per item (checked at n items, or at
  * fused_check_items when n is 1: a choice that cannot batch would run item
@@ -3067,7 +3100,8 @@ static int64_t fused_check_items(const ConvGeom *g)
  * would make bits depend on the batch size); else e->n = 0 (unfused).
  * *timed as tune_engines'.
  */
-static int tune_fused(DittoBackend *be, const ConvGeom *g, int epi, bool bh, int64_t n, const ConvPlan *u, ConvEngines *e, bool *timed)
+static int tune_fused(DittoBackend *be, const ConvGeom *g, int epi, bool bh, int64_t n, const ConvPlan *u, const ConvPlan *u1,
+                      ConvEngines *e, bool *timed)
 {
     DittoCuda *cu = ditto_cuda(be);
     *timed = false;
@@ -3110,6 +3144,13 @@ static int tune_fused(DittoBackend *be, const ConvGeom *g, int epi, bool bh, int
         goto done;
     }
     rc = fused_time(be, g, NULL, u, epi, bh, n, &b, e0, e1, &ms_u);
+    /* an unfused plan that changes bits per item runs item by item (tune_by_item) */
+    if (!rc && n > 1 && u->batch_ok == 0 && ms_u >= 0.0f && tune_by_item()) {
+        float m1 = -1.0f;
+        rc = fused_time(be, g, NULL, u1, epi, bh, 1, &b, e0, e1, &m1);
+        if (m1 >= 0.0f)
+            ms_u = (float)n * m1;
+    }
     for (int i = 0; i < nc && !rc; i++) {
         FusedPlan *f = NULL;
         ms[i] = -1.0f;
@@ -3166,8 +3207,9 @@ done:
     return rc;
 }
 
-/* The choice for g and kind epi (tuned at n items with the unfused plan u on first use): *out, or NULL for unfused. */
-static int fused_choice(DittoBackend *be, const ConvGeom *g, int epi, bool bh, int64_t n, const ConvPlan *u, const CgEngine **out)
+/* The choice for g and kind epi (tuned at n items with the unfused plans u, u1 on first use): *out, or NULL for unfused. */
+static int fused_choice(DittoBackend *be, const ConvGeom *g, int epi, bool bh, int64_t n, const ConvPlan *u, const ConvPlan *u1,
+                        const CgEngine **out)
 {
     DittoCudaConvCache *c = ditto_cuda(be)->conv_cache;
     *out = NULL;
@@ -3187,7 +3229,7 @@ static int fused_choice(DittoBackend *be, const ConvGeom *g, int epi, bool bh, i
         ConvEngines *e = &c->engines[c->neng];
         memset(e, 0, sizeof *e);
         memcpy(e->key, key, sizeof key);
-        DITTO_TRY(tune_fused(be, g, epi, bh, n, u, e, &timed));
+        DITTO_TRY(tune_fused(be, g, epi, bh, n, u, u1, e, &timed));
         if (timed)
             engine_file_append(be, e);
         c->neng++;
@@ -3252,7 +3294,7 @@ static int fused_chunks(DittoBackend *be, const ConvGeom *g, int epi, bool bh, c
 {
     memset(fc, 0, sizeof *fc);
     const CgEngine *e;
-    DITTO_TRY(fused_choice(be, g, epi, bh, c->nb, c->pl, &e));
+    DITTO_TRY(fused_choice(be, g, epi, bh, c->nb, c->pl, c->one, &e));
     if (!e)
         return 0;
     FusedPlan *pl = NULL, *tail = NULL, *one = NULL;
