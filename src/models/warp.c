@@ -87,6 +87,14 @@ struct DittoWarp {
     DittoBuffer pad_buf;
     DittoTensor down0_wp;               /* down[0]'s weight, input channels padded (64,112,3,3,3) */
     DittoTensor out_wp, out_bp;         /* hg_out's, both axes padded (144,144,3,3,3), (144) */
+    /*
+     * The heads on the channels-last hourglass output (B,16,64,64,144) as it
+     * is (head_weights; set where the padding is): the mask's input channels
+     * padded, the occlusion's as a kernel over the whole depth.
+     */
+    DittoBuffer head_buf;
+    DittoTensor mask_wp;                /* (22,144,7,7,7), zero past 142 */
+    DittoTensor occ_w3;                 /* (1,144,16,7,7): occ_w3[0,c,d] = occlusion.weight[0,16c+d], zero past 142 */
 };
 
 /* ---- helpers ---- */
@@ -306,6 +314,44 @@ bool ditto_warp_channels_padded(const DittoWarp *m)
 }
 
 /*
+ * The heads' weights for the channels-last hourglass output y (B,D,H,W,
+ * c_pred_p): the mask's (22,142,7,7,7) with zero input channels up to
+ * c_pred_p, and the occlusion's (1,142*D,7,7), whose channel 16c + d is
+ * (c, d) of y, as a kernel over y's whole depth (1,c_pred_p,D,7,7). Both
+ * heads then read y as it is, not a channels-first copy (dm_heads). In the
+ * storage order of the loaded weights.
+ */
+static int head_weights(DittoWarp *m)
+{
+    DittoBackend *be = m->be;
+    const int64_t cpp = m->c_pred_p, K1 = m->num_kp + 1, D = m->depth;
+    const DittoTensor *wo = &m->occlusion_w;
+    const size_t esz = ditto_dtype_size(m->mask_w.dtype);
+    const size_t bytes = (size_t)(K1 * cpp * (ditto_tensor_numel(&m->mask_w) / (K1 * m->c_pred))) * esz +
+                         (m->has_occlusion ? (size_t)(cpp * D * wo->shape[2] * wo->shape[3]) * esz : 0) + 2 * 256;
+    DITTO_TRY(ditto_buffer_alloc(&m->head_buf, &be->allocator, bytes));
+    char *at = m->head_buf.ptr;
+    DITTO_TRY(pad_conv(m, &m->mask_w, NULL, K1, cpp, &at, &m->mask_wp, NULL));
+    if (!m->has_occlusion)
+        return 0;
+    const int64_t kh = wo->shape[2], kw = wo->shape[3];
+    DittoTensor t = ditto_tensor(at, wo->dtype, DITTO_SHAPE(1, cpp, D, kh, kw)), tv;
+    t.device = be->device;
+    if (ditto_tensor_is_channels_last(wo))
+        ditto_tensor_set_channels_last(&t);
+    DITTO_TRY(ditto_op_fill(be, 0.0f, &t));
+    /* wo's channel 16c + d read as (c, d): its channel stride split in two */
+    DittoTensor src = ditto_tensor(wo->data, wo->dtype, DITTO_SHAPE(1, m->c_pred, D, kh, kw));
+    src.device = be->device;
+    const int64_t st[5] = { wo->stride[0], D * wo->stride[1], wo->stride[1], wo->stride[2], wo->stride[3] };
+    memcpy(src.stride, st, sizeof st);
+    DITTO_TRY(ditto_tensor_slice(&t, 1, 0, m->c_pred, 1, &tv));
+    DITTO_TRY(ditto_op_copy(be, &src, &tv));
+    m->occ_w3 = t;
+    return 0;
+}
+
+/*
  * The padded weights (see struct DittoWarp): on CUDA with f16 activations
  * and channels-last weights (where they run on the tensor-core path), or
  * anywhere when forced (ditto_warp_force_channel_pad: the test of the
@@ -320,9 +366,12 @@ static int pad_weights(DittoWarp *m)
     m->c_pred_p = m->c_pred;
     const bool useful = be->device == DITTO_DEVICE_CUDA && m->act == DITTO_F16 && ditto_tensor_is_channels_last(&m->down[0].weight) &&
                         ditto_tensor_is_channels_last(&m->hg_out.weight);
-    if (!m->folded || !(g_force_pad >= 0 ? g_force_pad : useful) || m->c_pred != m->c_dec[n - 1] + c_in ||
-        (c_in % 8 == 0 && m->c_pred % 8 == 0))
+    if (!m->folded || !(g_force_pad >= 0 ? g_force_pad : useful))
         return 0;
+    if (m->c_pred != m->c_dec[n - 1] + c_in || (c_in % 8 == 0 && m->c_pred % 8 == 0)) {
+        DITTO_TRY(head_weights(m));
+        return be->sync(be);
+    }
     const int64_t cip = round8(c_in), cpp = m->c_dec[n - 1] + cip, kvol = ditto_tensor_numel(&m->hg_out.weight) / (m->c_pred * m->c_pred);
     const size_t esz = ditto_dtype_size(m->hg_out.weight.dtype);
     const size_t bytes = (size_t)((m->c_enc[0] * cip + cpp * cpp) * kvol + cpp) * esz + 3 * 256;
@@ -332,6 +381,7 @@ static int pad_weights(DittoWarp *m)
     DITTO_TRY(pad_conv(m, &m->hg_out.weight, &m->hg_out.bias, cpp, cpp, &at, &m->out_wp, &m->out_bp));
     m->c_in_p = cip;
     m->c_pred_p = cpp;
+    DITTO_TRY(head_weights(m));
     return be->sync(be);
 }
 
@@ -435,6 +485,7 @@ void ditto_warp_free(DittoWarp **pm)
     ditto_weights_free(&m->weights);
     ditto_buffer_free(&m->grid_buf);
     ditto_buffer_free(&m->pad_buf);
+    ditto_buffer_free(&m->head_buf);
     ditto_free(m);
     *pm = NULL;
 }
@@ -692,7 +743,10 @@ static int hg_input_last(DittoWarp *m, const DittoTensor *hg_in, DittoTensor *x)
     return zero_pad_channels(m, x, c);
 }
 
-/* The hourglass output back channels-first: y (B,D,H,W,144) -> pred (B,142,D,H,W), its first 142 channels. */
+/*
+ * The hourglass output back channels-first (heads without head_weights, or
+ * a tap): y (B,D,H,W,144) -> pred (B,142,D,H,W), its first 142 channels.
+ */
 static int hg_output_first(DittoWarp *m, const DittoTensor *y, DittoTensor *pred)
 {
     DittoTensor ys;
@@ -751,13 +805,21 @@ done:
     return rc;
 }
 
-static int dm_heads(DittoWarp *m, DittoArena *ws, const DittoTensor *pred, const DittoTensor *kp_source, const DittoTensor *kp_driving,
-                    DittoTensor *deformation, DittoTensor *occlusion, const DittoTap *tap)
+/*
+ * pred (B,142,D,H,W) channels-first, or y_l (B,D,H,W,144) the channels-last
+ * hourglass output as it is (head_weights), pred then NULL.
+ */
+static int dm_heads(DittoWarp *m, DittoArena *ws, const DittoTensor *pred, const DittoTensor *y_l, const DittoTensor *kp_source,
+                    const DittoTensor *kp_driving, DittoTensor *deformation, DittoTensor *occlusion, const DittoTap *tap)
 {
     DittoBackend *be = m->be;
-    const int64_t B = pred->shape[0], P = pred->shape[1], D = pred->shape[2], H = pred->shape[3], W = pred->shape[4];
+    const bool last = y_l != NULL;
+    const DittoTensor *hy = last ? y_l : pred;
+    const int64_t B = hy->shape[0], P = hy->shape[last ? 4 : 1], D = hy->shape[last ? 1 : 2], H = hy->shape[last ? 2 : 3], W = hy->shape[last ? 3 : 4];
     const int64_t K1 = m->num_kp + 1;
     const DittoConvParams pad3 = ditto_nn_conv_pad(3);
+    DittoConvParams pm = pad3;   /* channels-last x, channels-first logits */
+    pm.nhwc = pm.y_first = true;
     const DittoMotionParams mp = { DITTO_WARP_KP_VARIANCE };
     DittoArenaMark top = ditto_arena_mark(ws);
     DittoTensor mask, pred2d, logits;
@@ -769,7 +831,10 @@ static int dm_heads(DittoWarp *m, DittoArena *ws, const DittoTensor *pred, const
      * when a tap reads it
      */
     TRY(ditto_nn_new(ws, m->act, &logits, DITTO_SHAPE(B, K1, D, H, W)));
-    TRY(ditto_op_conv(be, &pad3, pred, &m->mask_w, &m->mask_b, &logits));                     /* (B,22,16,64,64) */
+    if (last)
+        TRY(ditto_op_conv(be, &pm, y_l, &m->mask_wp, &m->mask_b, &logits));                   /* (B,22,16,64,64) */
+    else
+        TRY(ditto_op_conv(be, &pad3, pred, &m->mask_w, &m->mask_b, &logits));
     if (tap && tap->fn)
         TRY(ditto_nn_new_f32(ws, &mask, DITTO_SHAPE(B, K1, D, H, W)));
     TRY(ditto_op_motion_deform(be, &mp, &m->grid, kp_driving, kp_source, &logits, deformation, tap && tap->fn ? &mask : NULL)); /* (B,16,64,64,3) */
@@ -778,7 +843,15 @@ static int dm_heads(DittoWarp *m, DittoArena *ws, const DittoTensor *pred, const
     ditto_tap(tap, "dm_deformation", deformation);                                            /* (B,16,64,64,3) */
 
     /* occlusion_map = sigmoid(occlusion(prediction viewed (B, 142*16, 64, 64))) */
-    if (m->has_occlusion) {
+    if (m->has_occlusion && last) {   /* a kernel over the whole depth: (B,16,64,64,144) -> (B,1,64,64,1) */
+        const int ph = (int)(m->occ_w3.shape[3] - 1) / 2, pw = (int)(m->occ_w3.shape[4] - 1) / 2;
+        const DittoConvParams po = { .pad_begin = { 0, ph, pw }, .pad_end = { 0, ph, pw }, .nhwc = true };
+        DittoTensor o5;
+        TRY(ditto_tensor_reshape(occlusion, DITTO_SHAPE(B, 1, H, W, 1), &o5));
+        TRY(ditto_op_conv(be, &po, y_l, &m->occ_w3, &m->occlusion_b, &o5));
+        TRY(ditto_op_act(be, DITTO_UNARY_SIGMOID, 0.0f, occlusion, occlusion));
+        ditto_tap(tap, "dm_occlusion_map", occlusion);
+    } else if (m->has_occlusion) {
         TRY(ditto_tensor_reshape(pred, DITTO_SHAPE(B, P * D, H, W), &pred2d));                 /* (B,2272,64,64), channel 16c+d */
         TRY(ditto_op_conv(be, &pad3, &pred2d, &m->occlusion_w, &m->occlusion_b, occlusion));  /* (B,1,64,64) */
         TRY(ditto_op_act(be, DITTO_UNARY_SIGMOID, 0.0f, occlusion, occlusion));
@@ -874,7 +947,10 @@ static int top_items(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, const
     TRY(ditto_nn_new_f32(ws, &deformation, DITTO_SHAPE(nb, D, H, W, 3)));             /* a sampling grid: float32 */
     TRY(ditto_nn_new(ws, m->act, &occlusion, DITTO_SHAPE(nb, 1, H, W)));
     mk = ditto_arena_mark(ws);
-    TRY(ditto_nn_new(ws, m->act, &pred, DITTO_SHAPE(nb, m->c_pred, D, H, W)));
+    /* the heads read the channels-last output as it is; the channels-first copy only for a tap */
+    const bool heads_last = nhwc && m->mask_wp.data, want_pred = !heads_last || (tap && tap->fn);
+    if (want_pred)
+        TRY(ditto_nn_new(ws, m->act, &pred, DITTO_SHAPE(nb, m->c_pred, D, H, W)));
     if (deep) {
         TRY(ditto_tensor_slice(deep, 0, i0, i0 + nb, 1, &dc));
         TRY(ditto_tensor_slice(xg, 0, i0, i0 + nb, 1, &x));
@@ -882,16 +958,17 @@ static int top_items(DittoWarp *m, DittoArena *ws, const DittoTensor *f_s, const
         TRY(hg_new(m, ws, nhwc, nb, nhwc ? m->c_in_p : K1 * (m->c_compress + 1), D, H, W, &x));
         TRY(hg_input(m, ws, nhwc, &fc, &ksc, &kdc, &x, tap));
     }
-    if (nhwc)   /* the output channels-last, then channels-first for the heads */
+    if (nhwc)   /* the output channels-last (the heads read it, or a channels-first copy) */
         TRY(hg_new(m, ws, true, nb, m->c_pred_p, D, H, W, &y_l));
     if (deep)
         TRY(hg_top(m, ws, nhwc, &dc, &x, nhwc ? &y_l : &pred));
     else
         TRY(hourglass(m, ws, nhwc, &x, nhwc ? &y_l : &pred));
-    if (nhwc)
+    if (nhwc && want_pred)
         TRY(hg_output_first(m, &y_l, &pred));
-    ditto_tap(tap, "dm_hourglass_out", &pred);                                         /* (B,142,16,64,64) */
-    TRY(dm_heads(m, ws, &pred, &ksc, &kdc, &deformation, &occlusion, tap));
+    if (want_pred)
+        ditto_tap(tap, "dm_hourglass_out", &pred);                                     /* (B,142,16,64,64) */
+    TRY(dm_heads(m, ws, heads_last ? NULL : &pred, heads_last ? &y_l : NULL, &ksc, &kdc, &deformation, &occlusion, tap));
     ditto_arena_release(ws, mk);
     TRY(warp_head(m, ws, &fc, &deformation, &occlusion, &oc, tap));
 done:

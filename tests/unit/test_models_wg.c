@@ -588,7 +588,9 @@ static void small_warp_inputs(TestCtx *c, int64_t n, TT **f_s, TT **kp_s, TT **k
  * channels-last, so nothing is padded), and with the odd channel counts
  * padded as on CUDA f16 (66 -> 72, 74 -> 80; forced, any backend): the
  * padded channels-last forward against the unpadded NCDHW one, to float32
- * rounding (the padded convolutions sum longer rows).
+ * rounding (the padded convolutions sum longer rows). Padded, the mask and
+ * occlusion heads read the channels-last output as it is (the occlusion as
+ * a kernel over the whole depth), as on CUDA f16.
  */
 static void test_warp_layout(TestCtx *c, DittoArena *ws)
 {
