@@ -286,7 +286,7 @@ for v in 0 1 0 1; do
     DITTO_DECODER_MERGE=$v $BUILD/ditto bench --backend cuda --fp16 --graph --batch 8 --iters $GIT 2>&1 | grep -E '^ *8 ' | tee -a "$OUT/summary.txt"
 done
 log "what op groups cost in the two-lane step at B = 8 (ditto bench --skip-ops: the step without them; images wrong)"
-for g in "" "conv:w(512,512,3,3)" "spade_conv" "conv:w(22,142,7,7,7)" "conv:w(144,144,3,3,3)" \
+for g in "" "conv:w(512,512,3,3)" "spade_conv" "conv:w(22,144,7,7,7)" "conv:w(144,144,3,3,3)" \
     "copy;bias_unary;motion_input;grid_sample;concat;pixel_shuffle;unary;binary;pool;fill"; do
     echo -n "skip '${g:-nothing}': " | tee -a "$OUT/summary.txt"
     $BUILD/ditto bench --backend cuda --fp16 --graph --batch 8 --iters $GIT --skip-ops "$g" 2>&1 | grep -E '^ *8 ' | tee -a "$OUT/summary.txt"
