@@ -355,7 +355,8 @@ static int head_weights(DittoWarp *m)
  * The padded weights (see struct DittoWarp): on CUDA with f16 activations
  * and channels-last weights (where they run on the tensor-core path), or
  * anywhere when forced (ditto_warp_force_channel_pad: the test of the
- * padding); folded norms only.
+ * padding); folded norms only. Then, padded or not, the heads' weights
+ * (head_weights).
  */
 static int pad_weights(DittoWarp *m)
 {
@@ -368,19 +369,17 @@ static int pad_weights(DittoWarp *m)
                         ditto_tensor_is_channels_last(&m->hg_out.weight);
     if (!m->folded || !(g_force_pad >= 0 ? g_force_pad : useful))
         return 0;
-    if (m->c_pred != m->c_dec[n - 1] + c_in || (c_in % 8 == 0 && m->c_pred % 8 == 0)) {
-        DITTO_TRY(head_weights(m));
-        return be->sync(be);
+    if (m->c_pred == m->c_dec[n - 1] + c_in && (c_in % 8 || m->c_pred % 8)) {
+        const int64_t cip = round8(c_in), cpp = m->c_dec[n - 1] + cip, kvol = ditto_tensor_numel(&m->hg_out.weight) / (m->c_pred * m->c_pred);
+        const size_t esz = ditto_dtype_size(m->hg_out.weight.dtype);
+        const size_t bytes = (size_t)((m->c_enc[0] * cip + cpp * cpp) * kvol + cpp) * esz + 3 * 256;
+        DITTO_TRY(ditto_buffer_alloc(&m->pad_buf, &be->allocator, bytes));
+        char *at = m->pad_buf.ptr;
+        DITTO_TRY(pad_conv(m, &m->down[0].weight, NULL, m->c_enc[0], cip, &at, &m->down0_wp, NULL));
+        DITTO_TRY(pad_conv(m, &m->hg_out.weight, &m->hg_out.bias, cpp, cpp, &at, &m->out_wp, &m->out_bp));
+        m->c_in_p = cip;
+        m->c_pred_p = cpp;
     }
-    const int64_t cip = round8(c_in), cpp = m->c_dec[n - 1] + cip, kvol = ditto_tensor_numel(&m->hg_out.weight) / (m->c_pred * m->c_pred);
-    const size_t esz = ditto_dtype_size(m->hg_out.weight.dtype);
-    const size_t bytes = (size_t)((m->c_enc[0] * cip + cpp * cpp) * kvol + cpp) * esz + 3 * 256;
-    DITTO_TRY(ditto_buffer_alloc(&m->pad_buf, &be->allocator, bytes));
-    char *at = m->pad_buf.ptr;
-    DITTO_TRY(pad_conv(m, &m->down[0].weight, NULL, m->c_enc[0], cip, &at, &m->down0_wp, NULL));
-    DITTO_TRY(pad_conv(m, &m->hg_out.weight, &m->hg_out.bias, cpp, cpp, &at, &m->out_wp, &m->out_bp));
-    m->c_in_p = cip;
-    m->c_pred_p = cpp;
     DITTO_TRY(head_weights(m));
     return be->sync(be);
 }

@@ -320,8 +320,9 @@ static const ConvCase nhwc_cases[] = {
  * the hourglass's channels-last output), and kernels over the whole depth
  * without depth padding (the occlusion head on it; O = 1 also with a
  * channels-last y). CUDA f16: the depth split reading x's slices (sm_90:
- * the wgmma kernel for rows of 64; else cuDNN, or the scratch and transpose
- * where it would unfold), the tap GEMM over depth slices, else the scratch.
+ * the wgmma kernel for rows of 64; else cuDNN on the slices, two pieces past
+ * 128 columns), the tap GEMM over depth slices, else the scratch and one
+ * transpose (the 2-D case).
  */
 static const ConvCase yfirst_cases[] = {
     { "7x7x7 p3 C48 O22 W64 (mask, channels-last)", 3, 2, 48, 22, { 3, 4, 64 }, { 7, 7, 7 }, { 0 }, { 3, 3, 3 }, { 3, 3, 3 }, { 0 }, 0 },

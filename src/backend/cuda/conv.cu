@@ -47,8 +47,10 @@
  * themselves (conv_nhwc_direct: the conv_nhwc plans without the input and
  * output transposes), then one vectorised bias (+relu) pass; anything else
  * is transposed into NCHW layout scratch around the paths above
- * (conv_nhwc_generic). relu: fused into k_from_nhwc or the bias pass, else
- * one more pass over y.
+ * (conv_nhwc_generic). y_first (channels-first y): the depth split and the
+ * tap GEMM over depth slices write it; elsewhere channels-last scratch and
+ * one transpose (conv_y_first). relu: fused into k_from_nhwc or the bias
+ * pass, else one more pass over y.
  *
  * DittoConvParams.accumulate (y = conv + bias + y): every epilogue that
  * writes y (k_from_nhwc, the small-O and depth-split kernels) reads the
@@ -1882,22 +1884,33 @@ static int tap_run(DittoBackend *be, const TapRun *r, const DittoTensor *x, cons
     return 0;
 }
 
+/* The tap GEMM's workspace: wt (nwt halves), then Z for *per items of z_item floats, as many as TG_Z_BYTES holds (at most N). */
+static int tap_bufs(DittoBackend *be, const ConvGeom *g, int64_t nwt, int64_t z_item, __half **wt, float **z, int64_t *per)
+{
+    const size_t wt_bytes = ((size_t)nwt * sizeof(__half) + 255) & ~(size_t)255, zb = (size_t)z_item * sizeof(float);
+    *per = (int64_t)(TG_Z_BYTES / zb) < g->N ? (int64_t)(TG_Z_BYTES / zb) : g->N;
+    char *ws;
+    DITTO_TRY(ditto_cuda_workspace(be, wt_bytes + (size_t)*per * zb, (void **)&ws));
+    *wt = (__half *)ws;
+    *z = (float *)(ws + wt_bytes);
+    return 0;
+}
+
 static int conv_tap_gemm(DittoBackend *be, const ConvGeom *g, int64_t H, int64_t W, int64_t Hin, int64_t Win, const DittoTensor *x,
                          const DittoTensor *w, const DittoTensor *bias, bool accum, DittoTensor *y)
 {
     DittoCuda *cu = ditto_cuda(be);
     const int kh = (int)g->k[1], kw = (int)g->k[2], kk = kh * kw, O = (int)g->O;
     const int Tp = (kk * O + 7) / 8 * 8, P = (int)(Hin * Win), C = (int)g->C, splits = tap_gemm_splits(C), Kc = C / splits;
-    const size_t wt_bytes = ((size_t)C * Tp * sizeof(__half) + 255) & ~(size_t)255, z_item = (size_t)splits * P * Tp * sizeof(float);
-    const int64_t per = (int64_t)(TG_Z_BYTES / z_item) < g->N ? (int64_t)(TG_Z_BYTES / z_item) : g->N;   /* items a round */
-    char *ws;
-    DITTO_TRY(ditto_cuda_workspace(be, wt_bytes + (size_t)per * z_item, (void **)&ws));
-    __half *wt = (__half *)ws;
+    __half *wt;
+    float *z;
+    int64_t per;
+    DITTO_TRY(tap_bufs(be, g, (int64_t)C * Tp, (int64_t)splits * P * Tp, &wt, &z, &per));
     k_tap_w<<<ditto_cuda_blocks((int64_t)C * Tp, 256), 256, 0, cu->stream>>>((const __half *)w->data, wt, C, O, kk, Tp);
     DITTO_CUDA_LAUNCHED(be);
     /* range r: x_r (P, Kc) column-major, the item's channels r * Kc.. */
     const TapRun r = { g, H, W, Hin, Win, (int64_t)C * P, per, Kc, splits, P, (long long)Kc * P, false };
-    return tap_run(be, &r, x, wt, (float *)(ws + wt_bytes), bias, accum, y);
+    return tap_run(be, &r, x, wt, z, bias, accum, y);
 }
 
 /*
@@ -1940,17 +1953,16 @@ static int conv_tap_fold(DittoBackend *be, const ConvGeom *g, const DittoTensor 
     DittoCuda *cu = ditto_cuda(be);
     const int kk = (int)(g->k[1] * g->k[2]), O = (int)g->O, D = (int)g->in[0];
     const int Tp = (kk * O + 7) / 8 * 8, P = (int)(g->in[1] * g->in[2]), C = (int)g->C;
-    const size_t wt_bytes = ((size_t)D * C * Tp * sizeof(__half) + 255) & ~(size_t)255, z_item = (size_t)D * P * Tp * sizeof(float);
-    const int64_t per = (int64_t)(TG_Z_BYTES / z_item) < g->N ? (int64_t)(TG_Z_BYTES / z_item) : g->N;   /* items a round */
-    char *ws;
-    DITTO_TRY(ditto_cuda_workspace(be, wt_bytes + (size_t)per * z_item, (void **)&ws));
-    __half *wt = (__half *)ws;
+    __half *wt;
+    float *z;
+    int64_t per;
+    DITTO_TRY(tap_bufs(be, g, (int64_t)D * C * Tp, (int64_t)D * P * Tp, &wt, &z, &per));
     k_tap_w_fold<<<ditto_cuda_blocks((int64_t)D * C * Tp, 256), 256, 0, cu->stream>>>((const __half *)w->data, w_krsc(w), wt, C, D, O, kk,
                                                                                      Tp);
     DITTO_CUDA_LAUNCHED(be);
     /* slice d: x_d the (P, C) rows as they are, (C, P) column-major with ld C */
     const TapRun r = { g, g->out[1], g->out[2], g->in[1], g->in[2], (int64_t)D * P * C, per, C, D, C, (long long)P * C, true };
-    return tap_run(be, &r, x, wt, (float *)(ws + wt_bytes), bias, accum, y);
+    return tap_run(be, &r, x, wt, z, bias, accum, y);
 }
 
 /*
@@ -2462,28 +2474,23 @@ static int64_t unfold_slices(int64_t D)
 }
 
 /*
- * nhwc: x (N, D, H, W, C) with C a multiple of 8 and y (N, D, H, W, O)
- * channels-last (not unfolded): x's slices are the 2-D input as they are.
+ * nhwc: x (N, D, H, W, C) with C a multiple of 8, channels-last (not
+ * unfolded): x's slices are the 2-D input as they are. y_nhwc: y (N, D, H,
+ * W, O) channels-last, else (N, O, D, H, W) (the warp's mask head: nhwc x,
+ * channels-first y).
  */
-/* The depth split's 2-D convolution over slices as conv_wg.cu's (*wc), true where that kernel runs it (its own reads of the rows: no unfolding). */
-static bool depth_split_wg(DittoBackend *be, const ConvGeom *g, bool nhwc, DittoWgConv *wc)
-{
-    const int64_t cp = round8(g->C), o2p = round8(g->k[0] * g->O);
-    memset(wc, 0, sizeof *wc);
-    wc->N = g->in[0], wc->D = 1, wc->H = g->in[1], wc->W = g->in[2], wc->C = cp, wc->O = o2p, wc->ldy = o2p;
-    wc->kd = 1, wc->kh = (int)g->k[1], wc->kw = (int)g->k[2];
-    return (!nhwc || cp == g->C) && wg_fits(be, wc);
-}
-
-/* y_nhwc: y (N, D, H, W, O) channels-last, else (N, O, D, H, W) (nhwc x with a channels-first y: the warp's mask head) */
 static int conv_depth_split(DittoBackend *be, const ConvGeom *g, const DittoTensor *x, const DittoTensor *w, const DittoTensor *bias,
                             bool accum, bool relu, bool nhwc, bool y_nhwc, DittoTensor *y)
 {
     DittoCuda *cu = ditto_cuda(be);
     const int64_t D = g->in[0], HW = g->in[1] * g->in[2], kd = g->k[0], o2 = kd * g->O;
     const int64_t cp = round8(g->C), o2p = round8(o2);
+    /* the 2-D convolution over slices on the wgmma kernel where it fits (its own reads of the rows: no unfolding) */
     DittoWgConv wc;
-    const bool wg = depth_split_wg(be, g, nhwc, &wc);
+    memset(&wc, 0, sizeof wc);
+    wc.N = D, wc.D = 1, wc.H = g->in[1], wc.W = g->in[2], wc.C = cp, wc.O = o2p, wc.ldy = o2p;
+    wc.kd = 1, wc.kh = (int)g->k[1], wc.kw = (int)g->k[2];
+    const bool wg = (!nhwc || cp == g->C) && wg_fits(be, &wc);
     const bool unfold = !nhwc && !wg && depth_unfold(g);
     if (nhwc && cp != g->C)
         return ditto_fail(&be->log, DITTO_ERR_UNSUPPORTED, "op conv: the channels-last depth split needs C a multiple of 8");
@@ -3092,8 +3099,9 @@ static int64_t fused_check_items(const ConvGeom *g)
 
 /*
  * Choose e (key set) for kind epi at n items: the unfused plan u and its
- * pass (u1's n times over when u runs item by item) against each fused candidate (the heuristics' engines for the relu
- * kinds, then the legacy call), the fastest candidate under the unfused time
+ * pass (u1's n times over when u runs item by item) against each fused
+ * candidate (the heuristics' engines for the relu kinds, then the legacy
+ * call), the fastest candidate under the unfused time
  * that keeps its bits per item (checked at n items, or at
  * fused_check_items when n is 1: a choice that cannot batch would run item
  * by item in every batched call, and falling back to the unfused plan then
@@ -3538,13 +3546,9 @@ static int cuda_conv(DittoBackend *be, const DittoConvParams *p, const DittoTens
     if (mode == 2 && !p->y_first && g.O <= 32 && wg_tc_on() && nhwc_direct_fits(&g, x, y) &&
         wg_direct(be, &g, x, w, bias, p->relu, p->accumulate, y, &wc))
         return conv_nhwc_direct(be, &g, x, w, bias, p->relu, p->accumulate, y, true);
-    /*
-     * 3-D, few outputs: the depth split reads the channels-last slices as
-     * they are (on the wgmma kernel, or cuDNN where conv_nchw's would not
-     * unfold them), y in either layout
-     */
+    /* 3-D, few outputs: the depth split reads the channels-last slices as they are (not unfolded), y in either layout */
     if (mode == 2 && x->dtype == DITTO_F16 && g.ns == 3 && g.C > 0 && g.C % 8 == 0 && g.in_vol > 0 && depth_split_fits(&g) &&
-        (!depth_unfold(&g) || depth_split_wg(be, &g, true, &wc)) && ((uintptr_t)x->data | (uintptr_t)y->data) % 16 == 0)
+        ((uintptr_t)x->data | (uintptr_t)y->data) % 16 == 0)
         return conv_depth_split(be, &g, x, w, bias, p->accumulate, p->relu, true, !p->y_first, y);
     if (p->y_first)
         return conv_y_first(be, p, x, w, bias, y);
